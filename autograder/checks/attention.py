@@ -1,0 +1,395 @@
+"""Chapter 2 checks: softmax, scaled dot-product attention, additive attention, the variance experiment.
+
+Oracles: ``torch.softmax``, ``torch.nn.functional.scaled_dot_product_attention`` and the
+closed-form formulas of the paper, evaluated in float64.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    describe,
+    expect_close,
+    expect_dtype,
+    expect_finite,
+    expect_shape,
+    expect_tensor,
+    expect_tuple,
+    matches,
+    seeded,
+)
+
+# ----------------------------------------------------------------------------------------
+# softmax
+# ----------------------------------------------------------------------------------------
+
+
+class Softmax(Check):
+    function = "softmax"
+    oracle = "torch.softmax"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(2 if not hidden else 20)
+
+        def case(shape, dim=-1, dtype=torch.float32, scale=1.0, tag="", extra=""):
+            x = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+            return x, Case(f"x {tuple(shape)} {str(dtype)[6:]}, dim={dim}{extra}", (x,), {"dim": dim}, tag)
+
+        out = [
+            case((3, 5))[1],
+            case((2, 3, 4), dtype=torch.float64)[1],
+            case((4, 6), dim=0)[1],
+            case((2, 7), scale=1000.0, tag="large", extra=" with entries near ±1000")[1],
+        ]
+        x, _ = case((3, 6))
+        x[0, 1] = x[1, 0] = x[1, 4] = float("-inf")  # masked entries, as attention produces them
+        out.append(Case("x (3, 6) float32 with some -inf entries, dim=-1", (x,), {"dim": -1}, "neg-inf"))
+        if hidden:
+            out += [
+                case((2, 3, 4, 5), dim=1)[1],
+                case((5, 4), dim=-2, dtype=torch.float64)[1],
+                case((9,), dim=0)[1],
+                case((3, 8), dtype=torch.float16)[1],
+                case((2, 4, 6), dtype=torch.float64, scale=1e4, tag="large", extra=" with entries near ±1e4")[1],
+            ]
+            y = torch.randn(2, 6, generator=g)
+            y[0] += 2000.0
+            y[1] -= 2000.0  # a global maximum would make every exp of this row underflow
+            out.append(Case("x (2, 6) whose rows sit near +2000 and -2000, dim=-1", (y,), {"dim": -1}, "scales"))
+            out.append(Case("x (3, 4) with every entry equal, dim=-1", (torch.full((3, 4), 7.0),), {"dim": -1}))
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        (x,), dim = case.args, case.kwargs["dim"]
+        y = expect_tensor(result, "`softmax`'s result", case)
+        expect_shape(y, x.shape, "`softmax`'s result", case, "softmax keeps the shape of its input.")
+        expect_dtype(y, x.dtype, "`softmax`'s result", case)
+        if case.tag in ("large", "scales"):
+            hint = (
+                "exp overflowed or underflowed: subtract the maximum along `dim` "
+                "(x.max(dim=dim, keepdim=True)) before exponentiating; it cancels in the ratio."
+            )
+            if case.tag == "scales":
+                hint = (
+                    "some row became 0/0: subtract the maximum of each slice along `dim` "
+                    "(keepdim=True), not one maximum of the whole tensor."
+                )
+            expect_finite(y, "`softmax`'s result", case, hint)
+        else:
+            expect_finite(y, "`softmax`'s result", case, "exp of a large number overflows: subtract the maximum along `dim` first.")
+        xd = x.double()
+        expected = torch.softmax(xd, dim=dim)
+        d = dim % x.dim()
+        diagnoses = [
+            (lambda o=o: torch.softmax(xd, dim=o), f"you normalised along dim={o}, but the sum must run along dim={dim}: use the `dim` argument.")
+            for o in range(x.dim())
+            if o != d
+        ]
+        diagnoses += [
+            (lambda: torch.exp(xd) / torch.exp(xd).sum(), "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
+            (lambda: torch.exp(xd), "you exponentiated but did not divide by the sum along `dim`."),
+            (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)), "you subtracted the maximum but did not divide by the sum along `dim`."),
+            (lambda: torch.log_softmax(xd, dim=d), "this is log-softmax: softmax is exp(x) / sum(exp(x)), without the log."),
+            (lambda: xd / xd.sum(dim=d, keepdim=True), "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
+        ]
+        expect_close(y, expected, "`softmax`'s result", case, diagnoses)
+
+
+# ----------------------------------------------------------------------------------------
+# attention (scaled dot-product and additive share the masking and the weight properties)
+# ----------------------------------------------------------------------------------------
+
+MASK_HINT = "set the scores of masked keys to -inf before the softmax: scores.masked_fill(~mask, float('-inf'))."
+FULLY_MASKED_HINT = (
+    "a query whose keys are all masked must get all-zero weights and a zero output (the course's "
+    "convention, and PyTorch's): replace the NaN rows after the softmax, e.g. with torch.nan_to_num or torch.where."
+)
+
+
+def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    """softmax over keys with masked keys at exactly zero and fully masked rows all zero."""
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
+
+
+class _AttentionCheck(Check):
+    """Shared judging of (output, weights) for attention functions."""
+
+    def scores(self, case: Case) -> torch.Tensor:
+        """The oracle's unmasked scores, float64, shape (..., T_q, T_k)."""
+        raise NotImplementedError
+
+    def mistaken_scores(self, case: Case) -> list[tuple[torch.Tensor, str]]:
+        """Scores a known mistake would produce, with the message that names it."""
+        return []
+
+    def judge(self, case: Case, result: Any) -> None:
+        q, k, v = case.args[:3]
+        mask = case.kwargs.get("mask")
+        name = f"`{self.function}`"
+        output, weights = expect_tuple(result, 2, name, case, "output, weights")
+        output = expect_tensor(output, f"{name}'s output", case)
+        weights = expect_tensor(weights, f"{name}'s weights", case)
+        scores = self.scores(case)
+        batch = scores.shape[:-2]
+        t_q, t_k = q.shape[-2], k.shape[-2]
+        expect_shape(
+            weights, (*batch, t_q, t_k), f"{name}'s weights", case,
+            "The weights have one row per query and one column per key: (..., T_q, T_k).",
+        )
+        expect_shape(output, (*batch, t_q, v.shape[-1]), f"{name}'s output", case, "The output is weights @ v: (..., T_q, d_v).")
+        expect_dtype(weights, q.dtype, f"{name}'s weights", case)
+        expect_dtype(output, q.dtype, f"{name}'s output", case)
+        expect_finite(weights, f"{name}'s weights", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else
+                      "subtract the row maximum before exp (or use a stable softmax).")
+        expect_finite(output, f"{name}'s output", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else "")
+
+        full_mask = None if mask is None else mask.expand(scores.shape)
+        expected = masked_softmax(scores, full_mask)
+        w = weights.double()
+        atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        alive = torch.ones(scores.shape[:-1], dtype=torch.bool) if full_mask is None else full_mask.any(-1)
+
+        # Properties first: they explain a wrong answer better than a difference does.
+        if full_mask is not None:
+            leaked = w.masked_select(~full_mask).abs()
+            if leaked.numel() and leaked.max() > 0:
+                inverted = masked_softmax(scores, ~full_mask)
+                if matches(weights, inverted):
+                    raise CheckFailed(
+                        f"{name}'s mask is inverted on the case {case.label}: True means 'may attend', "
+                        "so the keys where mask is False are the ones to hide (masked_fill(~mask, -inf))."
+                    )
+                raise CheckFailed(
+                    f"{name} gave a masked key the weight {leaked.max().item():.3g} on the case {case.label}: "
+                    f"masked keys must get exactly zero weight; {MASK_HINT}"
+                )
+            dead = ~alive
+            if dead.any() and (w[dead].abs().max() > 0):
+                row = w[dead][0]
+                uniform = torch.allclose(row, torch.full_like(row, 1.0 / t_k), atol=atol)
+                raise CheckFailed(
+                    f"{name} gave a fully masked query non-zero weights on the case {case.label}"
+                    + (" (uniform weights: a large negative number such as -1e9 instead of -inf has this effect)" if uniform else "")
+                    + f": {FULLY_MASKED_HINT}"
+                )
+        sums = w.sum(-1)
+        if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=atol):
+            bad = (sums - 1).abs().masked_fill(~alive, 0).argmax()
+            message = (
+                f"{name}'s weights do not sum to 1 over the last axis (one row sums to {sums.flatten()[bad].item():.4g}) "
+                f"on the case {case.label}: "
+            )
+            if full_mask is not None and matches(weights, torch.softmax(scores, -1) * full_mask):
+                raise CheckFailed(message + "the mask was applied after the softmax. " + MASK_HINT)
+            if matches(weights, torch.softmax(scores.masked_fill(~full_mask, float("-inf")) if full_mask is not None else scores, dim=-2).nan_to_num(nan=0.0)):
+                raise CheckFailed(message + "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")
+            raise CheckFailed(message + "the softmax must run over the keys, dim=-1.")
+
+        diagnoses = [(lambda s=s: masked_softmax(s, full_mask), msg) for s, msg in self.mistaken_scores(case)]
+        expect_close(weights, expected, f"{name}'s weights", case, diagnoses)
+        vd = v.double()
+        expected_out = expected @ vd  # (..., T_q, d_v)
+        expect_close(
+            output, expected_out, f"{name}'s output", case,
+            [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v.")],
+            hint="The weights are right, so look at the last step: output = weights @ v.",
+        )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
+        if {"pair-a", "pair-b"} <= pairs.keys():
+            (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
+            if not matches(out_a, out_b):
+                raise CheckFailed(
+                    f"`{self.function}`'s output changed when only masked keys and values changed "
+                    f"({case_a.label}): masked positions must have no influence at all. {MASK_HINT}"
+                )
+
+
+def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]:
+    """Shared shapes for both attention functions; ``extra_args(d_q, d_k)`` adds parameters."""
+
+    def rand(*shape, dtype=torch.float32, scale=1.0):
+        return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+    def case(label, q, k, v, mask=None, tag=""):
+        kwargs = {} if mask is None else {"mask": mask}
+        return Case(label, (q, k, v, *extra_args(q.shape[-1], k.shape[-1], q.dtype)), kwargs, tag)
+
+    causal = torch.tril(torch.ones(4, 4, dtype=torch.bool))
+    padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 6)  # (B, 1, T_k)
+    fully = torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5])  # row 1 sees nothing
+    out = [
+        case("q (2, 4, 8), k (2, 6, 8), v (2, 6, 5), no mask", rand(2, 4, 8), rand(2, 6, 8), rand(2, 6, 5)),
+        case("q (3, 8), k (5, 8), v (5, 4) with no batch dimension", rand(3, 8), rand(5, 8), rand(5, 4)),
+        case("q, k, v (2, 3, 4, 16) with a causal mask (4, 4)", rand(2, 3, 4, 16), rand(2, 3, 4, 16), rand(2, 3, 4, 16), causal),
+        case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)", rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding),
+        case("q (2, 3, 64), k (2, 7, 64), v (2, 7, 3) float64", rand(2, 3, 64, dtype=torch.float64),
+             rand(2, 7, 64, dtype=torch.float64), rand(2, 7, 3, dtype=torch.float64)),
+        case("q (3, 6), k and v (5, 6), mask (3, 5) whose second row is all False", rand(3, 6), rand(5, 6), rand(5, 6), fully, "fully-masked"),
+    ]
+    pair_a = case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)", rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding, "pair-a")
+    q, k, v, *params = pair_a.args
+    k2, v2 = k.clone(), v.clone()
+    k2[1, 4:], v2[1, 4:] = 50.0, -1e3  # only masked positions change
+    pair_b = Case("the same inputs with different keys and values where the mask is False", (q, k2, v2, *params), pair_a.kwargs, "pair-b")
+    out += [pair_a, pair_b]
+    if hidden:
+        causal7 = torch.tril(torch.ones(7, 7, dtype=torch.bool))
+        out += [
+            case("q, k, v (2, 2, 3, 7, 32) float64 with a causal mask (7, 7)", rand(2, 2, 3, 7, 32, dtype=torch.float64),
+                 rand(2, 2, 3, 7, 32, dtype=torch.float64), rand(2, 2, 3, 7, 32, dtype=torch.float64), causal7),
+            case("q (4, 9, 16), k (4, 3, 16), v (4, 3, 2)", rand(4, 9, 16), rand(4, 3, 16), rand(4, 3, 2)),
+            case("q (2, 4, 8), k and v (2, 5, 8) float16", rand(2, 4, 8, dtype=torch.float16),
+                 rand(2, 5, 8, dtype=torch.float16), rand(2, 5, 8, dtype=torch.float16)),
+            case("q (2, 6, 32) with large entries (scores near ±1000), k and v (2, 6, 32)", rand(2, 6, 32, scale=6.0),
+                 rand(2, 6, 32, scale=6.0), rand(2, 6, 32)),
+            case("q (3, 4, 8), k and v (3, 6, 8), mask (3, 4, 6) at random", rand(3, 4, 8), rand(3, 6, 8), rand(3, 6, 8),
+                 torch.rand(3, 4, 6, generator=g) > 0.4, "fully-masked"),
+        ]
+    return out
+
+
+class ScaledDotProductAttention(_AttentionCheck):
+    function = "scaled_dot_product_attention"
+    oracle = "torch.nn.functional.scaled_dot_product_attention"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        return _attention_cases(seeded(3 if not hidden else 30), hidden, lambda d_q, d_k, dtype: ())
+
+    def scores(self, case: Case) -> torch.Tensor:
+        q, k, _ = (t.double() for t in case.args)
+        return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
+
+    def mistaken_scores(self, case: Case):
+        q, k, v = (t.double() for t in case.args)
+        raw = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
+        d_k, d_v = q.shape[-1], v.shape[-1]
+        out = [
+            (raw, "the scores were not divided by sqrt(d_k): use (q @ k.transpose(-2, -1)) / math.sqrt(d_k)."),
+            (raw / d_k, "the scores were divided by d_k; the paper divides by its square root, sqrt(d_k)."),
+            (raw * math.sqrt(d_k), "the scores were multiplied by sqrt(d_k); divide by it instead."),
+        ]
+        if d_v != d_k:
+            out.append((raw / math.sqrt(d_v), "the scores were divided by sqrt(d_v); the scale uses the key size, d_k = q.shape[-1]."))
+        if q.shape[-2] == k.shape[-2]:
+            out.append((raw.transpose(-2, -1) / math.sqrt(d_k), "the weights are transposed: scores are q @ k^T, with queries as rows."))
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        super().judge(case, result)
+        # The independent oracle: PyTorch's own kernel agrees with the formula used above.
+        q, k, v = (t.double() for t in case.args)
+        mask = case.kwargs.get("mask")
+        expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        expect_close(result[0], expected, "`scaled_dot_product_attention`'s output", case, dtype=case.args[0].dtype)
+
+
+class AdditiveAttention(_AttentionCheck):
+    function = "additive_attention"
+    oracle = "the additive score w_v · tanh(q W_q + k W_k)"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(4 if not hidden else 40)
+
+        def params(d_q, d_k, dtype, d_a=6):
+            return (
+                (torch.randn(d_q, d_a, generator=g, dtype=torch.float64) / math.sqrt(d_q)).to(dtype),
+                (torch.randn(d_k, d_a, generator=g, dtype=torch.float64) / math.sqrt(d_k)).to(dtype),
+                torch.randn(d_a, generator=g, dtype=torch.float64).to(dtype),
+            )
+
+        return _attention_cases(g, hidden, params)
+
+    def scores(self, case: Case) -> torch.Tensor:
+        q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
+        hidden = torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3))  # (..., T_q, T_k, d_a)
+        return hidden @ w_v  # (..., T_q, T_k)
+
+    def mistaken_scores(self, case: Case):
+        q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
+        pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
+        return [
+            (pre @ w_v, "the tanh is missing: score = w_v · tanh(q W_q + k W_k); without it the score is linear."),
+            ((torch.tanh(pre) @ w_v) / math.sqrt(q.shape[-1]), "additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention."),
+            (torch.tanh(pre @ w_v), "the tanh was applied after projecting with w_v; apply it to q W_q + k W_k, then project."),
+            (torch.tanh(pre).sum(-1), "the scores summed the hidden features; project them with w_v instead."),
+            (torch.relu(pre) @ w_v, "the nonlinearity is tanh, not ReLU."),
+        ]
+
+
+# ----------------------------------------------------------------------------------------
+# the variance experiment
+# ----------------------------------------------------------------------------------------
+
+
+class ScoreVariance(Check):
+    function = "score_variance"
+    oracle = "torch.var of the row-wise scores q_i · k_i"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(5 if not hidden else 50)
+        out = []
+        for n, d_k, scaled, dist in [(2000, 4, False, "normal"), (2000, 64, False, "normal"), (2000, 64, True, "normal"),
+                                     (50, 16, False, "uniform"), (50, 16, True, "uniform")] + (
+            [(3000, 256, False, "normal"), (3000, 256, True, "normal"), (20, 3, True, "uniform"), (500, 1, False, "normal")] if hidden else []
+        ):
+            if dist == "normal":
+                q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)
+            else:
+                q, k = torch.rand(n, d_k, generator=g) * 4 - 1, torch.rand(n, d_k, generator=g) * 2
+            out.append(Case(f"q and k ({n}, {d_k}) {dist}, scaled={scaled}", (q, k), {"scaled": scaled}, dist))
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        q, k = (t.double() for t in case.args)
+        scaled = case.kwargs["scaled"]
+        if isinstance(result, torch.Tensor):
+            if result.numel() != 1:
+                raise CheckFailed(
+                    f"`score_variance` returned a tensor of shape {tuple(result.shape)} on the case {case.label}; "
+                    "return one number: the variance of the n scores."
+                )
+            result = result.item()
+        if isinstance(result, bool) or not isinstance(result, (int, float)):
+            raise CheckFailed(f"`score_variance` returned {type(result).__name__} on the case {case.label}; return a number.")
+        d_k = q.shape[-1]
+        scores = (q * k).sum(-1)  # (n,) one score per row pair
+        scale = math.sqrt(d_k) if scaled else 1.0
+        expected = (scores / scale).var().item()
+
+        def close(x):
+            return math.isclose(result, x, rel_tol=2e-4, abs_tol=1e-9)
+
+        if close(expected):
+            return
+        diagnoses = [
+            ((scores / scale).var(unbiased=False).item(), "this is the biased variance (dividing by n); use torch.var's default, which divides by n - 1."),
+            ((scores / scale).std().item(), "this is the standard deviation; the variance is its square."),
+            ((scores / scale).mean().item(), "this is the mean of the scores, not their variance."),
+            (scores.var().item(), "the scores were not divided by sqrt(d_k) although scaled=True." if scaled else ""),
+            ((scores / math.sqrt(d_k)).var().item(), "the scores were divided by sqrt(d_k) although scaled=False."),
+            ((scores / d_k).var().item(), "the scores were divided by d_k; the scale is sqrt(d_k)."),
+            ((q @ k.T / scale).var().item(), "this is the variance of every q_i · k_j (the whole matrix q @ k.T); "
+                                             "use the n row-wise scores q_i · k_i = (q * k).sum(-1)."),
+            ((q * k / scale).var().item(), "this is the variance of the element-wise products; sum over the d_k features first."),
+        ]
+        for value, message in diagnoses:
+            if message and close(value):
+                raise CheckFailed(f"`score_variance` is wrong on the case {case.label}: {message}")
+        raise CheckFailed(
+            f"`score_variance` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
+            "compute the scores (q * k).sum(-1), divide them by sqrt(d_k) when scaled, and return their variance."
+        )
+
+
+CHECKS = [Softmax, ScaledDotProductAttention, AdditiveAttention, ScoreVariance]

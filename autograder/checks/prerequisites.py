@@ -1,0 +1,540 @@
+"""Chapter 1 checks: the receptive field of a convolution stack, a tanh RNN, greedy decoding.
+
+Oracles: the closed-form receptive field together with a measurement on real ``torch.nn.Conv1d``
+stacks (the span of input positions one output has a nonzero gradient with respect to);
+``torch.nn.RNN`` with the learner's weights copied in; and a greedy decoding loop run here,
+on the grader's own copy of the provided toy model.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from .. import toys  # noqa: F401  (registers the "toy_translator" provider)
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    Provided,
+    Raised,
+    expect_close,
+    expect_dtype,
+    expect_finite,
+    expect_shape,
+    expect_tensor,
+    expect_tuple,
+    materialize,
+    matches,
+    seeded,
+)
+
+# ----------------------------------------------------------------------------------------
+# receptive_field
+# ----------------------------------------------------------------------------------------
+
+
+def _closed_form(kernels: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> int:
+    """r = 1 + sum_l (k_l - 1) d_l prod_{i<l} s_i."""
+    r, jump = 1, 1
+    for k, s, d in zip(kernels, strides, dilations):
+        r += (k - 1) * d * jump
+        jump *= s
+    return r
+
+
+def _measured(kernels: Sequence[int], strides: Sequence[int], dilations: Sequence[int]) -> int:
+    """The span of inputs that output 0 of a real Conv1d stack has a nonzero gradient for.
+
+    The input length is found by doubling until the stack produces an output, so this
+    measurement does not lean on the formula it confirms.
+    """
+    if not kernels:
+        return 1
+    layers = [
+        torch.nn.Conv1d(1, 1, k, stride=s, dilation=d, bias=False, dtype=torch.float64)
+        for k, s, d in zip(kernels, strides, dilations)
+    ]
+    for layer in layers:
+        torch.nn.init.constant_(layer.weight, 1.0)  # all positive: no two paths can cancel
+    stack = torch.nn.Sequential(*layers)
+    length = 8
+    while True:
+        x = torch.ones(1, 1, length, dtype=torch.float64, requires_grad=True)  # (B=1, C=1, L)
+        try:
+            y = stack(x)  # (1, 1, L_out)
+        except RuntimeError:  # the input is shorter than the stack's window
+            length *= 2
+            continue
+        if y.shape[-1] > 0:
+            break
+        length *= 2
+    y[0, 0, 0].backward()
+    seen = x.grad[0, 0].nonzero().flatten()  # (n_seen,)
+    return int(seen.max() - seen.min()) + 1
+
+
+class ReceptiveField(Check):
+    function = "receptive_field"
+    oracle = "the closed form and the span of nonzero input gradients of a torch.nn.Conv1d stack"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(1 if not hidden else 10)
+
+        def case(kernels, strides=None, dilations=None, tag=""):
+            kwargs = {}
+            if strides is not None:
+                kwargs["strides"] = list(strides)
+            if dilations is not None:
+                kwargs["dilations"] = list(dilations)
+            label = f"kernel_sizes={list(kernels)}" + "".join(f", {k}={v}" for k, v in kwargs.items())
+            return Case(label, (list(kernels),), kwargs, tag)
+
+        def rand(n, low, high):
+            return torch.randint(low, high + 1, (n,), generator=g).tolist()
+
+        out = [
+            case([5]),
+            case([3, 3, 3, 3]),
+            case([3, 5, 2], strides=[2, 1, 3]),
+            case([2, 2, 2, 2], dilations=[1, 2, 4, 8]),
+            case([3, 4, 2, 5], strides=[1, 3, 2, 1], dilations=[2, 1, 3, 1]),
+            case(rand(5, 2, 6), strides=rand(5, 1, 3), dilations=rand(5, 1, 4)),
+            case([], tag="empty"),
+            case([3, 3], strides=[2], tag="invalid"),
+            case([3, 0, 3], tag="invalid"),
+        ]
+        if hidden:
+            out += [
+                case([1, 1, 1]),
+                case([7], strides=[4], dilations=[3]),
+                case([3] * 8, strides=[2] * 8),
+                case([3, 3, 3, 3, 3, 3], dilations=[1, 2, 4, 8, 16, 32]),
+                case([1, 4, 1, 3], strides=[3, 2, 2, 1], dilations=[5, 1, 2, 2]),
+                case(rand(7, 1, 5), strides=rand(7, 1, 2), dilations=rand(7, 1, 3)),
+                case([], strides=[], dilations=[], tag="empty"),
+                case([3, 3], strides=[1, 0], tag="invalid"),
+                case([3, 3], dilations=[1, -2], tag="invalid"),
+                case([3, 3], strides=[1, 1], dilations=[1, 1, 1], tag="invalid"),
+                case([-3], tag="invalid"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if case.tag == "invalid" and isinstance(result, Raised) and result.type != "NotImplementedError":
+            if result.type == "ValueError":
+                return  # raising is the right answer here
+            raise CheckFailed(
+                f"`receptive_field` raised {result.type} ({result.message}) on the case {case.label}; "
+                "invalid arguments should raise ValueError with a message that says what is wrong: "
+                "`raise ValueError(...)`, not an assert or another exception type."
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        kernels = case.args[0]
+        n = len(kernels)
+        strides = case.kwargs.get("strides", [1] * n)
+        dilations = case.kwargs.get("dilations", [1] * n)
+        if case.tag == "invalid":
+            if not isinstance(result, Raised):
+                raise CheckFailed(
+                    f"`receptive_field` returned {result!r} on the case {case.label}, which is not a valid stack "
+                    "(lengths differ, or a size, stride or dilation is below 1): raise ValueError instead, so that "
+                    "a typo in a network's description is caught rather than silently measured."
+                )
+            return
+        if isinstance(result, torch.Tensor) and result.numel() == 1 and not result.is_floating_point():
+            result = int(result.item())
+        if isinstance(result, bool) or not isinstance(result, int):
+            raise CheckFailed(
+                f"`receptive_field` returned {result!r} ({type(result).__name__}) on the case {case.label}; "
+                "return a Python int: a number of input positions."
+            )
+        expected = _closed_form(kernels, strides, dilations)
+        measured = _measured(kernels, strides, dilations)
+        assert expected == measured, f"grader error: closed form {expected} but Conv1d measures {measured}"
+        if result == expected:
+            return
+        if case.tag == "empty":
+            raise CheckFailed(
+                f"`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
+                "one input position, so the answer is 1. Start from r = 1 and let each layer add to it."
+            )
+
+        def prefix_products(values: Sequence[int], inclusive: bool) -> list[int]:
+            out, p = [], 1
+            for v in values:
+                p *= v
+                out.append(p if inclusive else p // v)
+            return out
+
+        reverse = 1  # the recursion r <- (r - 1) s + (k - 1) d + 1 run from the first layer up
+        for k, s, d in zip(kernels, strides, dilations):
+            reverse = (reverse - 1) * s + (k - 1) * d + 1
+        diagnoses: list[tuple[int, str]] = [
+            (_closed_form(kernels, [1] * n, dilations),
+             "the strides are ignored: each layer's (k - 1) d must be multiplied by the product of the strides of "
+             "the layers below it, since one step at that depth spans that many input positions."),
+            (1 + sum((k - 1) * d * p for k, d, p in zip(kernels, dilations, prefix_products(strides, True))),
+             "each layer was multiplied by its own stride as well: use the product of the strides of the layers "
+             "*below* it (prod over i < l); a layer's own stride only spaces out its outputs."),
+            (_closed_form(kernels, strides, [1] * n),
+             "the dilations are ignored: a kernel of size k with dilation d spans (k - 1) d + 1 positions."),
+            (expected - 1, "you are off by one: a layer adds (k - 1) d, and the count starts at r = 1 (one output sees "
+                           "one position before any layer is applied)."),
+            (expected + 1, "you are off by one: start from r = 1 and add (k - 1) d per layer (not k d, and not an extra 1)."),
+            (1 + sum(k * d * p for k, d, p in zip(kernels, dilations, prefix_products(strides, False))),
+             "each layer added k d instead of (k - 1) d: a kernel of size k spans (k - 1) d + 1 positions, which "
+             "widens an existing window by (k - 1) d."),
+            (sum(kernels), "you summed the kernel sizes; each layer adds (k - 1) d prod(strides below), and r starts at 1."),
+            (math.prod(kernels) if kernels else 1,
+             "you multiplied the kernel sizes; stacking layers adds to the window (r = 1 + sum of (k - 1) d prod(strides below))."),
+            (reverse, "the layers were taken in the wrong order: the recursion r <- (r - 1) s + (k - 1) d + 1 must run "
+                      "from the last layer down to the first (or use the formula with strides of the layers below)."),
+        ]
+        for value, message in diagnoses:
+            if value == result and value != expected:
+                raise CheckFailed(f"`receptive_field` returned {result} on the case {case.label}: {message}")
+        raise CheckFailed(
+            f"`receptive_field` returned {result} on the case {case.label} where {expected} was expected (also measured "
+            "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i below l)."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# rnn_forward
+# ----------------------------------------------------------------------------------------
+
+RNN_SHAPES_HINT = (
+    "Mind the shapes: x is (B, T, d_in), so the input at step t is x[:, t] (B, d_in); x_t @ W_xh needs "
+    "W_xh (d_in, d_h) and h_{t-1} @ W_hh needs W_hh (d_h, d_h): check which weight goes with which input."
+)
+
+
+def _torch_rnn(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor):
+    """torch.nn.RNN with the given weights, in float64: (outputs (B, T, d_h), h_T (B, d_h))."""
+    d_in, d_h = W_xh.shape
+    rnn = torch.nn.RNN(d_in, d_h, nonlinearity="tanh", batch_first=True, dtype=torch.float64)
+    with torch.no_grad():
+        # nn.RNN computes x W_ih^T + h W_hh^T + b_ih + b_hh: row vectors times transposed weights.
+        rnn.weight_ih_l0.copy_(W_xh.double().T)  # (d_h, d_in)
+        rnn.weight_hh_l0.copy_(W_hh.double().T)  # (d_h, d_h)
+        rnn.bias_ih_l0.copy_(b_h.double())
+        rnn.bias_hh_l0.zero_()
+        outputs, h_n = rnn(x.double(), h0.double().unsqueeze(0))  # (B, T, d_h), (1, B, d_h)
+    return outputs, h_n[0]
+
+
+def _loop(x, h0, W_xh, W_hh, b_h, step: Callable) -> torch.Tensor:
+    """States h_1..h_T of a recurrence h_t = step(x_t, h_{t-1}), stacked: (B, T, d_h)."""
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = step(x[:, t], h)  # (B, d_h)
+        states.append(h)
+    return torch.stack(states, dim=1)  # (B, T, d_h)
+
+
+class RnnForward(Check):
+    function = "rnn_forward"
+    oracle = "torch.nn.RNN (tanh, batch_first) with the same weights"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(6 if not hidden else 60)
+
+        def tensors(B, T, d_in, d_h, dtype):
+            def rand(*shape, scale=1.0):
+                return (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+
+            # Scales that keep tanh away from saturation, so that every mistake shows.
+            return (rand(B, T, d_in), rand(B, d_h, scale=0.5), rand(d_in, d_h, scale=1 / math.sqrt(d_in)),
+                    rand(d_h, d_h, scale=0.9 / math.sqrt(d_h)), rand(d_h, scale=0.3))
+
+        def case(B, T, d_in, d_h, dtype=torch.float32, tag=""):
+            args = tensors(B, T, d_in, d_h, dtype)
+            return Case(f"x ({B}, {T}, {d_in}), d_h={d_h} {str(dtype)[6:]}", args, {}, tag)
+
+        out = [
+            case(2, 5, 3, 4),
+            case(1, 7, 6, 3, torch.float64),
+            case(3, 4, 5, 5),  # d_in = d_h: swapped weights run without an error here
+            case(4, 1, 2, 3),
+        ]
+        a = case(2, 6, 3, 5, tag="pair-a")
+        x, *rest = a.args
+        x2 = x.clone()
+        x2[:, 3:] = torch.randn(2, 3, 3, generator=g)  # only steps 4, 5, 6 change
+        out += [a, Case("the same weights with x changed from step 4 on", (x2, *rest), {}, "pair-b")]
+        if hidden:
+            out += [
+                case(5, 12, 8, 16, torch.float64),
+                case(3, 3, 3, 3),  # B = T: stacking along the wrong dimension keeps the shape
+                case(1, 20, 4, 6),
+                case(6, 9, 10, 7),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
+            raise CheckFailed(
+                f"`rnn_forward` raised {result.type} on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + f"\n{RNN_SHAPES_HINT}"
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        x, h0, W_xh, W_hh, b_h = case.args
+        B, T, _ = x.shape
+        d_h = W_hh.shape[0]
+        name = "`rnn_forward`"
+        outputs, h_T = expect_tuple(result, 2, name, case, "outputs, h_T")
+        outputs = expect_tensor(outputs, f"{name}'s outputs", case)
+        h_T = expect_tensor(h_T, f"{name}'s h_T", case)
+        if tuple(outputs.shape) == (T, B, d_h) and T != B:
+            raise CheckFailed(
+                f"{name}'s outputs have shape {tuple(outputs.shape)} on the case {case.label}: the steps were stacked "
+                f"along dim 0. Stack h_1..h_T along dim=1, so that outputs is (B, T, d_h) = {(B, T, d_h)}, like x."
+            )
+        expect_shape(outputs, (B, T, d_h), f"{name}'s outputs", case, "outputs stacks h_1..h_T along dim=1: (B, T, d_h).")
+        expect_shape(h_T, (B, d_h), f"{name}'s h_T", case, "h_T is the state after the last step: (B, d_h).")
+        expect_dtype(outputs, x.dtype, f"{name}'s outputs", case)
+        expect_dtype(h_T, x.dtype, f"{name}'s h_T", case)
+        expect_finite(outputs, f"{name}'s outputs", case, "tanh keeps every state in (-1, 1): is it applied at each step?")
+
+        expected, expected_T = _torch_rnn(x, h0, W_xh, W_hh, b_h)
+        xd, h0d, Wx, Wh, b = (t.double() for t in case.args)
+
+        def rnn(step: Callable) -> Callable[[], torch.Tensor]:
+            return lambda: _loop(xd, h0d, Wx, Wh, b, step)
+
+        shifted = torch.cat([h0d.unsqueeze(1), expected[:, :-1]], dim=1)  # (B, T, d_h): h_0..h_{T-1}
+        diagnoses = [
+            (rnn(lambda xt, h: xt @ Wx + h @ Wh + b), "tanh is missing: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b_h)."),
+            (rnn(lambda xt, h: torch.sigmoid(xt @ Wx + h @ Wh + b)), "the nonlinearity is tanh, not sigmoid."),
+            (rnn(lambda xt, h: torch.relu(xt @ Wx + h @ Wh + b)), "the nonlinearity is tanh, not ReLU."),
+            (rnn(lambda xt, h: torch.tanh(xt @ Wx + h0d @ Wh + b)),
+             "every step used h0 instead of the previous state: carry h forward (h = tanh(...) inside the loop, "
+             "and use that h at the next step)."),
+            (rnn(lambda xt, h: torch.tanh(xt @ Wx + h @ Wh)), "the bias b_h is missing."),
+            (rnn(lambda xt, h: torch.tanh(xt @ Wx + h @ Wh.T + b)),
+             "W_hh was used transposed: with row vectors the recurrence is h_{t-1} @ W_hh (nn.RNN stores its "
+             "transpose, weight_hh = W_hh.T)."),
+            (rnn(lambda xt, h: torch.tanh(xt @ Wh + h @ Wx + b)),
+             "W_xh and W_hh are swapped: check which weight goes with which input (x_t @ W_xh, h_{t-1} @ W_hh)."),
+            (lambda: expected.flip(1), "the outputs are in reverse order: outputs[:, t] must be h_{t+1}, the state after "
+                                       "reading x[:, t] (append each new state, do not prepend)."),
+            (lambda: shifted, "the outputs are shifted by one step: they must be h_1..h_T (the states after each input), "
+                              "not h_0..h_{T-1}. Append h after updating it, not before."),
+            (lambda: _torch_rnn(xd.flip(1), h0d, Wx, Wh, b)[0],
+             "the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, ..., T-1."),
+            (lambda: _torch_rnn(xd.flip(1), h0d, Wx, Wh, b)[0].flip(1),
+             "the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, ..., T-1."),
+        ]
+        if B == T:
+            diagnoses.append((lambda: expected.transpose(0, 1),
+                              "the steps were stacked along dim 0; stack h_1..h_T along dim=1 so that outputs is (B, T, d_h)."))
+        expect_close(outputs, expected, f"{name}'s outputs", case, diagnoses, dtype=x.dtype,
+                     hint="Compare your first step with tanh(x[:, 0] @ W_xh + h0 @ W_hh + b_h).")
+        expect_close(
+            h_T, expected_T, f"{name}'s h_T", case,
+            [(lambda: h0d, "h_T is h0: return the state after the last step (the h your loop ends with)."),
+             (lambda: expected[:, 0], "h_T is the state after the first step; return the one after the last step, outputs[:, -1]."),
+             (lambda: shifted[:, -1], "h_T is the state before the last step; return the one after it, outputs[:, -1].")],
+            hint="The outputs are right, so h_T should be outputs[:, -1].",
+            dtype=x.dtype,
+        )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
+        if {"pair-a", "pair-b"} <= pairs.keys():
+            (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
+            if not matches(out_a[:, :3], out_b[:, :3]):
+                raise CheckFailed(
+                    f"`rnn_forward`'s outputs at steps 1-3 changed when only x at steps 4-6 changed ({case_a.label}): "
+                    "a state may depend on the past, never on the future. Read x[:, t] in order t = 0, 1, ..., T-1."
+                )
+
+
+# ----------------------------------------------------------------------------------------
+# greedy_decode
+# ----------------------------------------------------------------------------------------
+
+
+def _last_position(logits: torch.Tensor) -> torch.Tensor:
+    return logits[:, -1].argmax(dim=-1)  # (B,)
+
+
+def _greedy(
+    model: Any,
+    src: torch.Tensor,
+    max_len: int,
+    bos_id: int,
+    eos_id: int,
+    pad_id: int,
+    *,
+    pick: Callable[[torch.Tensor], torch.Tensor] = _last_position,
+    feed_back: bool = True,
+    stop: str = "all",
+    pad_after_eos: bool = True,
+    fill: int | None = None,
+    keep_eos: bool = True,
+    keep_bos: bool = True,
+    steps: int | None = None,
+) -> torch.Tensor:
+    """The grader's greedy decoder; the keyword arguments reproduce known mistakes.
+
+    With the defaults this is the specification: BOS in column 0, at most ``max_len`` tokens
+    after it, ``pad_id`` after a row's EOS, and a stop as soon as every row has produced EOS.
+    """
+    fill = pad_id if fill is None else fill
+    memory = model.encode(src)
+    B = src.shape[0]
+    ys = torch.full((B, 1), bos_id, dtype=torch.long)  # (B, 1)
+    fed = ys
+    done = torch.zeros(B, dtype=torch.bool)
+    for _ in range(max_len if steps is None else steps):
+        nxt = pick(model.decode(memory, fed))  # (B,)
+        if pad_after_eos:
+            nxt = torch.where(done, torch.full_like(nxt, fill), nxt)
+        ys = torch.cat([ys, nxt.unsqueeze(1)], dim=1)  # (B, t + 1)
+        fed = ys if feed_back else fed
+        done = done | (nxt == eos_id)
+        if stop == "all" and bool(done.all()) or stop == "any" and bool(done.any()):
+            break
+    if not keep_eos:
+        ys = ys.masked_fill(ys == eos_id, pad_id)
+    return ys if keep_bos else ys[:, 1:]
+
+
+class GreedyDecode(Check):
+    function = "greedy_decode"
+    oracle = "a greedy decoding loop run by the grader on its own copy of the model"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(7 if not hidden else 70)
+
+        def case(lengths, max_len, seed, vocab_size=16, d=16, ids=(1, 2, 0), note=""):
+            bos_id, eos_id, pad_id = ids
+            ordinary = torch.tensor([i for i in range(vocab_size) if i not in ids])
+            src = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)  # (B, S)
+            for b, n in enumerate(lengths):
+                src[b, :n] = ordinary[torch.randint(len(ordinary), (n,), generator=g)]
+            model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed,
+                                                "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id})
+            label = (f"a batch of {len(lengths)} source(s) of lengths {list(lengths)}, max_len={max_len}, "
+                     f"bos_id={bos_id}, eos_id={eos_id}, pad_id={pad_id}{note}")
+            kwargs = {"max_len": max_len, "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id}
+            return Case(label, (model, src), kwargs)
+
+        out = [
+            case([3, 6, 1, 9], max_len=12, seed=0, note=" (every row ends)"),
+            case([4, 12, 2], max_len=8, seed=1, note=" (one row never ends)"),
+            case([5], max_len=10, seed=2),
+            case([7, 3, 9, 8], max_len=3, seed=3, note=" (no row ends)"),
+            case([2, 10, 5, 6, 3], max_len=25, seed=4, vocab_size=20, d=12, ids=(5, 3, 7)),
+        ]
+        if hidden:
+            out += [
+                case([1, 1], max_len=5, seed=5),
+                case([13, 4, 7, 11, 2, 5], max_len=30, seed=6, vocab_size=24, d=20, ids=(0, 23, 11)),
+                case([20], max_len=6, seed=7, ids=(2, 0, 1)),
+                case([6, 2, 9], max_len=1, seed=8),
+                case([3, 8, 15, 4], max_len=12, seed=9, vocab_size=12, d=8, ids=(9, 4, 10)),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
+            raise CheckFailed(
+                f"`greedy_decode` raised {result.type} on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + "\nMind the shapes: model.decode(memory, ys) takes ys of shape (B, t) and returns logits (B, t, V); "
+                "the next token of every row is logits[:, -1].argmax(dim=-1), shape (B,), which you append as a "
+                "new column: torch.cat([ys, next_token.unsqueeze(1)], dim=1)."
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        _, src = case.args
+        max_len, bos_id, eos_id, pad_id = (case.kwargs[k] for k in ("max_len", "bos_id", "eos_id", "pad_id"))
+        B = src.shape[0]
+        name = "`greedy_decode`'s result"
+        ys = expect_tensor(result, name, case)
+        if ys.is_floating_point() or ys.dtype == torch.bool:
+            raise CheckFailed(
+                f"{name} has dtype {ys.dtype} on the case {case.label}: token ids are integers; return a LongTensor "
+                "(argmax already gives one; avoid building ys with a float fill)."
+            )
+        expect_dtype(ys, torch.long, name, case)
+        if ys.dim() != 2 or ys.shape[0] != B:
+            raise CheckFailed(
+                f"{name} has shape {tuple(ys.shape)} on the case {case.label}; it should be (B, L) = ({B}, L): one row "
+                "per source sentence, one column per position, starting with BOS."
+            )
+
+        def run(**mistake: Any) -> torch.Tensor:
+            return _greedy(materialize(case.args[0]), src.clone(), max_len, bos_id, eos_id, pad_id, **mistake)
+
+        expected = run()
+        if torch.equal(ys, expected):
+            return
+
+        diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = [
+            (lambda: run(keep_bos=False), "BOS is missing: the output starts with bos_id in column 0, then the generated tokens."),
+            (lambda: run(pick=lambda lg: lg[:, 0].argmax(-1)),
+             "you took the logits of the first position; the next token comes from the last one, logits[:, -1]."),
+            (lambda: run(pick=lambda lg: lg.argmax(1)[:, -1]),
+             "the argmax ran over the positions (dim=1); it must run over the vocabulary: logits[:, -1].argmax(dim=-1)."),
+            (lambda: run(feed_back=False),
+             "the decoder was always given [BOS] only: feed the tokens you generated back in (ys grows by one column "
+             "each step, and model.decode sees all of it). That is what autoregressive means."),
+            (lambda: run(stop="any"), "decoding stopped as soon as the first row produced EOS; continue until *every* row has."),
+            (lambda: run(stop="never", pad_after_eos=False),
+             "EOS was ignored: after a row produces eos_id its later positions must be pad_id, and decoding stops as "
+             "soon as every row has produced EOS."),
+            (lambda: run(pad_after_eos=False),
+             "a row kept generating after its EOS: positions after a row's EOS must be pad_id (keep a `finished` mask)."),
+            (lambda: run(stop="never"),
+             "decoding ran on after every row had produced EOS: stop as soon as all rows are finished, so that L is "
+             "as small as possible."),
+            (lambda: run(fill=eos_id), "positions after EOS were filled with eos_id; fill them with pad_id."),
+            (lambda: run(fill=0) if pad_id != 0 else None,
+             "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."),
+            (lambda: run(keep_eos=False), "the EOS token itself was replaced: keep eos_id where the row ended, pad after it."),
+            (lambda: run(steps=max_len + 1), "you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1."),
+            (lambda: run(steps=max_len - 1), "you generated only max_len - 1 tokens: up to max_len tokens may follow BOS."),
+        ]
+        for mistaken, message in diagnoses:
+            try:
+                candidate = mistaken()
+            except Exception:  # a mistake that cannot even run on this case
+                continue
+            if candidate.shape == ys.shape and torch.equal(candidate, ys):
+                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+
+        # No known mistake fits: say where the output first departs from greedy decoding.
+        if not bool((ys[:, 0] == bos_id).all()):
+            raise CheckFailed(f"{name} does not start with bos_id={bos_id} in column 0 on the case {case.label}.")
+        if ys.shape[1] > max_len + 1:
+            raise CheckFailed(
+                f"{name} has {ys.shape[1]} columns on the case {case.label}: at most max_len + 1 = {max_len + 1} "
+                "(BOS and up to max_len generated tokens)."
+            )
+        common = min(ys.shape[1], expected.shape[1])
+        differ = (ys[:, :common] != expected[:, :common]).nonzero()
+        if len(differ):
+            b, t = (int(i) for i in differ[0])
+            raise CheckFailed(
+                f"{name} is wrong on the case {case.label}: row {b}, position {t} holds {int(ys[b, t])} where greedy "
+                f"decoding gives {int(expected[b, t])} (the positions before it agree). Each step appends "
+                "logits[:, -1].argmax(dim=-1) of model.decode(memory, ys) to ys; finished rows get pad_id."
+            )
+        raise CheckFailed(
+            f"{name} has {ys.shape[1]} columns on the case {case.label} where greedy decoding gives {expected.shape[1]} "
+            "(the common positions agree): stop as soon as every row has produced EOS, or after max_len tokens."
+        )
+
+
+CHECKS = [ReceptiveField, RnnForward, GreedyDecode]

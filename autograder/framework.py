@@ -1,0 +1,303 @@
+"""What every check is made of.
+
+A check never calls the learner's function and judges the result in one breath. It has two
+halves that only exchange plain data:
+
+* ``cases(hidden)`` lists the calls to make: inputs built from a fixed seed, as tensors,
+  numbers, strings and :class:`Provided` objects;
+* ``judge(case, result)`` (and ``judge_all``) look at what came back and either accept it or
+  raise :class:`CheckFailed` with a message that tells the learner what is wrong and where
+  to look.
+
+In a notebook both halves run in one process (:func:`run_check`). The grader runs the calls in
+a sandbox and the judging in its own process, so nothing the learner's code does can touch the
+verdict. The oracle is always PyTorch or closed-form mathematics, never the course's solutions.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import traceback
+from dataclasses import dataclass, field
+from typing import Any, Callable, ClassVar, Mapping, Sequence
+
+import torch
+
+
+class CheckFailed(AssertionError):
+    """A learner-facing verdict: the message says what is wrong and where to look."""
+
+
+@dataclass(frozen=True)
+class Provided:
+    """An object the grader builds on the learner's side from a name and plain arguments.
+
+    Used for things a function under test needs that are not plain data, such as the small
+    model a greedy decoder drives. Only factories registered in :data:`PROVIDERS` exist.
+    """
+
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+PROVIDERS: dict[str, Callable[..., Any]] = {}
+
+
+def provider(name: str):
+    """Register a factory for :class:`Provided` objects."""
+
+    def register(factory):
+        PROVIDERS[name] = factory
+        return factory
+
+    return register
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function."""
+
+    label: str
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: a judge-only marker for cases that test something particular ("large", "pair-a", ...)
+    tag: str = ""
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The learner's function raised instead of returning."""
+
+    type: str
+    message: str
+    where: str = ""
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A returned value that is not plain data (a custom object, a function, ...)."""
+
+    type: str
+
+
+def materialize(value: Any) -> Any:
+    """Build the learner-side arguments of a case: fresh copies, provided objects built."""
+    if isinstance(value, Provided):
+        if value.name not in PROVIDERS:
+            raise KeyError(f"no provider named {value.name!r}")
+        return PROVIDERS[value.name](**value.kwargs)
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return tuple(materialize(v) for v in value)
+    if isinstance(value, list):
+        return [materialize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: materialize(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """Reduce a returned value to plain data: what a judge may look at.
+
+    Tensors become detached CPU tensors of the base class (a subclass cannot bring its own
+    comparison methods); anything that is not data becomes :class:`Opaque`.
+    """
+    if depth > 8:
+        return Opaque("deeply nested value")
+    if isinstance(value, torch.Tensor):
+        plain = value.detach().to("cpu")
+        if type(plain) is not torch.Tensor:
+            plain = plain.as_subclass(torch.Tensor)
+        return plain.clone()
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (tuple, list):
+        return type(value)(to_plain(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {str(k): to_plain(v, depth + 1) for k, v in value.items()}
+    try:
+        import numpy as np
+
+        if type(value) is np.ndarray:
+            return torch.from_numpy(value.copy())
+        if isinstance(value, np.generic):
+            return value.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return Opaque(type(value).__name__)
+
+
+def call_learner(fn: Callable, case: Case) -> Any:
+    """Run one case in this process and return its plain result or a :class:`Raised`."""
+    args, kwargs = materialize(case.args), materialize(dict(case.kwargs))
+    try:
+        result = fn(*args, **kwargs)
+    except Exception as exc:  # the learner's mistake is data for the judge, not a crash
+        frames = traceback.extract_tb(exc.__traceback__)
+        where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
+        return Raised(type(exc).__name__, str(exc), where)
+    return to_plain(result)
+
+
+class Check:
+    """A graded function's checks. Subclasses define ``cases`` and ``judge``."""
+
+    #: the name of the learner's function, as written in the exercise
+    function: ClassVar[str]
+    #: what the function is compared with, for the success line
+    oracle: ClassVar[str] = "the reference computation"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        raise NotImplementedError
+
+    def judge(self, case: Case, result: Any) -> None:
+        """Raise CheckFailed if ``result`` is wrong for ``case``."""
+        raise NotImplementedError
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        """Properties that span several calls (e.g. a masked value changes nothing)."""
+
+    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
+        """Judge every result; return the success line or raise CheckFailed."""
+        for case, result in zip(cases, results):
+            self.reject_non_results(case, result)
+        for case, result in zip(cases, results):
+            self.judge(case, result)
+        self.judge_all(cases, results)
+        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        name = self.function
+        if isinstance(result, Raised):
+            if result.type == "NotImplementedError":
+                raise CheckFailed(
+                    f"`{name}` is not implemented yet: replace `raise NotImplementedError()` with your code."
+                )
+            raise CheckFailed(
+                f"`{name}` raised {result.type} on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+            )
+        if result is None:
+            raise CheckFailed(f"`{name}` returned None on the case {case.label}: did you forget `return`?")
+
+
+def run_check(check: Check, fn: Callable, hidden: bool = False) -> str:
+    """Run a check entirely in this process, as the notebooks do."""
+    if not callable(fn):
+        raise CheckFailed(f"expected the function `{check.function}`, got {type(fn).__name__}")
+    cases = check.cases(hidden)
+    results = [call_learner(fn, case) for case in cases]
+    return check.verdict(cases, results)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers for judges: each either passes silently or fails with a message a learner can act on.
+# --------------------------------------------------------------------------------------------
+
+TOLERANCES = {
+    torch.float64: (1e-9, 1e-7),
+    torch.float32: (1e-5, 1e-4),
+    torch.float16: (2e-3, 2e-2),
+    torch.bfloat16: (1e-2, 4e-2),
+}
+
+
+def tolerance(dtype: torch.dtype) -> tuple[float, float]:
+    """(atol, rtol) for comparing a result computed in ``dtype`` with a float64 oracle."""
+    return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
+
+
+def describe(t: torch.Tensor) -> str:
+    return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
+
+
+def expect_tensor(value: Any, what: str, case: Case) -> torch.Tensor:
+    if isinstance(value, Opaque):
+        raise CheckFailed(f"{what} on the case {case.label} is a {value.type}, not a torch.Tensor.")
+    if not isinstance(value, torch.Tensor):
+        raise CheckFailed(f"{what} on the case {case.label} is a {type(value).__name__}, not a torch.Tensor.")
+    return value
+
+
+def expect_tuple(value: Any, length: int, what: str, case: Case, names: str) -> tuple:
+    if not isinstance(value, (tuple, list)) or len(value) != length:
+        got = f"a {type(value).__name__}" if not isinstance(value, (tuple, list)) else f"{len(value)} values"
+        raise CheckFailed(f"{what} should return {length} values ({names}) but returned {got} on the case {case.label}.")
+    return tuple(value)
+
+
+def expect_shape(t: torch.Tensor, shape: Sequence[int], what: str, case: Case, hint: str = "") -> None:
+    if tuple(t.shape) != tuple(shape):
+        raise CheckFailed(
+            f"{what} has shape {tuple(t.shape)} but should have shape {tuple(shape)} on the case {case.label}."
+            + (f" {hint}" if hint else "")
+        )
+
+
+def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str, case: Case) -> None:
+    if t.dtype != dtype:
+        raise CheckFailed(
+            f"{what} has dtype {t.dtype} but the inputs were {dtype} on the case {case.label}: "
+            "keep the input's dtype (avoid creating tensors with a fixed dtype such as torch.tensor(1.0))."
+        )
+
+
+def expect_finite(t: torch.Tensor, what: str, case: Case, hint: str) -> None:
+    if not torch.isfinite(t).all():
+        bad = (~torch.isfinite(t)).nonzero()[0].tolist()
+        value = t[tuple(bad)].item()
+        raise CheckFailed(f"{what} contains {value} (first at index {tuple(bad)}) on the case {case.label}. {hint}")
+
+
+def matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> bool:
+    """Whether ``actual`` equals ``expected`` within the tolerance of ``dtype``."""
+    if actual.shape != expected.shape:
+        return False
+    atol, rtol = tolerance(dtype or actual.dtype)
+    a, e = actual.double(), expected.double()
+    both_nan = torch.isnan(a) & torch.isnan(e)
+    return bool((torch.isclose(a, e, atol=atol, rtol=rtol) | both_nan).all())
+
+
+def where_it_differs(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    a, e = actual.double(), expected.double()
+    diff = (a - e).abs().nan_to_num(nan=math.inf)
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
+    return (
+        f"the largest difference is {diff.max().item():.3g} at index {index}: "
+        f"you returned {a[index].item():.6g} where {e[index].item():.6g} was expected"
+    )
+
+
+def expect_close(
+    actual: torch.Tensor,
+    expected: torch.Tensor,
+    what: str,
+    case: Case,
+    diagnoses: Sequence[tuple[Callable[[], torch.Tensor], str]] = (),
+    hint: str = "",
+    dtype: torch.dtype | None = None,
+) -> None:
+    """Fail unless ``actual`` matches the oracle; name the likely mistake when one fits.
+
+    ``diagnoses`` are (what a known mistake would have returned, what to tell the learner)
+    pairs, tried in order: a wrong answer that equals one of them is named precisely.
+    """
+    if matches(actual, expected, dtype):
+        return
+    for mistaken, message in diagnoses:
+        try:
+            candidate = mistaken()
+        except Exception:  # a diagnosis that does not apply to this case
+            continue
+        if candidate.shape == actual.shape and matches(actual, candidate, dtype):
+            raise CheckFailed(f"{what} is wrong on the case {case.label}: {message}")
+    raise CheckFailed(
+        f"{what} is wrong on the case {case.label}: {where_it_differs(actual, expected)}."
+        + (f" {hint}" if hint else "")
+    )
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,174 @@
+"""Read an instructor notebook (jupytext percent script) and give it nbgrader's metadata.
+
+Authors mark cells with tags instead of writing nbgrader's metadata by hand:
+
+    # %% tags=["export"]                                   imports and helpers the module needs
+    # %% tags=["solution"] grade_id="softmax"              a learner fills this in
+    # %% tags=["test"] grade_id="test_softmax" points=2    a graded, read-only test cell
+
+Markdown and exported cells become read-only; untagged code cells (demonstrations,
+plots) stay editable and ungraded.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import jupytext
+import nbformat
+
+NBGRADER_SCHEMA = 3
+KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
+_SAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
+
+
+class NotebookSourceError(ValueError):
+    """An instructor notebook breaks the authoring conventions above."""
+
+
+def _nbgrader(*, grade: bool, solution: bool, locked: bool, grade_id: str, points: float | None = None) -> dict:
+    meta = {
+        "grade": grade,
+        "grade_id": grade_id,
+        "locked": locked,
+        "schema_version": NBGRADER_SCHEMA,
+        "solution": solution,
+        "task": False,
+    }
+    if grade:
+        meta["points"] = points
+    return meta
+
+
+def cell_role(cell) -> str:
+    """'solution', 'test', 'export', 'markdown' or 'demo'."""
+    if cell.cell_type == "markdown":
+        return "markdown"
+    tags = set(cell.metadata.get("tags", []))
+    roles = tags & {"solution", "test", "export"}
+    if len(roles) > 1:
+        raise NotebookSourceError(f"a cell has more than one role {sorted(roles)}:\n{cell.source[:200]}")
+    return roles.pop() if roles else "demo"
+
+
+def to_nbgrader(source: Path) -> nbformat.NotebookNode:
+    """The nbgrader notebook for an instructor source, with stable cell ids."""
+    nb = jupytext.read(source)
+    stem = source.stem
+    seen: set[str] = set()
+    for index, cell in enumerate(nb.cells):
+        role = cell_role(cell)
+        meta = cell.metadata
+        grade_id = meta.pop("grade_id", None)
+        points = meta.pop("points", None)
+        meta.pop("lines_to_next_cell", None)
+        if role in ("solution", "test") and not grade_id:
+            raise NotebookSourceError(f"{source}: a {role} cell needs a grade_id:\n{cell.source[:200]}")
+        if role == "test" and not isinstance(points, (int, float)):
+            raise NotebookSourceError(f"{source}: test cell {grade_id!r} needs points=<number>")
+        if role == "solution" and "### BEGIN SOLUTION" not in cell.source:
+            raise NotebookSourceError(f"{source}: solution cell {grade_id!r} has no ### BEGIN SOLUTION region")
+        if role != "solution" and "### BEGIN SOLUTION" in cell.source:
+            raise NotebookSourceError(f"{source}: a solution region outside a solution cell:\n{cell.source[:200]}")
+        grade_id = grade_id or f"{stem}-{index:03d}"
+        if grade_id in seen:
+            raise NotebookSourceError(f"{source}: grade_id {grade_id!r} is used twice")
+        seen.add(grade_id)
+        if role == "solution":
+            meta["nbgrader"] = _nbgrader(grade=False, solution=True, locked=False, grade_id=grade_id)
+        elif role == "test":
+            meta["nbgrader"] = _nbgrader(grade=True, solution=False, locked=True, grade_id=grade_id, points=points)
+        elif role in ("markdown", "export"):
+            meta["nbgrader"] = _nbgrader(grade=False, solution=False, locked=True, grade_id=grade_id)
+        # jupytext invents random ids; a generated file must not change when its source has not.
+        cell.id = _SAFE_ID.sub("-", grade_id)[:64]
+        if cell.cell_type == "code":
+            cell.outputs = []
+            cell.execution_count = None
+    nb.metadata = {
+        "kernelspec": dict(KERNELSPEC),
+        "language_info": {"name": "python"},
+    }
+    nb.nbformat, nb.nbformat_minor = 4, 5
+    nbformat.validate(nb)
+    return nb
+
+
+def write_notebook(nb: nbformat.NotebookNode, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    text = nbformat.writes(nb) + "\n"
+    path.write_text(text, encoding="utf-8")
+
+
+def graded_cells(nb: nbformat.NotebookNode, role: str) -> list:
+    """Cells of one role, from a notebook that already carries nbgrader metadata."""
+    out = []
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if role == "solution" and meta.get("solution"):
+            out.append(cell)
+        elif role == "test" and meta.get("grade"):
+            out.append(cell)
+    return out
+
+
+def strip_solution_markers(source: str) -> str:
+    lines = [ln for ln in source.splitlines() if ln.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+    return "\n".join(lines)
+
+
+def complete(release_nb: nbformat.NotebookNode, source_nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """The release notebook with every answer cell filled in from the instructor's source.
+
+    This is what a learner who solved everything would hand in: used to prove that a
+    perfect submission gets full marks.
+    """
+    answers = {c.metadata["nbgrader"]["grade_id"]: c.source for c in graded_cells(source_nb, "solution")}
+    done = nbformat.from_dict(release_nb)
+    for cell in graded_cells(done, "solution"):
+        cell.source = strip_solution_markers(answers[cell.metadata["nbgrader"]["grade_id"]])
+    return done
+
+
+def definitions(nb: nbformat.NotebookNode) -> dict:
+    """Run a notebook's exported and answer cells in a fresh namespace and return it.
+
+    Only for notebooks the course itself wrote (the release, the solutions): it is how the tests
+    get at a stub or a solution without running demonstrations or test cells.
+    """
+    namespace: dict = {"__name__": "course_notebook"}
+    for cell in nb.cells:
+        meta = cell.metadata.get("nbgrader", {})
+        if cell.cell_type == "code" and (meta.get("solution") or "export" in cell.metadata.get("tags", [])):
+            exec(compile(cell.source, f"<cell {cell.get('id', '?')}>", "exec"), namespace)  # noqa: S102
+    return namespace
+
+
+def check_calls(source: str) -> list[tuple[str, str, bool]]:
+    """The (check id, function name, hidden) of every `check(...)` call in a test cell."""
+    import ast
+
+    calls = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "check":
+            check_id = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
+            fn = node.args[1].id if len(node.args) > 1 and isinstance(node.args[1], ast.Name) else None
+            hidden = any(kw.arg == "hidden" and getattr(kw.value, "value", False) is True for kw in node.keywords)
+            calls.append((check_id, fn, hidden))
+    return calls
+
+
+def secret_lines(nb: nbformat.NotebookNode, min_length: int = 16) -> set[str]:
+    """Distinctive lines of solution regions and hidden tests: what must never be published."""
+    secrets = set()
+    for cell in nb.cells:
+        inside = False
+        for line in cell.source.splitlines():
+            marker = line.strip()
+            if marker in ("### BEGIN SOLUTION", "### BEGIN HIDDEN TESTS"):
+                inside = True
+            elif marker in ("### END SOLUTION", "### END HIDDEN TESTS"):
+                inside = False
+            elif inside and len(marker) >= min_length:
+                secrets.add(marker)
+    return secrets

@@ -1,0 +1,141 @@
+"""Make everything that is generated from solutions/: nbgrader notebooks, exercises/, reference/.
+
+    python -m coursetools release           remake them in the repository
+    python -m coursetools release --check   fail if what is committed is stale
+"""
+from __future__ import annotations
+
+import difflib
+import filecmp
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nbformat
+
+from .notebooks import cell_role, strip_solution_markers, to_nbgrader, write_notebook
+
+import jupytext
+
+REPO = Path(__file__).resolve().parent.parent
+SOURCE, RELEASE, REFERENCE = "solutions", "exercises", "reference"
+
+REFERENCE_HEADER = '''"""Reference implementation: {title}
+
+Generated from solutions/{assignment}/{stem}.py by `python -m coursetools release`.
+Do not edit: change the instructor notebook and regenerate.
+"""
+'''
+
+REFERENCE_INIT = '''"""The course's reference implementations, one module per chapter notebook.
+
+Generated from the instructor notebooks in solutions/ by `python -m coursetools release`;
+later chapters and the capstone import these instead of keeping copies.
+"""
+'''
+
+
+def sources(root: Path = REPO) -> list[Path]:
+    """Every instructor notebook: solutions/<assignment>/<notebook>.py."""
+    return sorted(p for p in (root / SOURCE).glob("*/*.py") if not p.name.startswith("_"))
+
+
+def assignments(root: Path = REPO) -> list[str]:
+    return sorted({p.parent.name for p in sources(root)})
+
+
+def reference_module(source: Path) -> str:
+    """The importable module of a notebook: its exported and solution cells, nothing else.
+
+    Tests and demonstrations stay behind, so importing a reference module runs no test.
+    """
+    nb = jupytext.read(source)
+    title = next((c.source.splitlines()[0].lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown"), source.stem)
+    parts = [REFERENCE_HEADER.format(title=title, assignment=source.parent.name, stem=source.stem)]
+    for cell in nb.cells:
+        if cell_role(cell) in ("export", "solution"):
+            parts.append(strip_solution_markers(cell.source).strip("\n") + "\n")
+    return "\n\n".join(parts)
+
+
+def _nbgrader(root: Path, *args: str) -> None:
+    env = dict(os.environ)
+    # nbgrader runs `alembic` as a program: the environment's bin/ must be on PATH.
+    env["PATH"] = str(Path(sys.executable).parent) + os.pathsep + env.get("PATH", "")
+    done = subprocess.run(
+        [sys.executable, "-m", "nbgrader", *args], cwd=root, env=env, capture_output=True, text=True
+    )
+    if done.returncode != 0:
+        raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
+
+
+def build(root: Path) -> None:
+    """Generate nbgrader notebooks, the release and the reference package under `root`."""
+    for src in sources(root):
+        write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
+    for assignment in assignments(root):
+        _nbgrader(root, "generate_assignment", assignment, "--force")
+        for nb_path in sorted((root / RELEASE / assignment).glob("*.ipynb")):
+            # One canonical serialisation, so that a regenerated file is byte-identical.
+            write_notebook(nbformat.read(nb_path, as_version=4), nb_path)
+    ref = root / REFERENCE
+    if ref.exists():
+        shutil.rmtree(ref)
+    ref.mkdir()
+    (ref / "__init__.py").write_text(REFERENCE_INIT, encoding="utf-8")
+    for src in sources(root):
+        (ref / f"{src.stem}.py").write_text(reference_module(src), encoding="utf-8")
+
+
+def _stage(root: Path) -> Path:
+    """A scratch course directory holding only what the build reads."""
+    tmp = Path(tempfile.mkdtemp(prefix="course-release-"))
+    shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+    for src in sources(root):
+        dest = tmp / SOURCE / src.parent.name / src.name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(src, dest)
+    return tmp
+
+
+def _tree(path: Path) -> dict[str, Path]:
+    if not path.exists():
+        return {}
+    return {
+        str(p.relative_to(path)): p
+        for p in path.rglob("*")
+        if p.is_file() and "__pycache__" not in p.parts and ".ipynb_checkpoints" not in p.parts
+    }
+
+
+def stale(root: Path = REPO) -> list[str]:
+    """What differs between the committed generated files and a fresh build: empty when current."""
+    tmp = _stage(root)
+    try:
+        build(tmp)
+        problems = []
+        for folder in (RELEASE, REFERENCE):
+            fresh, committed = _tree(tmp / folder), _tree(root / folder)
+            for name in sorted(fresh.keys() | committed.keys()):
+                where = f"{folder}/{name}"
+                if name not in committed:
+                    problems.append(f"{where} is missing")
+                elif name not in fresh:
+                    problems.append(f"{where} is not generated from any instructor notebook")
+                elif not filecmp.cmp(fresh[name], committed[name], shallow=False):
+                    diff = difflib.unified_diff(
+                        committed[name].read_text(errors="replace").splitlines(),
+                        fresh[name].read_text(errors="replace").splitlines(),
+                        "committed", "regenerated", lineterm="", n=1,
+                    )
+                    problems.append(f"{where} is stale:\n" + "\n".join(list(diff)[:40]))
+        return problems
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def release(root: Path = REPO) -> None:
+    build(root)

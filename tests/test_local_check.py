@@ -1,0 +1,52 @@
+"""`python -m autograder check`: what a learner runs on a whole notebook."""
+from __future__ import annotations
+
+import subprocess
+
+import nbformat
+import pytest
+
+from coursetools.notebooks import complete, write_notebook
+from tests.conftest import NOTEBOOKS, PYTHON, release_path
+
+NOTEBOOK = "attention" if "attention" in NOTEBOOKS else NOTEBOOKS[0]
+
+
+def _check(path, cwd):
+    return subprocess.run([PYTHON, "-m", "autograder", "check", str(path)], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_untouched_exercise_scores_zero_and_says_what_to_do(tmp_path):
+    done = _check(release_path(NOTEBOOK), tmp_path)
+    assert done.returncode == 1
+    assert "not implemented yet" in done.stdout
+    assert "score on the visible tests: 0 /" in done.stdout
+
+
+def test_completed_exercise_scores_full_marks(tmp_path, source_nb, release_nb):
+    path = tmp_path / f"{NOTEBOOK}.ipynb"
+    write_notebook(complete(release_nb(NOTEBOOK), source_nb(NOTEBOOK)), path)
+    done = _check(path, tmp_path)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout
+
+
+def test_one_wrong_function_costs_only_its_points(tmp_path, source_nb, release_nb):
+    nb = complete(release_nb(NOTEBOOK), source_nb(NOTEBOOK))
+    answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("solution"))
+    answer.source = answer.source.replace("return", "return 2 *", 1)
+    path = tmp_path / "one_wrong.ipynb"
+    write_notebook(nb, path)
+    done = _check(path, tmp_path)
+    assert done.returncode == 1
+    assert done.stdout.count("FAIL") >= 1 and "pass" in done.stdout
+
+
+@pytest.mark.parametrize("content", ["{not json", ""])
+def test_a_malformed_notebook_gets_a_sentence_not_a_traceback(tmp_path, content):
+    path = tmp_path / "broken.ipynb"
+    path.write_text(content)
+    done = _check(path, tmp_path)
+    assert done.returncode != 0
+    assert "is not a readable notebook" in (done.stdout + done.stderr)
+    assert "Traceback" not in done.stderr

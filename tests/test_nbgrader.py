@@ -1,0 +1,59 @@
+"""Stock `nbgrader autograde` agrees: a completed exercise gets full marks, the untouched release zero."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbgrader.api import Gradebook
+
+from coursetools.notebooks import complete, to_nbgrader, write_notebook
+from coursetools.release import _stage, assignments, build, sources
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def course(tmp_path_factory) -> Path:
+    root = _stage(REPO)
+    build(root)
+    for src in sources(root):
+        release = nbformat.read(root / "exercises" / src.parent.name / f"{src.stem}.ipynb", as_version=4)
+        submitted = {"alice": complete(release, to_nbgrader(src)), "bob": release}
+        for learner, nb in submitted.items():
+            write_notebook(nb, root / "submitted" / learner / src.parent.name / f"{src.stem}.ipynb")
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    for assignment in assignments(root):
+        done = subprocess.run(
+            [sys.executable, "-m", "nbgrader", "autograde", assignment, "--create", "--force"],
+            cwd=root, env=env, capture_output=True, text=True, timeout=900,
+        )
+        assert done.returncode == 0, done.stdout + done.stderr
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def _scores(root: Path) -> dict:
+    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+        return {
+            (a, s.student.id): (s.score, s.max_score)
+            for a in assignments(root)
+            for s in gb.assignment_submissions(a)
+        }
+
+
+def test_completed_exercise_gets_full_marks(course):
+    scores = _scores(course)
+    for assignment in assignments(course):
+        score, max_score = scores[(assignment, "alice")]
+        assert max_score > 0
+        assert score == pytest.approx(max_score), f"{assignment}: {score}/{max_score}"
+
+
+def test_untouched_release_scores_zero(course):
+    scores = _scores(course)
+    for assignment in assignments(course):
+        assert scores[(assignment, "bob")][0] == 0
