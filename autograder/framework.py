@@ -15,7 +15,9 @@ verdict. The oracle is always PyTorch or closed-form mathematics, never the cour
 """
 from __future__ import annotations
 
+import contextlib
 import copy
+import importlib
 import math
 import traceback
 from dataclasses import dataclass, field
@@ -62,6 +64,16 @@ class Case:
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     #: a judge-only marker for cases that test something particular ("large", "pair-a", ...)
     tag: str = ""
+    #: for a class under test (an nn.Module): its constructor's keyword arguments; the case then
+    #: builds ``cls(**init)``, loads ``state`` (its parameters, by the exercise's names) and calls
+    #: ``method`` with ``args``/``kwargs``
+    init: Mapping[str, Any] | None = None
+    state: Mapping[str, torch.Tensor] | None = None
+    method: str = "forward"
+    #: attributes of the module to report after the call (e.g. "attn_weights")
+    collect: tuple[str, ...] = ()
+    #: call the module in training mode (dropout active); otherwise eval mode
+    train: bool = False
 
 
 @dataclass(frozen=True)
@@ -83,6 +95,8 @@ class Opaque:
 def materialize(value: Any) -> Any:
     """Build the learner-side arguments of a case: fresh copies, provided objects built."""
     if isinstance(value, Provided):
+        if value.name not in PROVIDERS:
+            importlib.import_module("autograder.toys")  # registers the course's providers (a worker may not have yet)
         if value.name not in PROVIDERS:
             raise KeyError(f"no provider named {value.name!r}")
         return PROVIDERS[value.name](**value.kwargs)
@@ -128,16 +142,135 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     return Opaque(type(value).__name__)
 
 
-def call_learner(fn: Callable, case: Case) -> Any:
-    """Run one case in this process and return its plain result or a :class:`Raised`."""
+@dataclass(frozen=True)
+class ModuleResult:
+    """What a call of a module returned, with the attributes the case asked to collect."""
+
+    output: Any
+    attributes: Mapping[str, Any]
+
+
+def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
+    module = cls(**materialize(dict(case.init)))
+    if case.state is not None:
+        # Parameters only: buffers (a positional-encoding table, say) are the learner's to compute.
+        own = dict(module.named_parameters()) if hasattr(module, "named_parameters") else {}
+        missing = sorted(set(case.state) - set(own))
+        unexpected = sorted(set(own) - set(case.state))
+        if missing or unexpected:
+            raise StateMismatch(missing, unexpected)
+        for name, value in case.state.items():
+            if tuple(own[name].shape) != tuple(value.shape):
+                raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}")
+        module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
+    module.train(case.train)
+    torch.manual_seed(0)  # dropout draws the same masks every time the case runs
+    output = getattr(module, case.method)(*args, **kwargs)
+    return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect})
+
+
+class StateMismatch(Exception):
+    """The learner's module does not have the parameters the exercise names."""
+
+    def __init__(self, missing, unexpected, detail: str = ""):
+        self.missing, self.unexpected = missing, unexpected
+        parts = []
+        if missing:
+            parts.append("it has no parameter named " + ", ".join(missing[:6]))
+        if unexpected:
+            parts.append("it has parameters the exercise does not ask for: " + ", ".join(unexpected[:6]))
+        if detail:
+            parts.append(detail)
+        super().__init__("; ".join(parts) + ". Use exactly the submodule names and shapes the exercise gives.")
+
+
+def _resolve(path: str) -> tuple[Any, str]:
+    """("torch.nn.functional.softmax") -> (the torch.nn.functional module, "softmax")."""
+    parts = path.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        try:
+            owner = importlib.import_module(".".join(parts[:cut]))
+        except ImportError:
+            continue
+        for name in parts[cut:-1]:
+            owner = getattr(owner, name)
+        return owner, parts[-1]
+    raise ImportError(path)
+
+
+class Tripwires:
+    """Wrap named functions (or layers' forward) so that calls to them can be recorded.
+
+    The grader's worker installs them before any learner code runs, so that even a name the
+    learner imported early is the wrapped one; a notebook installs them around each call.
+    """
+
+    def __init__(self, paths: Sequence[str]):
+        self.paths = tuple(dict.fromkeys(paths))
+        self._saved: list[tuple[Any, str, Any]] = []
+        self._used: list[str] | None = None
+
+    def install(self) -> "Tripwires":
+        for path in self.paths:
+            try:
+                owner, attr = _resolve(path)
+                original = getattr(owner, attr)
+            except (ImportError, AttributeError):
+                continue  # nothing by that name here, so nothing to call either
+            if isinstance(original, type):  # a forbidden layer: using it means calling its forward
+                owner, attr, original = original, "forward", original.forward
+            self._saved.append((owner, attr, original))
+            setattr(owner, attr, self._wire(path, original))
+        return self
+
+    def _wire(self, path: str, original: Callable) -> Callable:
+        def wire(*args, **kwargs):
+            if self._used is not None:
+                self._used.append(path)
+            return original(*args, **kwargs)
+
+        wire.__name__ = getattr(original, "__name__", "wire")
+        wire.__doc__ = getattr(original, "__doc__", None)
+        return wire
+
+    def uninstall(self) -> None:
+        for owner, attr, original in reversed(self._saved):
+            setattr(owner, attr, original)
+        self._saved.clear()
+
+    @contextlib.contextmanager
+    def record(self):
+        self._used = used = []
+        try:
+            yield used
+        finally:
+            self._used = None
+
+
+@dataclass(frozen=True)
+class UsedForbidden:
+    """The learner's code called something the exercise asks them to build themselves."""
+
+    names: tuple[str, ...]
+
+
+def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, forbidden: Sequence[str] = ()) -> Any:
+    """Run one case in this process and return its plain result, a :class:`Raised`, or
+    :class:`UsedForbidden` when it called one of ``forbidden`` (recorded by installed ``wires``)."""
     args, kwargs = materialize(case.args), materialize(dict(case.kwargs))
+    used: list[str] = []
     try:
-        result = fn(*args, **kwargs)
+        with (wires.record() if wires else contextlib.nullcontext([])) as used:
+            if case.init is not None:
+                result = _call_module(fn, case, args, kwargs)
+            else:
+                result = to_plain(fn(*args, **kwargs))
     except Exception as exc:  # the learner's mistake is data for the judge, not a crash
         frames = traceback.extract_tb(exc.__traceback__)
         where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
-        return Raised(type(exc).__name__, str(exc), where)
-    return to_plain(result)
+        result = Raised(type(exc).__name__, str(exc), where)
+    hits = [name for name in dict.fromkeys(used) if name in forbidden]
+    return UsedForbidden(tuple(hits)) if hits else result
 
 
 class Check:
@@ -147,6 +280,8 @@ class Check:
     function: ClassVar[str]
     #: what the function is compared with, for the success line
     oracle: ClassVar[str] = "the reference computation"
+    #: functions or layers the learner must not call, because the exercise is to build them
+    forbidden: ClassVar[tuple[str, ...]] = ()
 
     def cases(self, hidden: bool) -> list[Case]:
         raise NotImplementedError
@@ -169,17 +304,25 @@ class Check:
 
     def reject_non_results(self, case: Case, result: Any) -> None:
         name = self.function
+        if isinstance(result, UsedForbidden):
+            raise CheckFailed(
+                f"`{name}` calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
+                "write it with basic tensor operations instead."
+            )
         if isinstance(result, Raised):
             if result.type == "NotImplementedError":
                 raise CheckFailed(
                     f"`{name}` is not implemented yet: replace `raise NotImplementedError()` with your code."
                 )
+            if result.type == "StateMismatch":
+                raise CheckFailed(f"`{name}`'s parameters do not match the exercise on the case {case.label}: {result.message}")
             raise CheckFailed(
                 f"`{name}` raised {result.type} on the case {case.label}: {result.message}"
                 + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
             )
-        if result is None:
+        if result is None or (isinstance(result, ModuleResult) and result.output is None):
             raise CheckFailed(f"`{name}` returned None on the case {case.label}: did you forget `return`?")
+
 
 
 def run_check(check: Check, fn: Callable, hidden: bool = False) -> str:
@@ -187,7 +330,11 @@ def run_check(check: Check, fn: Callable, hidden: bool = False) -> str:
     if not callable(fn):
         raise CheckFailed(f"expected the function `{check.function}`, got {type(fn).__name__}")
     cases = check.cases(hidden)
-    results = [call_learner(fn, case) for case in cases]
+    wires = Tripwires(check.forbidden).install()
+    try:
+        results = [call_learner(fn, case, wires, check.forbidden) for case in cases]
+    finally:
+        wires.uninstall()
     return check.verdict(cases, results)
 
 

@@ -1,72 +1,39 @@
-"""`python -m autograder check NOTEBOOK`: a learner's whole notebook, checked locally.
+"""`python -m autograder check NOTEBOOK`: a learner's notebook, checked the way it is graded.
 
-It runs the notebook top to bottom in a fresh kernel, as a grader would, and reports each
-graded test cell with the checks' own message and the score out of the visible points.
+The same engine as the class grader runs the notebook's code in a separate process and judges
+its visible tests here; the score is out of the visible points.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
-import nbformat
-from nbclient import NotebookClient
-from nbclient.exceptions import CellTimeoutError, DeadKernelError
+from .engine import Assignment, grade_cells
+from .sandbox import REPO, Limits
+from .submissions import Unreadable, code_cells
 
 
-@dataclass
-class TestResult:
-    grade_id: str
-    points: float
-    passed: bool
-    message: str
+def report(path: Path, limits: Limits = Limits()) -> int:
+    import nbformat
 
-
-def _error_text(cell) -> str | None:
-    for output in cell.get("outputs", []):
-        if output.output_type == "error":
-            return f"{output.ename}: {output.evalue}"
-    return None
-
-
-def check_notebook(path: Path, timeout: int = 120) -> list[TestResult]:
     try:
+        cells, notes = code_cells(path, 256 << 20)
         nb = nbformat.read(path, as_version=4)
-    except Exception as exc:  # a malformed file deserves a sentence, not a traceback
-        raise SystemExit(f"{path} is not a readable notebook: {exc}") from None
-    client = NotebookClient(
-        nb, timeout=timeout, kernel_name="python3", allow_errors=True,
-        resources={"metadata": {"path": str(path.parent.resolve())}},
-    )
-    try:
-        client.execute()
-    except (CellTimeoutError, DeadKernelError) as exc:
-        print(f"the notebook stopped early: {type(exc).__name__}: {exc}")
-    results = []
-    for cell in nb.cells:
-        meta = cell.metadata.get("nbgrader", {})
-        if cell.cell_type != "code" or not meta.get("grade"):
-            continue
-        error = _error_text(cell)
-        ran = cell.get("execution_count") is not None
-        passed = ran and error is None
-        message = error or ("" if ran else "this cell did not run (an earlier cell stopped the notebook)")
-        results.append(TestResult(meta.get("grade_id", "?"), float(meta.get("points", 0)), passed, message))
-    return results
-
-
-def report(path: Path) -> int:
-    results = check_notebook(path)
-    if not results:
+    except Unreadable as exc:
+        print(f"{path} is not a readable notebook: {exc}")
+        return 2
+    assignment = Assignment.from_notebook(path.resolve().parent.name, path.stem, nb)
+    if not assignment.tests:
         print(f"{path} has no graded test cells: is it an exercise notebook from exercises/?")
         return 2
-    width = max(len(r.grade_id) for r in results)
-    for r in results:
-        mark = "pass" if r.passed else "FAIL"
-        print(f"{mark}  {r.grade_id:<{width}}  {r.points if r.passed else 0:g}/{r.points:g}")
-        if not r.passed:
-            for line in r.message.splitlines():
-                print(f"        {line}")
-    score = sum(r.points for r in results if r.passed)
-    total = sum(r.points for r in results)
+    outcomes, run_notes = grade_cells(assignment, cells, limits, sorted({REPO / "solutions"}), include_hidden=False)
+    for note in notes + run_notes:
+        print(f"note: {note}")
+    width = max(len(o.grade_id) for o in outcomes)
+    for o in outcomes:
+        print(f"{'pass' if o.passed else 'FAIL'}  {o.grade_id:<{width}}  {o.points:g}/{o.max_points:g}")
+        for line in o.message.splitlines():
+            print(f"        {line}")
+    score = sum(o.points for o in outcomes)
+    total = sum(o.max_points for o in outcomes)
     print(f"score on the visible tests: {score:g} / {total:g}")
     return 0 if score == total else 1

@@ -29,8 +29,9 @@ class ToyTranslator(torch.nn.Module):
 
     The ``<eos>`` logit grows with the number of tokens generated so far and crosses the others
     after about as many tokens as the source has (padding excluded). Rows with short sources
-    therefore finish early, and rows with long ones run past any small ``max_len``. Rows never
-    influence each other. All arithmetic is float64, so results do not depend on batch size.
+    therefore finish early, and rows with long ones run past any small ``max_len``. After an
+    ``<eos>`` the model goes on proposing ordinary tokens, never ``<eos>`` again, so a decoder
+    that forgets to pad finished rows is seen to. Rows never influence each other. All arithmetic is float64, so results do not depend on batch size.
     """
 
     def __init__(
@@ -84,7 +85,11 @@ class ToyTranslator(torch.nn.Module):
         h = torch.tanh(aligned @ self.W_ctx + history @ self.W_hist + emb @ self.W_last)  # (B, T, d)
         logits = h @ self.W_out  # (B, T, V)
         generated = count - 1  # (T,) tokens produced after <bos> when predicting from position t
-        logits[..., self.eos_id] = self.eos_slope * (generated.view(1, T) + 1 - src_len)  # (B, T)
+        eos = self.eos_slope * (generated.view(1, T) + 1 - src_len)  # (B, T)
+        # Once <eos> is in the prefix the model says something else: like a real model, it does not
+        # know that nothing after <eos> is read, so a decoder must pad finished rows itself.
+        said_eos = (ys == self.eos_id).cumsum(1) > 0  # (B, T)
+        logits[..., self.eos_id] = eos.masked_fill(said_eos, NEVER)
         logits[..., self.bos_id] = NEVER
         logits[..., self.pad_id] = NEVER
         return logits

@@ -72,21 +72,32 @@ def _nbgrader(root: Path, *args: str) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
-def build(root: Path) -> None:
-    """Generate nbgrader notebooks, the release and the reference package under `root`."""
-    for src in sources(root):
+def build(root: Path, only: list[str] | None = None) -> None:
+    """Generate nbgrader notebooks, the release and the reference package under `root`.
+
+    ``only`` limits the work to some assignments (the others are left as they are).
+    """
+    chosen = [a for a in assignments(root) if only is None or a in only]
+    unknown = set(only or ()) - set(assignments(root))
+    if unknown:
+        raise SystemExit(f"no instructor notebooks for {sorted(unknown)}; known: {assignments(root)}")
+    chosen_sources = [s for s in sources(root) if s.parent.name in chosen]
+    for src in chosen_sources:
         write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
-    for assignment in assignments(root):
+    for assignment in chosen:
         _nbgrader(root, "generate_assignment", assignment, "--force")
         for nb_path in sorted((root / RELEASE / assignment).glob("*.ipynb")):
             # One canonical serialisation, so that a regenerated file is byte-identical.
             write_notebook(nbformat.read(nb_path, as_version=4), nb_path)
     ref = root / REFERENCE
-    if ref.exists():
-        shutil.rmtree(ref)
-    ref.mkdir()
+    ref.mkdir(exist_ok=True)
     (ref / "__init__.py").write_text(REFERENCE_INIT, encoding="utf-8")
-    for src in sources(root):
+    if only is None:  # a full build also drops modules whose notebook is gone
+        keep = {f"{s.stem}.py" for s in sources(root)} | {"__init__.py"}
+        for old in ref.glob("*.py"):
+            if old.name not in keep:
+                old.unlink()
+    for src in chosen_sources:
         (ref / f"{src.stem}.py").write_text(reference_module(src), encoding="utf-8")
 
 
@@ -137,5 +148,5 @@ def stale(root: Path = REPO) -> list[str]:
         shutil.rmtree(tmp, ignore_errors=True)
 
 
-def release(root: Path = REPO) -> None:
-    build(root)
+def release(root: Path = REPO, only: list[str] | None = None) -> None:
+    build(root, only)

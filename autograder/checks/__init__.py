@@ -1,21 +1,24 @@
-"""The checks of every chapter, by id: "<notebook>.<function>" such as "attention.softmax"."""
+"""The checks of every chapter, by id: "<notebook>.<function>" such as "attention.softmax".
+
+The checks of the notebook ``<name>.ipynb`` live in ``autograder/checks/<name>.py``, which
+lists its check classes in ``CHECKS``.
+"""
 from __future__ import annotations
 
 import importlib
 
 from ..framework import Check
 
-#: notebook name -> module holding that notebook's checks
-MODULES = {
-    "prerequisites": "autograder.checks.prerequisites",
-    "attention": "autograder.checks.attention",
-}
-
 
 def chapter_checks(notebook: str) -> dict[str, Check]:
-    if notebook not in MODULES:
-        raise KeyError(f"no checks for a notebook named {notebook!r}; known: {sorted(MODULES)}")
-    module = importlib.import_module(MODULES[notebook])
+    if not notebook.isidentifier():
+        raise KeyError(f"{notebook!r} is not a notebook name")
+    try:
+        module = importlib.import_module(f"{__name__}.{notebook}")
+    except ModuleNotFoundError as exc:
+        if exc.name != f"{__name__}.{notebook}":
+            raise
+        raise KeyError(f"no checks for a notebook named {notebook!r}") from None
     return {cls.function: cls() for cls in module.CHECKS}
 
 

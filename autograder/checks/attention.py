@@ -15,6 +15,7 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Raised,
     describe,
     expect_close,
     expect_dtype,
@@ -31,9 +32,14 @@ from ..framework import (
 # ----------------------------------------------------------------------------------------
 
 
+SOFTMAX_BUILTINS = ("torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.special.softmax")
+SDPA_BUILTINS = ("torch.nn.functional.scaled_dot_product_attention",)
+
+
 class Softmax(Check):
     function = "softmax"
     oracle = "torch.softmax"
+    forbidden = SOFTMAX_BUILTINS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(2 if not hidden else 20)
@@ -76,9 +82,11 @@ class Softmax(Check):
                 "exp overflowed or underflowed: subtract the maximum along `dim` "
                 "(x.max(dim=dim, keepdim=True)) before exponentiating; it cancels in the ratio."
             )
-            if case.tag == "scales":
+            global_max = torch.exp(x - x.max())  # what one maximum for the whole tensor gives, in x's dtype
+            global_max = global_max / global_max.sum(dim=dim, keepdim=True)
+            if case.tag == "scales" or (not torch.isfinite(global_max).all() and torch.equal(torch.isnan(y), torch.isnan(global_max))):
                 hint = (
-                    "some row became 0/0: subtract the maximum of each slice along `dim` "
+                    "some slice became 0/0: subtract the maximum of each slice along `dim` "
                     "(keepdim=True), not one maximum of the whole tensor."
                 )
             expect_finite(y, "`softmax`'s result", case, hint)
@@ -94,12 +102,24 @@ class Softmax(Check):
         ]
         diagnoses += [
             (lambda: torch.exp(xd) / torch.exp(xd).sum(), "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
+            (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)) / torch.exp(xd - xd.amax(dim=d, keepdim=True)).sum(),
+             "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
             (lambda: torch.exp(xd), "you exponentiated but did not divide by the sum along `dim`."),
             (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)), "you subtracted the maximum but did not divide by the sum along `dim`."),
             (lambda: torch.log_softmax(xd, dim=d), "this is log-softmax: softmax is exp(x) / sum(exp(x)), without the log."),
             (lambda: xd / xd.sum(dim=d, keepdim=True), "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
         ]
         expect_close(y, expected, "`softmax`'s result", case, diagnoses)
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "RuntimeError" and "must match the size" in result.message:
+            raise CheckFailed(
+                f"`softmax` raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + "\nA sum or maximum along `dim` drops that dimension unless you pass keepdim=True; "
+                "without it, it cannot broadcast against x."
+            )
+        super().reject_non_results(case, result)
 
 
 # ----------------------------------------------------------------------------------------
@@ -145,6 +165,11 @@ class _AttentionCheck(Check):
             weights, (*batch, t_q, t_k), f"{name}'s weights", case,
             "The weights have one row per query and one column per key: (..., T_q, T_k).",
         )
+        if v.shape[-1] != k.shape[-1] and tuple(output.shape) == (*batch, t_q, k.shape[-1]):
+            raise CheckFailed(
+                f"{name}'s output has shape {tuple(output.shape)}, the size of k's features, on the case {case.label}: "
+                "the weights multiplied k instead of v. The output is weights @ v: (..., T_q, d_v)."
+            )
         expect_shape(output, (*batch, t_q, v.shape[-1]), f"{name}'s output", case, "The output is weights @ v: (..., T_q, d_v).")
         expect_dtype(weights, q.dtype, f"{name}'s weights", case)
         expect_dtype(output, q.dtype, f"{name}'s output", case)
@@ -160,7 +185,7 @@ class _AttentionCheck(Check):
 
         # Properties first: they explain a wrong answer better than a difference does.
         if full_mask is not None:
-            leaked = w.masked_select(~full_mask).abs()
+            leaked = w.masked_select(~full_mask & alive.unsqueeze(-1)).abs()  # rows with no key are judged below
             if leaked.numel() and leaked.max() > 0:
                 inverted = masked_softmax(scores, ~full_mask)
                 if matches(weights, inverted):
@@ -176,11 +201,14 @@ class _AttentionCheck(Check):
             if dead.any() and (w[dead].abs().max() > 0):
                 row = w[dead][0]
                 uniform = torch.allclose(row, torch.full_like(row, 1.0 / t_k), atol=atol)
-                raise CheckFailed(
-                    f"{name} gave a fully masked query non-zero weights on the case {case.label}"
-                    + (" (uniform weights: a large negative number such as -1e9 instead of -inf has this effect)" if uniform else "")
-                    + f": {FULLY_MASKED_HINT}"
-                )
+                if uniform:
+                    raise CheckFailed(
+                        f"{name} gave a fully masked query uniform weights on the case {case.label}: filling with a "
+                        "large negative number such as -1e9 instead of -inf has this effect, because every key then "
+                        "ties. A query whose keys are all masked must get all-zero weights and a zero output (the "
+                        "course's convention, and PyTorch's): fill with -inf and zero such rows, e.g. with torch.where."
+                    )
+                raise CheckFailed(f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}")
         sums = w.sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=atol):
             bad = (sums - 1).abs().masked_fill(~alive, 0).argmax()
@@ -194,8 +222,9 @@ class _AttentionCheck(Check):
                 raise CheckFailed(message + "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")
             raise CheckFailed(message + "the softmax must run over the keys, dim=-1.")
 
-        diagnoses = [(lambda s=s: masked_softmax(s, full_mask), msg) for s, msg in self.mistaken_scores(case)]
-        expect_close(weights, expected, f"{name}'s weights", case, diagnoses)
+        if not matches(weights, expected):  # only then is it worth working out which mistake it was
+            diagnoses = [(lambda s=s: masked_softmax(s, full_mask), msg) for s, msg in self.mistaken_scores(case)]
+            expect_close(weights, expected, f"{name}'s weights", case, diagnoses)
         vd = v.double()
         expected_out = expected @ vd  # (..., T_q, d_v)
         expect_close(
@@ -203,6 +232,17 @@ class _AttentionCheck(Check):
             [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v.")],
             hint="The weights are right, so look at the last step: output = weights @ v.",
         )
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "RuntimeError":
+            raise CheckFailed(
+                f"`{self.function}` raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + "\nMind the shapes: q is (..., T_q, d_k) and k is (..., T_k, d_k), so the scores are "
+                "q @ k.transpose(-2, -1), (..., T_q, T_k): swap the last two axes only (k.T reverses every axis "
+                "of a batched tensor). A mask must broadcast to (..., T_q, T_k)."
+            )
+        super().reject_non_results(case, result)
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
@@ -251,8 +291,8 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
             case("q (4, 9, 16), k (4, 3, 16), v (4, 3, 2)", rand(4, 9, 16), rand(4, 3, 16), rand(4, 3, 2)),
             case("q (2, 4, 8), k and v (2, 5, 8) float16", rand(2, 4, 8, dtype=torch.float16),
                  rand(2, 5, 8, dtype=torch.float16), rand(2, 5, 8, dtype=torch.float16)),
-            case("q (2, 6, 32) with large entries (scores near ±1000), k and v (2, 6, 32)", rand(2, 6, 32, scale=6.0),
-                 rand(2, 6, 32, scale=6.0), rand(2, 6, 32)),
+            case("q (2, 6, 32) with large entries (dot products up to a few hundred), k and v (2, 6, 32)", rand(2, 6, 32, scale=10.0),
+                 rand(2, 6, 32, scale=10.0), rand(2, 6, 32)),
             case("q (3, 4, 8), k and v (3, 6, 8), mask (3, 4, 6) at random", rand(3, 4, 8), rand(3, 6, 8), rand(3, 6, 8),
                  torch.rand(3, 4, 6, generator=g) > 0.4, "fully-masked"),
         ]
@@ -262,6 +302,7 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
 class ScaledDotProductAttention(_AttentionCheck):
     function = "scaled_dot_product_attention"
     oracle = "torch.nn.functional.scaled_dot_product_attention"
+    forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
 
     def cases(self, hidden: bool) -> list[Case]:
         return _attention_cases(seeded(3 if not hidden else 30), hidden, lambda d_q, d_k, dtype: ())
@@ -297,6 +338,7 @@ class ScaledDotProductAttention(_AttentionCheck):
 class AdditiveAttention(_AttentionCheck):
     function = "additive_attention"
     oracle = "the additive score w_v · tanh(q W_q + k W_k)"
+    forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(4 if not hidden else 40)
@@ -318,13 +360,23 @@ class AdditiveAttention(_AttentionCheck):
     def mistaken_scores(self, case: Case):
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
         pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
-        return [
+        out = [
             (pre @ w_v, "the tanh is missing: score = w_v · tanh(q W_q + k W_k); without it the score is linear."),
             ((torch.tanh(pre) @ w_v) / math.sqrt(q.shape[-1]), "additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention."),
             (torch.tanh(pre @ w_v), "the tanh was applied after projecting with w_v; apply it to q W_q + k W_k, then project."),
             (torch.tanh(pre).sum(-1), "the scores summed the hidden features; project them with w_v instead."),
             (torch.relu(pre) @ w_v, "the nonlinearity is tanh, not ReLU."),
         ]
+        if W_q.shape == W_k.shape:
+            swapped = (q @ W_k).unsqueeze(-2) + (k @ W_q).unsqueeze(-3)  # (..., T_q, T_k, d_a)
+            out += [
+                (torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_q).unsqueeze(-3)) @ w_v,
+                 "the keys were projected with W_q; project them with W_k."),
+                (torch.tanh((q @ W_k).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)) @ w_v,
+                 "the queries were projected with W_k; project them with W_q."),
+                (torch.tanh(swapped) @ w_v, "W_q and W_k are swapped: the queries go through W_q, the keys through W_k."),
+            ]
+        return out
 
 
 # ----------------------------------------------------------------------------------------

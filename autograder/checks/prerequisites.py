@@ -154,13 +154,14 @@ class ReceptiveField(Check):
             )
         expected = _closed_form(kernels, strides, dilations)
         measured = _measured(kernels, strides, dilations)
-        assert expected == measured, f"grader error: closed form {expected} but Conv1d measures {measured}"
+        if expected != measured:  # the two oracles must agree, or the grader itself is wrong
+            raise RuntimeError(f"grader error on {case.label}: closed form {expected}, Conv1d measures {measured}")
         if result == expected:
             return
         if case.tag == "empty":
             raise CheckFailed(
                 f"`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
-                "one input position, so the answer is 1. Start from r = 1 and let each layer add to it."
+                "one input position, so the answer is 1: start from r = 1 and let each layer add to it."
             )
 
         def prefix_products(values: Sequence[int], inclusive: bool) -> list[int]:
@@ -182,12 +183,12 @@ class ReceptiveField(Check):
              "*below* it (prod over i < l); a layer's own stride only spaces out its outputs."),
             (_closed_form(kernels, strides, [1] * n),
              "the dilations are ignored: a kernel of size k with dilation d spans (k - 1) d + 1 positions."),
-            (expected - 1, "you are off by one: a layer adds (k - 1) d, and the count starts at r = 1 (one output sees "
-                           "one position before any layer is applied)."),
-            (expected + 1, "you are off by one: start from r = 1 and add (k - 1) d per layer (not k d, and not an extra 1)."),
             (1 + sum(k * d * p for k, d, p in zip(kernels, dilations, prefix_products(strides, False))),
              "each layer added k d instead of (k - 1) d: a kernel of size k spans (k - 1) d + 1 positions, which "
              "widens an existing window by (k - 1) d."),
+            (expected - 1, "you are one short: start from r = 1 (one output sees one position before any layer is "
+                           "applied), then add (k - 1) d per layer."),
+            (expected + 1, "you are one over: start from r = 1 and add (k - 1) d per layer (not k d, and no extra 1)."),
             (sum(kernels), "you summed the kernel sizes; each layer adds (k - 1) d prod(strides below), and r starts at 1."),
             (math.prod(kernels) if kernels else 1,
              "you multiplied the kernel sizes; stacking layers adds to the window (r = 1 + sum of (k - 1) d prod(strides below))."),
@@ -239,6 +240,7 @@ def _loop(x, h0, W_xh, W_hh, b_h, step: Callable) -> torch.Tensor:
 class RnnForward(Check):
     function = "rnn_forward"
     oracle = "torch.nn.RNN (tanh, batch_first) with the same weights"
+    forbidden = ("torch.nn.RNN", "torch.nn.RNNCell")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(6 if not hidden else 60)
@@ -484,12 +486,11 @@ class GreedyDecode(Check):
         diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = [
             (lambda: run(keep_bos=False), "BOS is missing: the output starts with bos_id in column 0, then the generated tokens."),
             (lambda: run(pick=lambda lg: lg[:, 0].argmax(-1)),
-             "you took the logits of the first position; the next token comes from the last one, logits[:, -1]."),
+             "every step produced the token that follows [BOS] alone. Either you read the logits of the first "
+             "position (the next token comes from the last one, logits[:, -1]), or the decoder was always given "
+             "[BOS] only (feed the tokens you generate back in: ys grows by one column each step)."),
             (lambda: run(pick=lambda lg: lg.argmax(1)[:, -1]),
              "the argmax ran over the positions (dim=1); it must run over the vocabulary: logits[:, -1].argmax(dim=-1)."),
-            (lambda: run(feed_back=False),
-             "the decoder was always given [BOS] only: feed the tokens you generated back in (ys grows by one column "
-             "each step, and model.decode sees all of it). That is what autoregressive means."),
             (lambda: run(stop="any"), "decoding stopped as soon as the first row produced EOS; continue until *every* row has."),
             (lambda: run(stop="never", pad_after_eos=False),
              "EOS was ignored: after a row produces eos_id its later positions must be pad_id, and decoding stops as "
@@ -500,12 +501,12 @@ class GreedyDecode(Check):
              "decoding ran on after every row had produced EOS: stop as soon as all rows are finished, so that L is "
              "as small as possible."),
             (lambda: run(fill=eos_id), "positions after EOS were filled with eos_id; fill them with pad_id."),
-            (lambda: run(fill=0) if pad_id != 0 else None,
-             "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."),
             (lambda: run(keep_eos=False), "the EOS token itself was replaced: keep eos_id where the row ended, pad after it."),
             (lambda: run(steps=max_len + 1), "you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1."),
             (lambda: run(steps=max_len - 1), "you generated only max_len - 1 tokens: up to max_len tokens may follow BOS."),
         ]
+        if pad_id != 0:
+            diagnoses.append((lambda: run(fill=0), "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."))
         for mistaken, message in diagnoses:
             try:
                 candidate = mistaken()

@@ -104,10 +104,10 @@ designs = {
     "k=3, dilation 1, 2, 4, ...": lambda n: receptive_field([3] * n, dilations=[2**i for i in range(n)]),
 }
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
-for label, field_at in designs.items():
+for (label, field_at), style in zip(designs.items(), ["o-", "s-", "x--"]):
     needed = next(n for n in range(1, 101) if field_at(n) >= 100)
     print(f"{label:28s} sees 100 positions from depth {needed}")
-    ax.semilogy(depths, [field_at(n) for n in depths], "o-", ms=3, label=label)
+    ax.semilogy(depths, [field_at(n) for n in depths], style, ms=4, label=label)
 ax.axhline(100, color="grey", ls=":", label="a 100-token sentence")
 ax.set(xlabel="number of layers", ylabel="receptive field (positions)", title="how far one output can see")
 ax.legend(fontsize=8)
@@ -115,9 +115,11 @@ plt.show()
 
 # %% [markdown]
 # A plain stack needs 50 layers, one per two tokens. Strides and dilations grow the window
-# exponentially, which is why convolutional translation models (ByteNet, ConvS2S) used them; but
-# the path from one word to a distant one still crosses several layers, and the weights of a
-# convolution depend on relative *position*, never on what the words say.
+# exponentially (the two curves coincide: for $k = 3$ both give $r = 2^{L+1} - 1$, one by
+# shrinking the sequence, the other by spreading the kernel), which is why convolutional
+# translation models such as ByteNet used dilations. Still, the path from one word to a distant
+# one crosses several layers, and the weights of a convolution depend on relative *position*,
+# never on what the words say.
 #
 # ## 2. A recurrent network, one step at a time
 #

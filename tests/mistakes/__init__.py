@@ -1,4 +1,4 @@
-"""Catalogues of realistic wrong implementations, one module per chapter notebook.
+"""Catalogues of realistic wrong implementations: tests/mistakes/<notebook>.py lists MISTAKES.
 
 Each entry is a mistake a learner really makes, written as the learner would write it, and the
 words its check must use to name it. The tests prove every one is caught and diagnosed.
@@ -17,5 +17,3 @@ class Mistake:
     diagnosis: str  # a phrase the check's message must contain
     hidden_only: bool = False  # only the hidden cases are expected to expose it
 
-
-CATALOGUES = ["prerequisites", "attention"]

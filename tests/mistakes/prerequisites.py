@@ -207,6 +207,18 @@ def rnn_backwards_in_time(x, h0, W_xh, W_hh, b_h):
     return torch.stack(states, dim=1), h
 
 
+def rnn_uses_torch_rnn(x, h0, W_xh, W_hh, b_h):
+    d_in, d_h = W_xh.shape
+    rnn = torch.nn.RNN(d_in, d_h, batch_first=True, dtype=x.dtype)
+    with torch.no_grad():
+        rnn.weight_ih_l0.copy_(W_xh.T)
+        rnn.weight_hh_l0.copy_(W_hh.T)
+        rnn.bias_ih_l0.copy_(b_h)
+        rnn.bias_hh_l0.zero_()
+    outputs, h_n = rnn(x, h0.unsqueeze(0))
+    return outputs, h_n[0]
+
+
 # ----------------------------------------------------------------------------------------
 # greedy_decode
 # ----------------------------------------------------------------------------------------
@@ -310,7 +322,7 @@ MISTAKES = [
     Mistake(RF, "ignores the strides", rf_ignores_strides, "the strides are ignored"),
     Mistake(RF, "multiplies by the layer's own stride too", rf_own_stride_included, "its own stride"),
     Mistake(RF, "ignores the dilations", rf_ignores_dilation, "the dilations are ignored"),
-    Mistake(RF, "starts counting at 0", rf_starts_at_zero, "Start from r = 1"),
+    Mistake(RF, "starts counting at 0", rf_starts_at_zero, "start from r = 1"),
     Mistake(RF, "adds k d per layer instead of (k - 1) d", rf_adds_k_times_d, "instead of (k - 1) d"),
     Mistake(RF, "sums the kernel sizes", rf_sums_kernels, "you summed the kernel sizes"),
     Mistake(RF, "multiplies the kernel sizes", rf_multiplies_kernels, "you multiplied the kernel sizes"),
@@ -334,11 +346,12 @@ MISTAKES = [
     Mistake(RNN, "states stacked along dim 0", rnn_stacked_on_dim0, "stacked along dim 0"),
     Mistake(RNN, "no bias", rnn_no_bias, "the bias b_h is missing"),
     Mistake(RNN, "runs backwards in time", rnn_backwards_in_time, "backwards in time"),
+    Mistake(RNN, "calls torch.nn.RNN", rnn_uses_torch_rnn, "build yourself"),
     # greedy_decode
     Mistake(GREEDY, "ignores EOS", greedy_ignores_eos, "EOS was ignored"),
     Mistake(GREEDY, "stops when the first row ends", greedy_stops_at_first_eos, "as soon as the first row"),
-    Mistake(GREEDY, "first position's logits", greedy_first_position, "logits of the first position"),
-    Mistake(GREEDY, "never feeds its tokens back", greedy_no_feedback, "always given [BOS] only"),
+    Mistake(GREEDY, "first position's logits", greedy_first_position, "logits[:, -1]"),
+    Mistake(GREEDY, "never feeds its tokens back", greedy_no_feedback, "feed the tokens you generate back in"),
     Mistake(GREEDY, "argmax over the positions", greedy_argmax_over_positions, "argmax ran over the positions"),
     Mistake(GREEDY, "argmax over the batch", greedy_argmax_over_batch, "argmax(dim=-1)"),
     Mistake(GREEDY, "pads with eos_id", greedy_pads_with_eos, "filled with eos_id"),

@@ -1,0 +1,135 @@
+"""What grading leaves behind: nbgrader's gradebook, a CSV of grades, a feedback page per learner.
+
+Feedback shows the visible tests' diagnostics; for hidden tests only whether they passed and
+their points. Everything that came from a submission is escaped before it goes into HTML.
+"""
+from __future__ import annotations
+
+import csv
+import html
+from datetime import datetime, timezone
+from pathlib import Path
+
+from .engine import Assignment, Result
+from .submissions import safe_name
+
+
+def ensure_assignment(db_url: str, assignment: Assignment, source_nb) -> None:
+    """Record the assignment's notebook and grade cells in the gradebook if they are not there.
+
+    `nbgrader generate_assignment` (run by `make release`) normally does this; a fresh database
+    gets the same records from nbgrader's own preprocessors.
+    """
+    from nbgrader.api import Gradebook, MissingEntry
+    from nbgrader.preprocessors import ComputeChecksums, SaveCells
+
+    with Gradebook(db_url) as gb:
+        try:
+            gb.find_notebook(assignment.notebook, assignment.name)
+            return
+        except MissingEntry:
+            gb.update_or_create_assignment(assignment.name)
+    resources = {"nbgrader": {"notebook": assignment.notebook, "assignment": assignment.name, "db_url": db_url}}
+    nb, resources = ComputeChecksums().preprocess(source_nb, resources)
+    SaveCells().preprocess(nb, resources)
+
+
+def _timestamp(result: Result) -> datetime | None:
+    stamp = result.path.parent / "timestamp.txt" if result.path else None
+    if stamp and stamp.is_file() and not stamp.is_symlink():
+        from nbgrader.utils import parse_utc
+
+        try:
+            return parse_utc(stamp.read_text()[:100].strip())
+        except Exception:  # a malformed timestamp is only a missing one
+            return None
+    return None
+
+
+def write_gradebook(db_url: str, assignment: Assignment, results: list[Result]) -> None:
+    from nbgrader.api import Gradebook
+
+    with Gradebook(db_url) as gb:
+        for result in results:
+            if not safe_name(result.learner):
+                continue  # never an id in the gradebook
+            gb.update_or_create_student(result.learner)
+            kwargs = {}
+            stamp = _timestamp(result)
+            if stamp is not None:
+                kwargs["timestamp"] = stamp
+            gb.update_or_create_submission(assignment.name, result.learner, **kwargs)
+            for outcome in result.outcomes:
+                grade = gb.find_grade(outcome.grade_id, assignment.notebook, assignment.name, result.learner)
+                grade.auto_score = outcome.points
+            gb.db.commit()
+
+
+def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    ids = [t.grade_id for t in assignment.tests]
+    with path.open("w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        out.writerow(["learner", "assignment", *ids, "score", "max_score", "status"])
+        for r in results:
+            points = {o.grade_id: o.points for o in r.outcomes}
+            status = "not graded: " + r.error if r.error else "graded"
+            out.writerow([r.learner, r.assignment, *[f"{points.get(i, 0):g}" for i in ids], f"{r.score:g}", f"{assignment.max_score:g}", status])
+
+
+STYLE = """
+body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#222}
+h1{font-size:1.4rem} table{border-collapse:collapse;width:100%} td,th{padding:.4rem .6rem;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
+.pass{color:#176c2e;font-weight:600} .fail{color:#a4161a;font-weight:600} pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
+.note{background:#fff8e1;padding:.5rem .8rem;border-left:4px solid #f0b429;margin:.5rem 0}
+"""
+
+
+def feedback_html(assignment: Assignment, result: Result) -> str:
+    e = html.escape
+    rows = []
+    hidden_ids = {t.grade_id for t in assignment.tests if any(h for _, _, h in t.calls)}
+    for o in result.outcomes:
+        verdict = '<span class="pass">passed</span>' if o.passed else '<span class="fail">failed</span>'
+        detail = ""
+        if not o.passed and o.message:
+            detail = f"<pre>{e(o.message)}</pre>"
+        elif o.hidden_failed:
+            detail = "<pre>Your function passes the visible tests but not the hidden ones: check cases the visible tests do not try (other shapes, dtypes, masks, extreme values).</pre>"
+        hidden = " (visible and hidden tests)" if o.grade_id in hidden_ids else ""
+        rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{o.points:g} / {o.max_points:g}</td></tr>")
+    notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
+    error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return (
+        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(assignment.name)}: feedback for {e(result.learner)}</title>"
+        f"<style>{STYLE}</style></head><body>"
+        f"<h1>{e(assignment.name)} / {e(assignment.notebook)}.ipynb: feedback for {e(result.learner)}</h1>"
+        f"<p>Score: <b>{result.score:g} / {assignment.max_score:g}</b> (graded {when})</p>{error}{notes}"
+        "<table><tr><th>test</th><th>result</th><th>points</th></tr>" + "".join(rows) + "</table>"
+        "<p>Hidden tests are reported as passed or failed only.</p></body></html>"
+    )
+
+
+def write_feedback(root: Path, assignment: Assignment, results: list[Result]) -> list[Path]:
+    written = []
+    for r in results:
+        if not safe_name(r.learner):
+            continue
+        path = root / "feedback" / r.learner / assignment.name / f"{assignment.notebook}.html"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(feedback_html(assignment, r), encoding="utf-8")
+        written.append(path)
+    return written
+
+
+def summary(assignment: Assignment, results: list[Result], seconds: float) -> str:
+    graded = [r for r in results if not r.error]
+    failed = [r for r in results if r.error]
+    lines = [f"{assignment.name}: graded {len(graded)} of {len(results)} submissions in {seconds:.1f} s"]
+    if graded:
+        mean = sum(r.score for r in graded) / len(graded)
+        lines.append(f"mean score {mean:.2f} / {assignment.max_score:g} ({100 * mean / assignment.max_score:.0f}%)")
+    for r in failed:
+        lines.append(f"failed to grade {r.learner!r}: {r.error}")
+    return "\n".join(lines)

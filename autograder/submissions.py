@@ -1,0 +1,154 @@
+"""Finding and reading submitted notebooks without trusting anything about them.
+
+nbgrader's layout: ``submitted/<learner>/<assignment>/<notebook>.ipynb``. A learner's folder
+name becomes an id in the gradebook and a path for the feedback, so only plain names are
+accepted; links are never followed; a file too large, not JSON, not a notebook, or of an old
+format is reported in a sentence. Nothing here writes to the submission.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import nbformat
+
+SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
+
+
+class Unreadable(Exception):
+    """A submission that cannot be graded, with the reason in words."""
+
+
+@dataclass
+class Submission:
+    learner: str
+    path: Path | None
+    notes: list[str] = field(default_factory=list)
+    rejected: str | None = None
+
+
+def safe_name(name: str) -> bool:
+    return bool(SAFE_NAME.match(name)) and ".." not in name
+
+
+def find_submissions(root: Path, assignment: str, notebook: str) -> list[Submission]:
+    """Every learner's submission of ``assignment``, sorted by learner."""
+    base = root / "submitted"
+    if not base.is_dir():
+        return []
+    found = []
+    for folder in sorted(base.iterdir(), key=lambda p: p.name):
+        learner = folder.name
+        if folder.is_symlink() or not folder.is_dir():
+            if folder.is_symlink():
+                found.append(Submission(learner, None, rejected="the learner's folder is a link; links are not followed"))
+            continue
+        if not safe_name(learner):
+            found.append(Submission(learner, None, rejected=f"the learner folder name {learner!r} is not a plain name"))
+            continue
+        work = folder / assignment
+        if work.is_symlink():
+            found.append(Submission(learner, None, rejected="the assignment folder is a link; links are not followed"))
+            continue
+        if not work.is_dir():
+            continue  # this learner handed in other assignments only
+        found.append(_pick_notebook(learner, work, notebook))
+    return found
+
+
+def _pick_notebook(learner: str, work: Path, notebook: str) -> Submission:
+    expected = work / f"{notebook}.ipynb"
+    if expected.is_symlink():
+        return Submission(learner, None, rejected=f"{notebook}.ipynb is a link; links are not followed")
+    if expected.is_file():
+        return Submission(learner, expected)
+    candidates = [p for p in sorted(work.glob("*.ipynb")) if p.is_file() and not p.is_symlink()]
+    if len(candidates) == 1:
+        return Submission(
+            learner, candidates[0],
+            notes=[f"graded {candidates[0].name!r} in place of {notebook}.ipynb: keep the notebook's name when you hand it in"],
+        )
+    if not candidates:
+        return Submission(learner, None, rejected=f"no {notebook}.ipynb in the submission")
+    names = ", ".join(repr(p.name) for p in candidates)
+    return Submission(learner, None, rejected=f"no {notebook}.ipynb, and several other notebooks ({names}): which one is it?")
+
+
+def _is_test_cell(cell: dict) -> bool:
+    """A graded test cell (by metadata), or any cell that runs the course's checks itself."""
+    meta = cell.get("metadata", {}).get("nbgrader", {})
+    if isinstance(meta, dict) and meta.get("grade") is True:
+        return True
+    try:
+        tree = ast.parse(cell["source"])
+    except SyntaxError:
+        return False
+    return any(
+        isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "check"
+        for node in ast.walk(tree)
+    )
+
+
+def _without_magics(source: str) -> tuple[str, bool]:
+    """IPython's %magics and !shell lines mean nothing to plain Python: comment them out."""
+    lines, changed = [], False
+    for line in source.splitlines():
+        if line.lstrip().startswith(("%", "!")):
+            lines.append("# " + line)
+            changed = True
+        else:
+            lines.append(line)
+    return "\n".join(lines), changed
+
+
+def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
+    """The sources of the cells to run (test cells left out), and notes for the learner."""
+    try:
+        size = path.stat().st_size
+    except OSError as exc:
+        raise Unreadable(f"the notebook cannot be read: {exc.strerror}") from None
+    if size == 0:
+        raise Unreadable("the notebook file is empty")
+    if size > max_bytes:
+        raise Unreadable(
+            f"the notebook is {size / 2**20:.0f} MB, over the {max_bytes / 2**20:.0f} MB limit: "
+            "clear its outputs (Kernel, Restart & Clear Output) and hand it in again"
+        )
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise Unreadable(f"the notebook is not valid JSON ({exc}); it may have been truncated or edited by hand") from None
+    if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
+        raise Unreadable("the file is JSON but not a notebook")
+    notes = []
+    major = data.get("nbformat")
+    if major != 4:
+        if major == 3:
+            notes.append("the notebook is in the old nbformat 3; it was converted to read it")
+        else:
+            raise Unreadable(f"the notebook format version {major!r} is not supported")
+    try:
+        nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
+    except Exception as exc:  # nbformat raises several types for a broken structure
+        raise Unreadable(f"the notebook's structure is broken: {exc}") from None
+    sources = []
+    for cell in nb.get("cells", []):
+        if not isinstance(cell, dict) or cell.get("cell_type") != "code":
+            continue
+        source = cell.get("source", "")
+        if isinstance(source, list):
+            source = "".join(str(s) for s in source)
+        if not isinstance(source, str):
+            continue
+        cell = dict(cell, source=source)
+        if _is_test_cell(cell):
+            continue
+        source, had_magics = _without_magics(source)
+        if had_magics and not any("magic" in n for n in notes):
+            notes.append("lines starting with % or ! (IPython magics, shell commands) were not run")
+        sources.append(source)
+    return sources, notes
