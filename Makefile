@@ -5,9 +5,16 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup site test release check-release clean
+.PHONY: setup sandbox site test release check-release benchmark clean
 
-setup: $(VENV)/.installed
+setup: $(VENV)/.installed sandbox
+
+## bubblewrap walls off submitted code while it is graded (Debian package bubblewrap)
+sandbox:
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
+	  else echo "warning: bubblewrap is missing (apt-get install bubblewrap): grading falls back to resource limits"; fi; }
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,6 +38,10 @@ release: setup
 ## Fail if exercises/ or reference/ are stale
 check-release: setup
 	$(PY) -m coursetools release --check
+
+## Grade 40 submissions with this engine and with nbgrader autograde; print both times
+benchmark: setup
+	$(PY) benchmarks/grading.py
 
 clean:
 	rm -rf _build

@@ -60,6 +60,7 @@ def grade(args) -> int:
     csv_path = args.csv or root / "grades" / f"{args.assignment}.csv"
     reports.write_csv(csv_path, assignment, results)
     reports.write_feedback(root, assignment, results)
+    reports.write_autograded(root, assignment, results, source)
     print(reports.summary(assignment, results, time.monotonic() - start))
     print(f"gradebook: {db_url}\ngrades: {csv_path}\nfeedback: {root / 'feedback'}/<learner>/{args.assignment}/{notebook}.html")
     return 0

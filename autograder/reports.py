@@ -65,6 +65,59 @@ def write_gradebook(db_url: str, assignment: Assignment, results: list[Result]) 
             gb.db.commit()
 
 
+def autograded_notebook(result: Result, source_nb):
+    """nbgrader's autograded/ copy of a submission, for formgrader's manual review.
+
+    The learner's cells as handed in, except that every graded test cell is the instructor's
+    (restored if it was edited or deleted) and shows this grader's verdict as its output.
+    """
+    import nbformat
+
+    outcomes = {o.grade_id: o for o in result.outcomes}
+    tests = {c.metadata["nbgrader"]["grade_id"]: c for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
+    try:
+        nb = nbformat.read(result.path, as_version=4)
+    except Exception:  # unreadable: formgrader gets the instructor's cells with the reason
+        nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"**Not graded:** {result.error}")])
+    placed = set()
+    cells = []
+    for cell in nb.cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in tests:
+            if grade_id in placed:
+                continue  # a duplicated test cell
+            cell = nbformat.from_dict(tests[grade_id])
+            placed.add(grade_id)
+        cells.append(cell)
+    cells += [nbformat.from_dict(tests[g]) for g in tests if g not in placed]
+    for cell in cells:
+        grade_id = cell.get("metadata", {}).get("nbgrader", {}).get("grade_id")
+        if grade_id in tests and grade_id in outcomes:
+            o = outcomes[grade_id]
+            text = "passed\n" if o.passed else (o.message or "failed the hidden tests") + "\n"
+            cell.outputs = [nbformat.v4.new_output("stream", name="stdout" if o.passed else "stderr", text=text)]
+            cell.execution_count = None
+    nb.cells = cells
+    nb.metadata["kernelspec"] = source_nb.metadata.get("kernelspec", {})
+    return nb
+
+
+def write_autograded(root: Path, assignment: Assignment, results: list[Result], source_nb) -> None:
+    import shutil
+
+    import nbformat
+
+    for r in results:
+        if not safe_name(r.learner):
+            continue
+        folder = root / "autograded" / r.learner / assignment.name
+        folder.mkdir(parents=True, exist_ok=True)
+        nbformat.write(autograded_notebook(r, source_nb), folder / f"{assignment.notebook}.ipynb")
+        stamp = r.path.parent / "timestamp.txt" if r.path else None
+        if stamp and stamp.is_file() and not stamp.is_symlink():
+            shutil.copyfile(stamp, folder / "timestamp.txt")
+
+
 def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     ids = [t.grade_id for t in assignment.tests]

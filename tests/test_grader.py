@@ -176,6 +176,10 @@ def score_variance(q, k, scaled=False):
         "os_exit_in_softmax": _with({"softmax": "import os\ndef softmax(x, dim=-1):\n    os._exit(0)\n"}),
         "kills_itself_in_a_cell": _with(before="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         "loops_in_a_cell": _with(before="while True:\n    pass\n"),
+        "leaves_children": _with(before=(
+            "import os, subprocess, time\n"
+            "subprocess.Popen(['sleep', '3131'], start_new_session=True)\n"
+            "if os.fork() == 0:\n    time.sleep(3132)\n")),
         "snoops": _with({"score_variance": snoop}),
         "forges_results": _with({"softmax": WRONG_SOFTMAX}, before=(
             "import json, os, sys\n"
@@ -195,8 +199,9 @@ def score_variance(q, k, scaled=False):
             "    shifted = x - x.amax(dim=dim, keepdim=True)\n    e = torch.exp(shifted)\n    return e / e.sum(dim=dim, keepdim=True)\n")}),
         "asks_for_input": _with({"softmax": "def softmax(x, dim=-1):\n    return x * float(input('scale? '))\n"},
                                 before="name = input('your name: ')\n"),
-        "hidden_only_mistake": _with({"softmax": (
-            "import torch\ndef softmax(x, dim=-1):\n    e = torch.exp(x - x.max())\n    return e / e.sum(dim=dim, keepdim=True)\n")}),
+        "hidden_only_mistake": _with({"softmax": (  # right for dim 0 and -1, the only ones the visible cases try
+            "import torch\ndef softmax(x, dim=-1):\n    dim = 0 if dim == 0 else -1\n"
+            "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum(dim=dim, keepdim=True)\n")}),
         "invalid_json": b'{"cells": [ {"cell_type": "code", "sou',
         "empty": b"",
         "nbformat3": json.dumps(v3).encode(),
@@ -285,6 +290,7 @@ EXPECTED = {
     "os_exit_in_softmax": (FULL - 2, "ended the Python process"),
     "kills_itself_in_a_cell": (FULL, "ended the Python process (exit, kill or crash) and was skipped"),
     "loops_in_a_cell": (FULL, "ran longer than"),
+    "leaves_children": (FULL, "passed"),
     "snoops": (FULL, "passed"),
     "forges_results": (FULL - 2, "`softmax`&#x27;s result is wrong"),
     "tests_edited": (FULL - 2, "`softmax`&#x27;s result is wrong"),
@@ -332,6 +338,11 @@ def test_names_and_links_that_reach_outside_are_refused(graded):
 def test_no_network_and_no_foreign_files_from_the_sandbox(graded):
     assert graded["connections"] == 0
     assert score(graded, "snoops") == FULL  # its answer would be off by 1000 for each file it could read
+
+
+def test_no_process_outlives_its_submission(graded):
+    left = subprocess.run(["pgrep", "-f", "sleep 313[12]"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes started by a submission are still running: {left}"
 
 
 def test_submitted_files_are_unchanged(graded):

@@ -105,3 +105,19 @@ def test_nothing_secret_is_published(site):
         assert not leaked, f"{where} contains solution or hidden-test code: {leaked[:3]}"
     for folder in ("solutions", "exercises", "submitted", "autograded", "feedback", "tests", "autograder", "reference"):
         assert not (site / folder).exists(), f"{folder}/ was published"
+
+
+def test_cells_marked_remove_input_keep_their_code_off_the_site(site):
+    import jupytext
+
+    hidden = set()
+    for page in _toc_pages():
+        path = REPO / f"{page}.md"
+        for cell in jupytext.read(path).cells:
+            if cell.cell_type == "code" and "remove-input" in cell.metadata.get("tags", []):
+                hidden |= {line.strip() for line in cell.source.splitlines() if len(line.strip()) >= 24}
+    for path in site.rglob("*"):
+        if path.is_file():
+            text = path.read_bytes().decode("utf-8", errors="replace")
+            leaked = [line for line in hidden if line in text]
+            assert not leaked, f"{path.relative_to(site)} publishes code of a remove-input cell: {leaked[:2]}"

@@ -1,0 +1,650 @@
+"""Chapter 5 checks: subsequent_mask, DecoderLayer, Decoder.
+
+Oracles: the closed form j <= i, ``torch.tril`` and ``nn.Transformer.generate_square_subsequent_mask``
+for the mask; ``nn.TransformerDecoderLayer`` and ``nn.TransformerDecoder`` (post-norm, ReLU,
+dropout off) loaded with each case's weights, in float64, for the layers. To *name* a wrong
+answer, a functional decoder layer written with ``F.linear``, ``F.scaled_dot_product_attention``
+and ``F.layer_norm`` recomputes what each known mistake would have returned; its correct
+configuration is itself checked against PyTorch's layers on every case.
+
+Properties, judged across pairs of cases: changing future target tokens never changes an
+earlier position's output, and padded target or memory positions never leak into real outputs.
+"""
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .. import oracles
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    ModuleResult,
+    Raised,
+    expect_close,
+    expect_dtype,
+    expect_finite,
+    expect_shape,
+    expect_tensor,
+    matches,
+    seeded,
+    where_it_differs,
+)
+
+FORBIDDEN_LAYERS = (
+    "torch.nn.TransformerDecoderLayer",
+    "torch.nn.TransformerDecoder",
+    "torch.nn.MultiheadAttention",
+)
+
+# ----------------------------------------------------------------------------------------
+# subsequent_mask
+# ----------------------------------------------------------------------------------------
+
+
+def _lower_triangle(size: int) -> torch.Tensor:
+    """The closed form: True where key j <= query i."""
+    i = torch.arange(size)[:, None]  # (size, 1) query positions
+    j = torch.arange(size)[None, :]  # (1, size) key positions
+    return j <= i  # (size, size)
+
+
+class SubsequentMask(Check):
+    function = "subsequent_mask"
+    oracle = "the closed form j <= i, torch.tril and nn.Transformer.generate_square_subsequent_mask"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        sizes = [4, 7, 1] if not hidden else [5, 16, 33, 2, 3]  # small sizes last: their mistakes look alike
+        out = [Case(f"size={n}", (n,)) for n in sizes]
+        out.append(Case("size=0 (an empty sequence)", (0,), tag="empty"))
+        out.append(Case("size=-3", (-3,), tag="invalid") if not hidden else Case("size=-1", (-1,), tag="invalid"))
+        return out
+
+    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
+        # The mask itself first: a wrong mask is the bigger news than a missing ValueError.
+        for invalid in (False, True):
+            chosen = [(c, r) for c, r in zip(cases, results) if (c.tag == "invalid") == invalid]
+            for case, result in chosen:
+                self.reject_non_results(case, result)
+            for case, result in chosen:
+                self.judge(case, result)
+        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        name = "`subsequent_mask`"
+        if isinstance(result, Raised) and result.type != "NotImplementedError":
+            if case.tag == "invalid":
+                if result.type == "ValueError":
+                    return  # raising is the right answer here
+                raise CheckFailed(
+                    f"{name} raised {result.type} ({result.message}) on the case {case.label}; a negative size "
+                    "makes no sense, so raise ValueError with a message that says so: `raise ValueError(...)`."
+                )
+            if case.tag == "empty":
+                raise CheckFailed(
+                    f"{name} raised {result.type} ({result.message}) on the case {case.label}; an empty sequence "
+                    "is valid and has an empty mask: return a (0, 0) boolean tensor (torch.tril of a (0, 0) "
+                    "tensor gives exactly that). Only a negative size is an error."
+                )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        name = "`subsequent_mask`"
+        (size,) = case.args
+        if case.tag == "invalid":
+            if not isinstance(result, Raised):
+                raise CheckFailed(
+                    f"{name} returned a value on the case {case.label}; a negative size is a mistake by the caller: "
+                    "raise ValueError, so that it is caught rather than silently turned into a mask."
+                )
+            return
+        m = expect_tensor(result, f"{name}'s result", case)
+        if m.dim() == 3 and tuple(m.shape) == (1, size, size):
+            raise CheckFailed(
+                f"{name} returned shape {tuple(m.shape)} on the case {case.label}: it has an extra batch axis in front. "
+                "Return (size, size); a (T_q, T_k) mask broadcasts against the (B, h, T_q, T_k) scores by itself."
+            )
+        expect_shape(m, (size, size), f"{name}'s result", case, "The mask has one row per query and one column per key.")
+        expected = _lower_triangle(size)
+        # The closed form agrees with PyTorch's own ways of building the same mask.
+        assert torch.equal(expected, torch.tril(torch.ones(size, size, dtype=torch.bool)))
+        assert torch.equal(expected, nn.Transformer.generate_square_subsequent_mask(size) == 0)
+        if m.dtype != torch.bool:
+            if m.is_floating_point() and size > 1 and bool((m == float("-inf")).any()):
+                raise CheckFailed(
+                    f"{name} returned a float tensor of 0 and -inf on the case {case.label}: this is PyTorch's "
+                    "additive mask (what nn.Transformer.generate_square_subsequent_mask returns), added to the "
+                    "scores. The course's masks are boolean, True where a query may attend: return dtype torch.bool."
+                )
+            kind = "a float" if m.is_floating_point() else "an integer"
+            raise CheckFailed(
+                f"{name} returned {kind} tensor ({m.dtype}) on the case {case.label}: the course's masks are boolean "
+                "(dtype torch.bool), True where a query may attend. Create it with dtype=torch.bool, or build it from "
+                "a comparison such as j <= i, which is boolean already."
+            )
+        if torch.equal(m, expected):
+            return
+        diagnoses = [
+            (expected.T, "this is the upper triangle (j >= i): row i is the query, and it may attend to the keys "
+                         "j <= i, so the True entries lie on and below the diagonal (torch.tril, not torch.triu)."),
+            (_lower_triangle(size) & ~torch.eye(size, dtype=torch.bool),
+             "the diagonal is False, so a position cannot attend to itself. Position i may attend to every j <= i, "
+             "itself included: keep the diagonal (torch.tril's default diagonal=0, or j <= i rather than j < i)."),
+            (~expected, "the mask is inverted: True must mark the keys a query MAY attend to (the course's convention), "
+                        "not the blocked ones as nn.MultiheadAttention's boolean masks do."),
+            (torch.ones(size, size, dtype=torch.bool),
+             "every entry is True, so nothing is hidden: the future positions (j > i) must be False."),
+            (torch.zeros(size, size, dtype=torch.bool),
+             "every entry is False, so no position may attend to anything: True goes where j <= i."),
+        ]
+        for wrong, message in diagnoses:
+            if torch.equal(m, wrong):
+                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+        bad = (m != expected).nonzero()[0].tolist()
+        raise CheckFailed(
+            f"{name} is wrong on the case {case.label}: entry {tuple(bad)} is {bool(m[tuple(bad)])} but query {bad[0]} "
+            f"{'may' if expected[tuple(bad)] else 'may not'} attend to key {bad[1]}. The mask is True exactly where j <= i."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# A functional decoder layer in float64, able to make each known mistake on purpose
+# ----------------------------------------------------------------------------------------
+
+
+def _allowed(attn_mask: torch.Tensor | None, key_padding: torch.Tensor | None) -> torch.Tensor | None:
+    """One boolean mask, True = may attend, broadcastable to (B, h, T_q, T_k)."""
+    allow = None
+    if attn_mask is not None:
+        allow = attn_mask if attn_mask.dim() == 2 else attn_mask[:, None]  # (T_q, T_k) or (B, 1, T_q, T_k)
+    if key_padding is not None:
+        keep = ~key_padding[:, None, None, :]  # (B, 1, 1, T_k)
+        allow = keep if allow is None else allow & keep
+    return allow
+
+
+def _mha(state, prefix: str, h: int, query, key, value, allow) -> torch.Tensor:
+    """Multi-head attention with the course's parameter names; no visible key gives a zero output."""
+    b, t_q, d_model = query.shape
+    d_k = d_model // h
+
+    def heads(x, name):
+        y = F.linear(x, state[f"{prefix}{name}.weight"], state.get(f"{prefix}{name}.bias"))  # (B, T, d_model)
+        return y.view(b, -1, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    out = F.scaled_dot_product_attention(heads(query, "w_q"), heads(key, "w_k"), heads(value, "w_v"), attn_mask=allow)
+    out = out.transpose(1, 2).reshape(b, t_q, d_model)  # (B, T_q, d_model)
+    return F.linear(out, state[f"{prefix}w_o.weight"], state.get(f"{prefix}w_o.bias"))
+
+
+def _ffn(state, prefix: str, x) -> torch.Tensor:
+    hidden = F.relu(F.linear(x, state[f"{prefix}w_1.weight"], state[f"{prefix}w_1.bias"]))  # (B, T, d_ff)
+    return F.linear(hidden, state[f"{prefix}w_2.weight"], state[f"{prefix}w_2.bias"])  # (B, T, d_model)
+
+
+def _norm(state, prefix: str, x) -> torch.Tensor:
+    return F.layer_norm(x, x.shape[-1:], state[f"{prefix}gamma"], state[f"{prefix}beta"], eps=1e-5)
+
+
+def layer_forward(
+    state,
+    prefix: str,
+    h: int,
+    x,
+    memory,
+    tgt_mask=None,
+    tgt_key_padding_mask=None,
+    memory_key_padding_mask=None,
+    *,
+    self_mask: str = "given",  # "given" | "none" | "inverted"
+    self_padding: bool = True,
+    cross_q: str = "x",  # where the cross-attention's queries come from: "x" | "memory"
+    cross_kv: str = "memory",  # where its keys and values come from: "memory" | "x"
+    cross_padding: bool = True,
+    cross_causal: bool = False,  # the mistake of giving tgt_mask to the cross-attention too
+    cross_module: str = "cross_attn",
+    order: tuple[str, ...] = ("self", "cross", "ffn"),
+    norms: tuple[str, ...] = ("norm1", "norm2", "norm3"),
+    wiring: str = "post",  # "post": norm(x + f(x)); "pre": x + f(norm(x)); "inner": x + norm(f(x)); "none": norm(f(x))
+) -> torch.Tensor:
+    """One decoder layer (float64); the keyword arguments reproduce the mistakes learners make."""
+    s = {k: v.double() for k, v in state.items() if k.startswith(prefix)}
+    p = prefix
+    x, memory = x.double(), memory.double()
+    own_mask = {"given": tgt_mask, "none": None, "inverted": None if tgt_mask is None else ~tgt_mask}[self_mask]
+
+    def self_attention(y):
+        return _mha(s, f"{p}self_attn.", h, y, y, y, _allowed(own_mask, tgt_key_padding_mask if self_padding else None))
+
+    def cross_attention(y):
+        q = y if cross_q == "x" else memory
+        kv = memory if cross_kv == "memory" else y
+        padding = memory_key_padding_mask if cross_padding and cross_kv == "memory" else None
+        return _mha(s, f"{p}{cross_module}.", h, q, kv, kv, _allowed(tgt_mask if cross_causal else None, padding))
+
+    def feed_forward(y):
+        return _ffn(s, f"{p}feed_forward.", y)
+
+    blocks = {"self": self_attention, "cross": cross_attention, "ffn": feed_forward}
+    for block, norm in zip(order, norms):
+        f = blocks[block]
+        if wiring == "post":
+            x = _norm(s, f"{p}{norm}.", x + f(x))
+        elif wiring == "pre":
+            x = x + f(_norm(s, f"{p}{norm}.", x))
+        elif wiring == "inner":
+            x = x + _norm(s, f"{p}{norm}.", f(x))
+        else:
+            x = _norm(s, f"{p}{norm}.", f(x))
+    return x
+
+
+# What each known mistake of a decoder layer changes, and the words that name it.
+LAYER_MISTAKES: list[tuple[dict, str]] = [
+    (dict(self_mask="none"),
+     "the self-attention ignored tgt_mask, so every target position saw the future ones. Pass it on: "
+     "self_attn(x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)."),
+    (dict(self_mask="inverted"),
+     "tgt_mask was inverted before it reached the self-attention. The course's masks are already True where a "
+     "query may attend, which is what MultiHeadAttention expects: pass tgt_mask as it is, without ~."),
+    (dict(self_padding=False),
+     "the self-attention ignored tgt_key_padding_mask, so padded target positions were attended to: pass "
+     "key_padding_mask=tgt_key_padding_mask to self_attn."),
+    (dict(cross_padding=False),
+     "the cross-attention ignored memory_key_padding_mask, so padded source positions were attended to: pass "
+     "key_padding_mask=memory_key_padding_mask to cross_attn."),
+    (dict(cross_kv="x"),
+     "the keys and values of the cross-attention came from the decoder (x) instead of the encoder's output: "
+     "cross_attn(x, memory, memory, ...) takes its queries from x and its keys and values from memory."),
+    (dict(cross_kv="x", cross_padding=False),
+     "the keys and values of the cross-attention came from the decoder (x) instead of the encoder's output: "
+     "cross_attn(x, memory, memory, ...) takes its queries from x and its keys and values from memory."),
+    (dict(cross_q="memory", cross_kv="x", cross_padding=False),
+     "the queries of the cross-attention came from memory and its keys and values from x: it is the other way "
+     "round. The decoder asks (queries from x) and the encoder's output answers: cross_attn(x, memory, memory, ...)."),
+    (dict(cross_causal=True),
+     "the cross-attention was given tgt_mask too. The causal mask hides future *target* positions in the "
+     "self-attention only; every target position may see the whole source, so cross_attn gets only "
+     "key_padding_mask=memory_key_padding_mask."),
+    (dict(cross_module="self_attn"),
+     "the cross-attention used self_attn's weights: it has its own projections, so call self.cross_attn."),
+    (dict(order=("self", "ffn", "cross")),
+     "the sub-layers are in the wrong order: the feed-forward network came before the cross-attention. The order is "
+     "masked self-attention, then cross-attention, then the feed-forward network."),
+    (dict(order=("cross", "self", "ffn")),
+     "the sub-layers are in the wrong order: the cross-attention came before the masked self-attention. The order is "
+     "masked self-attention, then cross-attention, then the feed-forward network."),
+    (dict(wiring="pre"),
+     "this is the pre-norm arrangement, x + Sublayer(LayerNorm(x)). The paper (and this exercise) normalises after "
+     "the residual addition, post-norm: x = LayerNorm(x + Sublayer(x))."),
+    (dict(wiring="inner"),
+     "the LayerNorm was applied to the sub-layer's output before adding the residual, x + LayerNorm(Sublayer(x)); "
+     "the paper normalises the sum: x = LayerNorm(x + Sublayer(x))."),
+    (dict(wiring="none"),
+     "the residual connections are missing: each sub-layer's output is added to its input before the LayerNorm, "
+     "x = LayerNorm(x + Sublayer(x))."),
+] + [
+    (dict(norms=perm),
+     f"the LayerNorms are used in the wrong places (yours: {', '.join(perm)}): norm1 follows the self-attention, "
+     "norm2 the cross-attention and norm3 the feed-forward network.")
+    for perm in itertools.permutations(("norm1", "norm2", "norm3"))
+    if perm != ("norm1", "norm2", "norm3")
+]
+
+
+def _masks(case: Case) -> dict:
+    return {k: case.kwargs.get(k) for k in ("tgt_mask", "tgt_key_padding_mask", "memory_key_padding_mask")}
+
+
+def _torch_masks(case: Case, h: int) -> dict:
+    m = _masks(case)
+    return dict(
+        tgt_mask=oracles.torch_attn_mask(m["tgt_mask"], h),
+        tgt_key_padding_mask=m["tgt_key_padding_mask"],
+        memory_key_padding_mask=m["memory_key_padding_mask"],
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# Cases shared by DecoderLayer and Decoder
+# ----------------------------------------------------------------------------------------
+
+
+def _causal(t: int) -> torch.Tensor:
+    return _lower_triangle(t)  # (T, T)
+
+
+def _padding(lengths: Sequence[int], t: int) -> torch.Tensor:
+    """(B, T) key-padding mask, True where the position is padding (right padding)."""
+    return torch.arange(t)[None, :] >= torch.tensor(lengths)[:, None]
+
+
+def _module_cases(g: torch.Generator, hidden: bool, init: dict, make_state) -> list[Case]:
+    """Inputs, masks and property pairs; ``make_state(g, init)`` draws the weights of one module."""
+
+    def rand(*shape):
+        return torch.randn(shape, generator=g)
+
+    def case(label, b, t_tgt, t_src, tag="", x=None, memory=None, state=None, **masks):
+        x = rand(b, t_tgt, init["d_model"]) if x is None else x
+        memory = rand(b, t_src, init["d_model"]) if memory is None else memory
+        kwargs = {k: v for k, v in masks.items() if v is not None}
+        label = label.replace("d_model", str(init["d_model"]))
+        return Case(label, (x, memory), kwargs, tag, init=dict(init), state=state or make_state(g, init))
+
+    out = [
+        case("x (2, 5, d_model), memory (2, 7, d_model), causal tgt_mask (5, 5)", 2, 5, 7, tgt_mask=_causal(5)),
+        case("x (1, 4, d_model), memory (1, 4, d_model), no masks at all", 1, 4, 4),
+        case("x (3, 6, d_model), memory (3, 5, d_model), causal tgt_mask, target lengths [6, 4, 2], "
+             "source lengths [5, 3, 4]", 3, 6, 5, tgt_mask=_causal(6),
+             tgt_key_padding_mask=_padding([6, 4, 2], 6), memory_key_padding_mask=_padding([5, 3, 4], 5)),
+        case("x (2, 6, d_model), memory (2, 6, d_model), causal tgt_mask (6, 6)", 2, 6, 6, tgt_mask=_causal(6)),
+    ]
+
+    # Property 1: changing future target tokens leaves earlier positions alone (causal mask on).
+    a = case("x (2, 6, d_model), memory (2, 4, d_model), causal tgt_mask", 2, 6, 4, "future-a", tgt_mask=_causal(6))
+    x_b = a.args[0].clone()
+    x_b[:, 3:] = rand(2, 3, init["d_model"]) * 3  # new tokens at positions 3, 4, 5
+    b = Case("the same inputs with different target tokens at positions 3, 4 and 5", (x_b, a.args[1]), a.kwargs,
+             "future-b", init=a.init, state=a.state)
+    out += [a, b]
+
+    # Property 2: padded target keys never leak (no causal mask, so padding alone must hide them).
+    lengths = [5, 3]
+    a = case("x (2, 5, d_model), memory (2, 4, d_model), no tgt_mask, target lengths [5, 3]", 2, 5, 4, "tgtpad-a",
+             tgt_key_padding_mask=_padding(lengths, 5))
+    x_b = a.args[0].clone()
+    x_b[1, 3:] = 100.0
+    b = Case("the same inputs with different values at the padded target positions", (x_b, a.args[1]), a.kwargs,
+             "tgtpad-b", init=a.init, state=a.state)
+    out += [a, b]
+
+    # Property 3: padded memory positions never leak.
+    a = case("x (2, 4, d_model), memory (2, 6, d_model), causal tgt_mask, source lengths [4, 6]", 2, 4, 6, "mempad-a",
+             tgt_mask=_causal(4), memory_key_padding_mask=_padding([4, 6], 6))
+    m_b = a.args[1].clone()
+    m_b[0, 4:] = -50.0
+    b = Case("the same inputs with different values at the padded memory positions", (a.args[0], m_b), a.kwargs,
+             "mempad-b", init=a.init, state=a.state)
+    out += [a, b]
+
+    if hidden:
+        per_example = _causal(5).repeat(3, 1, 1)  # (B, T, T): causal, and example 1 also hides key 0 from queries 2..
+        per_example[1, 2:, 0] = False
+        out += [
+            case("x (1, 1, d_model), memory (1, 3, d_model): the first decoding step", 1, 1, 3, tgt_mask=_causal(1)),
+            case("x (2, 7, d_model), memory (2, 1, d_model)", 2, 7, 1, tgt_mask=_causal(7)),
+            case("x (3, 5, d_model), memory (3, 8, d_model), a (B, T, T) tgt_mask, target lengths [5, 5, 3], "
+                 "source lengths [8, 2, 6]", 3, 5, 8, tgt_mask=per_example,
+                 tgt_key_padding_mask=_padding([5, 5, 3], 5), memory_key_padding_mask=_padding([8, 2, 6], 8)),
+            case("x (4, 3, d_model), memory (4, 9, d_model), source lengths [9, 7, 1, 5]", 4, 3, 9,
+                 tgt_mask=_causal(3), memory_key_padding_mask=_padding([9, 7, 1, 5], 9)),
+        ]
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# Shared judging for the two modules
+# ----------------------------------------------------------------------------------------
+
+SHAPE_HINT = (
+    "Mind the shapes: x is (B, T_tgt, d_model) and memory is (B, T_src, d_model). The self-attention takes its "
+    "queries, keys and values from x, with tgt_mask (T_tgt, T_tgt) and tgt_key_padding_mask (B, T_tgt). The "
+    "cross-attention takes its queries from x and its keys and values from memory, cross_attn(x, memory, memory, "
+    "key_padding_mask=memory_key_padding_mask): the queries come from the decoder, and the causal mask does not "
+    "belong there."
+)
+
+
+class _DecoderCheck(Check):
+    forbidden = FORBIDDEN_LAYERS
+
+    def oracle_module(self, case: Case) -> nn.Module:
+        raise NotImplementedError
+
+    def oracle_output(self, case: Case) -> torch.Tensor:
+        cache = self.__dict__.setdefault("_oracles", {})
+        if id(case.state) not in cache:
+            cache[id(case.state)] = self.oracle_module(case)
+        x, memory = (t.double() for t in case.args)
+        with torch.no_grad():
+            return cache[id(case.state)](x, memory, **_torch_masks(case, case.init["h"]))
+
+    def variant(self, case: Case, **mistake) -> torch.Tensor:
+        raise NotImplementedError
+
+    def diagnoses(self, case: Case):
+        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in LAYER_MISTAKES]
+
+    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
+        # A wrong value on one case names a mistake more precisely than an exception the same mistake
+        # causes on another case (a mask of the wrong length, say): judge the returned values first.
+        self._oracles: dict[int, nn.Module] = {}  # PyTorch's module per weight set: the pairs share one
+
+        def deferred(result: Any) -> bool:
+            return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
+
+        for case, result in zip(cases, results):
+            if not deferred(result):
+                self.reject_non_results(case, result)
+        for case, result in zip(cases, results):
+            if not deferred(result):
+                self.judge(case, result)
+        for case, result in zip(cases, results):
+            if deferred(result):
+                self.reject_non_results(case, result)
+        self.judge_all(cases, results)
+        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        name = f"`{self.function}`"
+        if isinstance(result, Raised) and result.type == "RuntimeError":
+            raise CheckFailed(
+                f"{name} raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + "\n" + SHAPE_HINT
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        name = f"`{self.function}`"
+        if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
+            raise CheckFailed(f"{name} did not run as a module on the case {case.label}.")
+        out = expect_tensor(result.output, f"{name}'s output", case)
+        x = case.args[0]
+        expect_shape(out, x.shape, f"{name}'s output", case,
+                     "The decoder keeps the shape of its input x, (B, T_tgt, d_model): one row per target position.")
+        expect_dtype(out, x.dtype, f"{name}'s output", case)
+        expect_finite(out, f"{name}'s output", case, "No query in these cases is fully masked; look for a division by "
+                      "zero or a mask filled with -inf that hides every key.")
+        if case.train:
+            self.judge_training(case, out)
+            return
+        expected = self.oracle_output(case)
+        if not matches(out, expected, x.dtype):
+            # The functional twin that makes the diagnoses must agree with PyTorch, or they mean nothing.
+            assert matches(self.variant(case), expected, torch.float64), "grader error: the functional oracle disagrees"
+        expect_close(out, expected, f"{name}'s output", case, self.diagnoses(case), hint=self.hint, dtype=x.dtype)
+
+    hint = ""
+
+    def judge_training(self, case: Case, out: torch.Tensor) -> None:
+        raise NotImplementedError
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        name = f"`{self.function}`"
+        by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag}
+        if {"future-a", "future-b"} <= by_tag.keys():
+            (case, a), (_, b) = by_tag["future-a"], by_tag["future-b"]
+            first_changed = 3
+            early_a, early_b = a.output[:, :first_changed], b.output[:, :first_changed]
+            if not matches(early_a, early_b):
+                raise CheckFailed(
+                    f"{name}: changing the target tokens at positions 3 and later changed the output at an earlier "
+                    f"position ({case.label}); {where_it_differs(early_b, early_a)}. Position i may only see "
+                    "positions j <= i: give tgt_mask to the self-attention."
+                )
+        if {"tgtpad-a", "tgtpad-b"} <= by_tag.keys():
+            (case, a), (_, b) = by_tag["tgtpad-a"], by_tag["tgtpad-b"]
+            real = ~case.kwargs["tgt_key_padding_mask"]  # (B, T_tgt)
+            if not matches(a.output[real], b.output[real]):
+                raise CheckFailed(
+                    f"{name}: changing padded target positions changed the outputs of real ones ({case.label}): "
+                    "padding must have no influence. Give tgt_key_padding_mask to the self-attention."
+                )
+        if {"mempad-a", "mempad-b"} <= by_tag.keys():
+            (case, a), (_, b) = by_tag["mempad-a"], by_tag["mempad-b"]
+            if not matches(a.output, b.output):
+                raise CheckFailed(
+                    f"{name}: changing padded positions of memory changed the output ({case.label}): padding must "
+                    "have no influence. Give memory_key_padding_mask to the cross-attention."
+                )
+
+
+# ----------------------------------------------------------------------------------------
+# DecoderLayer
+# ----------------------------------------------------------------------------------------
+
+
+def _layer_state(g: torch.Generator, init: dict):
+    return oracles.decoder_layer_state(g, init["d_model"], init["d_ff"])
+
+
+class DecoderLayer(_DecoderCheck):
+    function = "DecoderLayer"
+    oracle = "torch.nn.TransformerDecoderLayer (post-norm) with the same weights"
+    hint = (
+        "Check the three sub-layers in order, each wrapped as LayerNorm(x + Dropout(Sublayer(x))): masked "
+        "self-attention (tgt_mask, tgt_key_padding_mask), cross-attention with queries from x and keys and values "
+        "from memory (memory_key_padding_mask), then the feed-forward network."
+    )
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(5 if not hidden else 50)
+        init = {"d_model": 16, "h": 4, "d_ff": 32, "dropout": 0.1}
+        out = _module_cases(g, hidden, init, _layer_state)
+        if hidden:
+            init = {"d_model": 32, "h": 8, "d_ff": 24, "dropout": 0.1}
+            out += _module_cases(g, False, init, _layer_state)[:3]
+        # Dropout with p = 1 drops every sub-layer's whole output: what is left is the three LayerNorms.
+        init = {"d_model": 8, "h": 2, "d_ff": 16, "dropout": 1.0}
+        x, memory = torch.randn(2, 3, 8, generator=g), torch.randn(2, 4, 8, generator=g)
+        out.append(Case("dropout=1.0 in training mode, x (2, 3, 8), memory (2, 4, 8), causal tgt_mask", (x, memory),
+                        {"tgt_mask": _causal(3)}, "dropout", init=init, state=_layer_state(g, init), train=True))
+        return out
+
+    def oracle_module(self, case: Case) -> nn.Module:
+        i = case.init
+        return oracles.torch_decoder_layer(oracles.double_state(case.state), i["d_model"], i["h"], i["d_ff"])
+
+    def variant(self, case: Case, **mistake) -> torch.Tensor:
+        x, memory = case.args
+        return layer_forward(case.state, "", case.init["h"], x, memory, **_masks(case), **mistake)
+
+    def judge_training(self, case: Case, out: torch.Tensor) -> None:
+        s = oracles.double_state(case.state)
+        expected = _norm(s, "norm3.", _norm(s, "norm2.", _norm(s, "norm1.", case.args[0].double())))
+        if not matches(out, expected, torch.float32):
+            raise CheckFailed(
+                f"`DecoderLayer`'s output is wrong on the case {case.label}: with dropout=1.0 in training mode, every "
+                "sub-layer's output is dropped entirely, so the layer must return norm3(norm2(norm1(x))). Apply "
+                "dropout1, dropout2 and dropout3 to the outputs of the self-attention, the cross-attention and the "
+                "feed-forward network, before adding the residual: x = norm1(x + dropout1(self_attn(...))). "
+                f"{where_it_differs(out, expected)}."
+            )
+
+
+# ----------------------------------------------------------------------------------------
+# Decoder
+# ----------------------------------------------------------------------------------------
+
+STACK_MISTAKES: list[tuple[dict, str]] = [
+    (dict(stack="not-chained"),
+     "each layer was applied to the decoder's input instead of the previous layer's output: write x = layer(x, ...) "
+     "inside the loop, so that layer i + 1 reads what layer i produced."),
+    (dict(stack="memory-is-x"),
+     "the later layers did not attend to the encoder's output: every layer's cross-attention reads the same memory, "
+     "the encoder's final output, so pass memory unchanged to every layer."),
+    (dict(stack="reversed"),
+     "the layers ran in reverse order: apply self.layers[0] first, as stored in the ModuleList."),
+    (dict(mask="tgt_mask"),
+     "tgt_mask did not reach the layers: pass it to every layer, layer(x, memory, tgt_mask, ...)."),
+    (dict(mask="tgt_key_padding_mask"),
+     "tgt_key_padding_mask did not reach the layers: pass it to every layer."),
+    (dict(mask="memory_key_padding_mask"),
+     "memory_key_padding_mask did not reach the layers: pass it to every layer."),
+]
+
+
+def _stack_state(g: torch.Generator, init: dict):
+    return oracles.stack_state(oracles.decoder_layer_state, g, init["N"], init["d_model"], init["d_ff"])
+
+
+class Decoder(_DecoderCheck):
+    function = "Decoder"
+    oracle = "torch.nn.TransformerDecoder (post-norm, no final norm) with the same weights"
+    hint = (
+        "If your DecoderLayer passes its checks, look at the loop: every layer takes the previous layer's output "
+        "and the same memory and masks, and there is no final LayerNorm."
+    )
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(6 if not hidden else 60)
+        out = []
+        n = 2 if not hidden else 3
+        out += _module_cases(g, False, {"d_model": 16, "h": 4 if not hidden else 2, "d_ff": 32, "N": n, "dropout": 0.1},
+                             _stack_state)
+        init = {"d_model": 8, "h": 2, "d_ff": 16, "N": 1, "dropout": 0.1}
+        out += _module_cases(g, False, init, _stack_state)[:3]
+        if hidden:
+            init = {"d_model": 16, "h": 4, "d_ff": 32, "N": 2, "dropout": 0.1}
+            out += _module_cases(g, True, init, _stack_state)[-4:]
+        return out
+
+    def oracle_module(self, case: Case) -> nn.Module:
+        i = case.init
+        return oracles.torch_decoder(oracles.double_state(case.state), i["N"], i["d_model"], i["h"], i["d_ff"])
+
+    def variant(self, case: Case, stack: str = "chained", mask: str = "", **mistake) -> torch.Tensor:
+        x, memory = (t.double() for t in case.args)
+        masks = _masks(case)
+        if mask:
+            masks[mask] = None
+        order = list(range(case.init["N"]))
+        if stack == "reversed":
+            order.reverse()
+        y = x
+        for i in order:
+            source = x if stack == "not-chained" else y
+            mem = y if (stack == "memory-is-x" and i > 0) else memory
+            y = layer_forward(case.state, f"layers.{i}.", case.init["h"], source, mem, **masks, **mistake)
+        return y
+
+    def diagnoses(self, case: Case):
+        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in STACK_MISTAKES] + super().diagnoses(case)
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "StateMismatch":
+            message = result.message
+            if "no parameter named layers.1" in message and "does not ask for" not in message:
+                raise CheckFailed(
+                    f"`Decoder` has the parameters of only one layer on the case {case.label} (N = {case.init['N']}): "
+                    "every entry of `layers` is the same DecoderLayer object, so the N layers share one set of weights. "
+                    "Build N separate layers: nn.ModuleList([DecoderLayer(...) for _ in range(N)])."
+                )
+            if "does not ask for: norm" in message:
+                extra = message.split("does not ask for: ")[1].split(". Use exactly")[0]
+                raise CheckFailed(
+                    f"`Decoder` has parameters the exercise does not ask for ({extra}) on the case {case.label}: "
+                    "in the paper's post-norm decoder each layer already ends with a LayerNorm (norm3), so there is "
+                    "no final LayerNorm after the stack; remove it."
+                )
+        super().reject_non_results(case, result)
+
+
+CHECKS = [SubsequentMask, DecoderLayer, Decoder]

@@ -1,0 +1,561 @@
+"""Chapter 6 checks: the sinusoidal positional encoding and the embedding layer that adds it.
+
+Oracle: the closed form of the paper (section 3.5), evaluated in float64 here,
+
+    PE(pos, 2i) = sin(pos / 10000^(2i / d_model)),   PE(pos, 2i + 1) = cos(pos / 10000^(2i / d_model)),
+
+and its properties: values in [-1, 1], column 0 is sin(pos), column 1 is cos(pos), no two
+positions share an encoding, and PE(pos + k) is a fixed rotation M_k of PE(pos).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    ModuleResult,
+    Raised,
+    expect_finite,
+    expect_shape,
+    expect_tensor,
+    seeded,
+)
+
+BASE = 10000.0
+
+# A learner computes the table in float32. The error of an angle pos * omega then grows with
+# pos (a few units in the last place of a number near pos), so the tolerance does too: about
+# 2e-7 per position covers every float32 formulation we measured (exp/log, pow, a Python loop)
+# with a margin, and is still thousands of times smaller than any real mistake.
+ATOL = 1e-5
+ATOL_PER_POSITION = 2e-7
+RTOL = 1e-5
+
+
+# ----------------------------------------------------------------------------------------
+# the closed form and the tables that known mistakes produce (all float64)
+# ----------------------------------------------------------------------------------------
+
+
+def _table(
+    max_len: int,
+    d_model: int,
+    *,
+    base: float = BASE,
+    exponent: Callable[[torch.Tensor], torch.Tensor] | None = None,
+    first_position: int = 0,
+    swap: bool = False,
+    multiply: bool = False,
+    with_angle: bool = False,
+) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+    """The sinusoidal table (max_len, d_model), interleaved; keywords reproduce mistakes.
+
+    ``exponent(j)`` gives, for each column index j, the numerator n of the exponent n / d_model;
+    the paper's is 2i = j - j % 2 for both columns of the pair (2i, 2i + 1).
+    """
+    pos = torch.arange(first_position, first_position + max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    j = torch.arange(d_model, dtype=torch.float64)  # (d_model,)
+    numerator = (j - j % 2) if exponent is None else exponent(j)
+    scale = base ** (numerator / d_model)  # (d_model,)
+    angle = pos * scale if multiply else pos / scale  # (max_len, d_model)
+    even = (torch.arange(d_model) % 2 == 0)[None, :]  # (1, d_model)
+    if swap:
+        even = ~even
+    table = torch.where(even, torch.sin(angle), torch.cos(angle))
+    return (table, angle) if with_angle else table
+
+
+def closed_form(max_len: int, d_model: int) -> torch.Tensor:
+    """PE of the paper, (max_len, d_model) float64; for odd d_model the last column is a sin."""
+    return _table(max_len, d_model)
+
+
+def _halves(max_len: int, d_model: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every sin first, then every cos (concatenated instead of interleaved), and the angles."""
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # (ceil(d_model / 2),)
+    angle = pos / BASE ** (two_i / d_model)  # (max_len, ceil(d_model / 2))
+    angles = torch.cat([angle, angle[:, : d_model // 2]], dim=-1)  # (max_len, d_model)
+    return torch.cat([torch.sin(angle), torch.cos(angle[:, : d_model // 2])], dim=-1), angles
+
+
+def _rotation_error(pe: torch.Tensor, k: int) -> float:
+    """How far PE(pos + k) is from M_k PE(pos), over every pos and every complete (sin, cos) pair.
+
+    M_k is block diagonal: for the frequency omega_i of the pair (2i, 2i + 1) its block is
+    [[cos k omega_i, sin k omega_i], [-sin k omega_i, cos k omega_i]], the same for every pos.
+    """
+    max_len, d_model = pe.shape
+    pairs = d_model // 2
+    omega = BASE ** (-torch.arange(0, 2 * pairs, 2, dtype=torch.float64) / d_model)  # (pairs,)
+    c, s = torch.cos(k * omega), torch.sin(k * omega)  # (pairs,)
+    x = pe[: max_len - k, 0 : 2 * pairs : 2]  # (max_len - k, pairs): the sin columns at pos
+    y = pe[: max_len - k, 1 : 2 * pairs : 2]  # (max_len - k, pairs): the cos columns at pos
+    shifted_x = c * x + s * y  # the first row of each block times (sin, cos)
+    shifted_y = -s * x + c * y
+    target = pe[k:, : 2 * pairs]  # (max_len - k, 2 * pairs)
+    predicted = torch.stack([shifted_x, shifted_y], dim=-1).flatten(-2)  # (max_len - k, 2 * pairs)
+    return (predicted - target).abs().max().item()
+
+
+def _tolerance(expected: torch.Tensor, positions: torch.Tensor, factor: float = 1.0) -> torch.Tensor:
+    """Elementwise tolerance for a float32 result that contains the encoding of ``positions``."""
+    return factor * (ATOL + ATOL_PER_POSITION * positions) + RTOL * expected.abs()
+
+
+def _close(actual: torch.Tensor, expected: torch.Tensor, tol: torch.Tensor) -> bool:
+    if actual.shape != expected.shape:
+        return False
+    return bool(((actual.double() - expected).abs() <= tol).all())
+
+
+def _worst(actual: torch.Tensor, expected: torch.Tensor) -> str:
+    diff = (actual.double() - expected).abs()
+    index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
+    return (
+        f"the largest difference is {diff.max().item():.3g} at index {index}: "
+        f"you returned {actual[index].item():.6g} where {expected[index].item():.6g} was expected"
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# sinusoidal_encoding
+# ----------------------------------------------------------------------------------------
+
+
+ODD_HINT = (
+    "For odd d_model there is one more sin column than cos columns: pe[:, 0::2] has (d_model + 1) // 2 "
+    "columns but pe[:, 1::2] only d_model // 2, so give the cosines the first d_model // 2 frequencies "
+    "(the last column is a sin without a cos partner)."
+)
+
+
+class SinusoidalEncoding(Check):
+    function = "sinusoidal_encoding"
+    oracle = "the closed form sin/cos(pos / 10000^(2i/d_model)) in float64"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        def case(max_len: int, d_model: int, tag: str = "") -> Case:
+            return Case(f"max_len={max_len}, d_model={d_model}", (max_len, d_model), {}, tag)
+
+        out = [
+            case(50, 16),
+            case(12, 8),
+            case(100, 32),
+            case(9, 5),
+            case(1, 4),
+            case(20, 1),
+            case(0, 8, "invalid"),
+            case(6, 0, "invalid"),
+        ]
+        if hidden:
+            out += [
+                case(300, 24),
+                case(33, 9),
+                case(3, 2),
+                case(64, 128),
+                case(1, 1),
+                case(257, 7),
+                case(2, 3),
+                case(-3, 4, "invalid"),
+                case(4, -2, "invalid"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type != "NotImplementedError":
+            max_len, d_model = case.args
+            if case.tag == "invalid":
+                if result.type == "ValueError":
+                    return  # raising is the right answer here
+                raise CheckFailed(
+                    f"`sinusoidal_encoding` raised {result.type} ({result.message}) on the case {case.label}; "
+                    "a length or a width below 1 should raise ValueError with a message that says what is wrong: "
+                    "`raise ValueError(...)`, not an assert or another exception type."
+                )
+            if result.type == "RuntimeError" and d_model % 2 == 1:
+                raise CheckFailed(
+                    f"`sinusoidal_encoding` raised RuntimeError on the case {case.label}: {result.message}"
+                    + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                    + "\n" + ODD_HINT
+                )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        max_len, d_model = case.args
+        name = "`sinusoidal_encoding`'s table"
+        if case.tag == "invalid":
+            if not isinstance(result, Raised):
+                got = f"a tensor of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor) else repr(result)
+                raise CheckFailed(
+                    f"`sinusoidal_encoding` returned {got} on the case {case.label}: a table needs at least one "
+                    "position and one feature, so raise ValueError instead (an empty table would only fail later, "
+                    "far from the cause)."
+                )
+            return
+        pe = expect_tensor(result, name, case)
+        if tuple(pe.shape) == (d_model, max_len) and max_len != d_model:
+            raise CheckFailed(
+                f"{name} has shape {tuple(pe.shape)} on the case {case.label}: rows and columns are swapped. "
+                "One row per position, one column per feature: (max_len, d_model)."
+            )
+        if tuple(pe.shape) == (1, max_len, d_model):
+            raise CheckFailed(
+                f"{name} has shape {tuple(pe.shape)} on the case {case.label}: return the 2-D table (max_len, d_model), "
+                "without a batch axis; adding pe[:T] to a (B, T, d_model) batch broadcasts over the batch by itself."
+            )
+        expect_shape(pe, (max_len, d_model), name, case, "One row per position, one column per feature: (max_len, d_model).")
+        if pe.dtype != torch.float32:
+            raise CheckFailed(
+                f"{name} has dtype {str(pe.dtype).replace('torch.', '')} on the case {case.label}; return float32, the "
+                "dtype of the embeddings it is added to (compute in float64 if you like, then call .float())."
+            )
+        expect_finite(pe, name, case, "sin and cos are finite: look for a division by zero in the exponent.")
+        if pe.abs().max() > 1.0 + 1e-6:
+            raise CheckFailed(
+                f"{name} contains {pe.abs().max().item():.4g} on the case {case.label}, but sin and cos lie in [-1, 1]: "
+                "return sin(angle) and cos(angle), not the angles pos / 10000^(2i/d_model) themselves."
+            )
+
+        expected = closed_form(max_len, d_model)
+        positions = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
+        tol = _tolerance(expected, positions)
+        agrees = _close(pe, expected, tol)
+        for mistaken, message in [] if agrees else self._diagnoses(max_len, d_model):
+            candidate, angle = mistaken()
+            # A float32 angle is only as exact as its size allows: large angles need a wider margin.
+            candidate_tol = ATOL + 4 * ATOL_PER_POSITION * angle.abs() + RTOL * candidate.abs()
+            if not _close(candidate, expected, tol) and _close(pe, candidate, candidate_tol):
+                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+
+        # The properties hold for the closed form; when no known mistake fits, they say where to look.
+        p = pe.double()
+        pos = positions[:, 0]
+        if not _close(p[:, 0], torch.sin(pos), tol[:, 0]):
+            raise CheckFailed(
+                f"{name}'s column 0 is not sin(pos) on the case {case.label}: for 2i = 0 the divisor "
+                "10000^(2i/d_model) is 1, so column 0 must be sin(0), sin(1), sin(2), ... "
+                f"({_worst(p[:, :1], torch.sin(pos)[:, None])})."
+            )
+        if d_model > 1 and not _close(p[:, 1], torch.cos(pos), tol[:, 1]):
+            raise CheckFailed(
+                f"{name}'s column 1 is not cos(pos) on the case {case.label}: columns 0 and 1 form the first pair "
+                "(2i = 0), so column 1 must be cos(0), cos(1), cos(2), ... "
+                f"({_worst(p[:, 1:2], torch.cos(pos)[:, None])})."
+            )
+        if max_len > 1:
+            gaps = torch.cdist(p, p)  # (max_len, max_len)
+            # Only pairs of rows that the paper's table keeps well apart (one column of sin(pos)
+            # alone, d_model = 1, can bring two far positions close together).
+            merged = (gaps < 1e-3) & (torch.cdist(expected, expected) > 1e-2)
+            if merged.any():
+                a, b = (int(i) for i in merged.nonzero()[0])
+                raise CheckFailed(
+                    f"{name} gives positions {min(a, b)} and {max(a, b)} the same encoding on the case {case.label}: "
+                    "every position must get its own row, or the model cannot tell them apart."
+                )
+        for k in (1, 3, 7):
+            if d_model >= 2 and k < max_len and _rotation_error(p, k) > 1e-3 + ATOL_PER_POSITION * max_len:
+                raise CheckFailed(
+                    f"{name} on the case {case.label}: PE(pos + {k}) is not the rotation M_{k} PE(pos). Every pair of "
+                    "columns (2i, 2i + 1) must hold (sin, cos) of the same angle pos / 10000^(2i/d_model); "
+                    f"{_worst(p, expected)}."
+                )
+        if not agrees:
+            raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
+
+    @staticmethod
+    def _diagnoses(max_len: int, d_model: int) -> list[tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], str]]:
+        """(what a known mistake returns and its angles, what to tell the learner)."""
+        return [
+            (lambda: _table(max_len, d_model, with_angle=True, swap=True),
+             "sin and cos are swapped: the even columns (0, 2, 4, ...) take sin and the odd columns take cos."),
+            (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: j),
+             "the odd columns used their own index in the exponent (j / d_model with j the column). Both columns "
+             "of a pair share one frequency: column 2i + 1 uses the exponent 2i / d_model of its even partner, "
+             "i.e. j - j % 2, or torch.arange(0, d_model, 2) used for the sin and the cos columns alike."),
+            (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: (j - j % 2) / 2),
+             "the exponent was i / d_model with i the pair index (column // 2). The paper's exponent is "
+             "2i / d_model, the even column index over d_model: torch.arange(0, d_model, 2) / d_model."),
+            (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: 2 * j),
+             "the exponent used twice the column index, 2j / d_model. In the formula i counts pairs, so "
+             "column j = 2i (or 2i + 1) has the exponent 2i / d_model = (j - j % 2) / d_model."),
+            (lambda: _table(max_len, d_model, with_angle=True, base=1000.0),
+             "the base is 10000, not 1000: the divisor is 10000^(2i/d_model)."),
+            (lambda: _table(max_len, d_model, with_angle=True, base=100000.0),
+             "the base is 10000, not 100000: the divisor is 10000^(2i/d_model)."),
+            (lambda: _table(max_len, d_model, with_angle=True, base=math.e),
+             "the divisor is 10000^(2i/d_model), but you used e^(2i/d_model): with exp(), the exponent must be "
+             "multiplied by log(10000)."),
+            (lambda: _table(max_len, d_model, with_angle=True, first_position=1),
+             "positions start at 1; they run from 0 to max_len - 1 (torch.arange(max_len)), so row 0 is "
+             "sin(0) = 0, cos(0) = 1, ..."),
+            (lambda: _halves(max_len, d_model),
+             "all the sines fill the first half of the columns and all the cosines the second half; the paper "
+             "interleaves them: column 2i is a sin and column 2i + 1 the cos of the same angle (pe[:, 0::2] and pe[:, 1::2])."),
+            (lambda: _table(max_len, d_model, with_angle=True, multiply=True),
+             "pos was multiplied by 10000^(2i/d_model); divide by it (or multiply by 10000^(-2i/d_model): "
+             "mind the minus sign in exp(-2i * log(10000) / d_model))."),
+        ]
+
+
+# ----------------------------------------------------------------------------------------
+# PositionalEmbedding
+# ----------------------------------------------------------------------------------------
+
+
+SHAPE_HINT = (
+    "tokens has shape (B, T); the encoding to add is pe[:T], shape (T, d_model), which broadcasts over the "
+    "batch: slice the table by the sequence length T = tokens.shape[1], not by the batch size tokens.shape[0]."
+)
+
+
+class PositionalEmbeddingCheck(Check):
+    function = "PositionalEmbedding"
+    oracle = "embedding weight[tokens] * sqrt(d_model) + the closed-form encoding, in float64"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(6 if not hidden else 60)
+
+        def case(vocab: int, d_model: int, B: int, T: int, max_len: int | None = 40, dropout: float = 0.1,
+                 train: bool = False, tag: str = "") -> Case:
+            init = {"vocab_size": vocab, "d_model": d_model, "dropout": dropout}
+            if max_len is not None:
+                init["max_len"] = max_len
+            # A small initialisation, as when the embedding is shared with the output layer: the
+            # sqrt(d_model) scale then matters, and a missing one is visible.
+            weight = torch.randn(vocab, d_model, generator=g) / math.sqrt(d_model)
+            tokens = torch.randint(0, vocab, (B, T), generator=g)
+            mode = "train mode" if train else "eval mode"
+            label = (f"vocab_size={vocab}, d_model={d_model}, dropout={dropout}, "
+                     f"max_len={5000 if max_len is None else max_len}, tokens ({B}, {T}), {mode}")
+            return Case(label, (tokens,), {}, tag, init=init, state={"embedding.weight": weight},
+                        collect=("pe",), train=train)
+
+        out = [
+            case(11, 16, B=2, T=7),
+            case(20, 8, B=1, T=9, max_len=12),
+            case(7, 12, B=3, T=6, max_len=6, tag="full-length"),
+            case(13, 32, B=4, T=24, max_len=50, dropout=0.5, train=True),
+            case(9, 8, B=2, T=10, max_len=8, tag="too-long"),
+        ]
+        if hidden:
+            out += [
+                case(30, 9, B=5, T=17, max_len=100),
+                case(5, 24, B=2, T=3, max_len=None),
+                case(17, 16, B=6, T=30, max_len=64, dropout=0.2, train=True),
+                case(6, 8, B=3, T=5, max_len=20, dropout=0.0, train=True),
+                case(10, 20, B=1, T=33, max_len=33, tag="full-length"),
+                case(4, 8, B=1, T=2, max_len=1, tag="too-long"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        name = "`PositionalEmbedding`"
+        if case.tag == "too-long" and isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch"):
+            if result.type == "ValueError":
+                return  # raising is the right answer here
+            raise CheckFailed(
+                f"{name} raised {result.type} ({result.message}) on the case {case.label}, whose sequence is longer "
+                "than max_len. Check the length yourself at the start of forward and raise ValueError with a clear "
+                "message (say which T and which max_len), instead of letting a shape error happen later."
+            )
+        if isinstance(result, Raised) and result.type == "StateMismatch" and "does not ask for: pe" in result.message:
+            raise CheckFailed(
+                f"{name}'s parameters do not match the exercise on the case {case.label}: it has parameters the "
+                "exercise does not ask for: pe. The table is fixed, not learned: register it with "
+                "self.register_buffer('pe', ..., persistent=False), not as an nn.Parameter."
+            )
+        if isinstance(result, Raised) and result.type == "RuntimeError" and (
+            "size of tensor" in result.message or "must match" in result.message
+        ):
+            raise CheckFailed(
+                f"{name} raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + "\n" + SHAPE_HINT
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        name = "`PositionalEmbedding`'s output"
+        init = case.init
+        d_model, p = init["d_model"], init["dropout"]
+        max_len = init.get("max_len", 5000)
+        (tokens,) = case.args
+        B, T = tokens.shape
+        if case.tag == "too-long":
+            if not isinstance(result, Raised):
+                raise CheckFailed(
+                    f"`PositionalEmbedding` returned a result on the case {case.label}, but the table only covers "
+                    f"{max_len} positions and the sequence has {T}: raise ValueError (saying T and max_len) when "
+                    "T > max_len, rather than quietly using a shorter or made-up encoding."
+                )
+            return
+        assert isinstance(result, ModuleResult)
+        y = expect_tensor(result.output, name, case)
+        if tuple(y.shape) == (B, T, 2 * d_model):
+            raise CheckFailed(
+                f"{name} has shape {tuple(y.shape)} on the case {case.label}: the encoding was concatenated to the "
+                "embeddings. The paper adds it, element by element, so the output keeps d_model features: "
+                "embedding * sqrt(d_model) + pe[:T]."
+            )
+        expect_shape(y, (B, T, d_model), name, case, "One vector of d_model features per token: (B, T, d_model).")
+        if y.dtype != torch.float32:
+            raise CheckFailed(
+                f"{name} has dtype {str(y.dtype).replace('torch.', '')} on the case {case.label}; it should be float32 "
+                "like the embeddings: the table pe must be float32 too (sinusoidal_encoding returns float32)."
+            )
+        expect_finite(y, name, case, "")
+
+        W = case.state["embedding.weight"].double()
+        pe = closed_form(T + 1, d_model)  # one extra row, for the off-by-one diagnosis
+        emb = W[tokens]  # (B, T, d_model)
+        scale = math.sqrt(d_model)
+        expected = emb * scale + pe[:T]  # (B, T, d_model)
+        positions = torch.arange(T, dtype=torch.float64)[None, :, None]  # (1, T, 1)
+
+        if case.train:
+            self._judge_dropout(case, y, expected, emb * scale, pe[:T], positions, p)
+        else:
+            tol = _tolerance(expected, positions)
+            if not _close(y, expected, tol):
+                self._explain_wrong_output(case, y, expected, emb, pe, positions, tol, result)
+        self._judge_table(case, result, max_len, d_model)
+
+    def _explain_wrong_output(self, case, y, expected, emb, pe, positions, tol, result) -> None:
+        name = "`PositionalEmbedding`'s output"
+        d_model, p = case.init["d_model"], case.init["dropout"]
+        B, T = case.args[0].shape
+        scale = math.sqrt(d_model)
+        diagnoses = [
+            (emb + pe[:T], "the embeddings were not multiplied by sqrt(d_model) (section 3.4 of the paper): "
+                           "embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
+            ((emb + pe[:T]) * scale, "you scaled the sum; multiply only the embeddings by sqrt(d_model), then add the "
+                                     "encoding, whose values must stay in [-1, 1]."),
+            (emb + pe[:T] * scale, "the encoding was multiplied by sqrt(d_model) instead of the embeddings: "
+                                   "embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
+            (emb / scale + pe[:T], "the embeddings were divided by sqrt(d_model); multiply them."),
+            (emb * d_model + pe[:T], "the embeddings were multiplied by d_model; the factor is its square root, sqrt(d_model)."),
+            (emb * scale, "the positional encoding was not added: embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
+            (emb * scale + pe[1 : T + 1], "the encoding is off by one position: token t gets pe[t], starting at pe[0]."),
+        ]
+        if B == 1:
+            diagnoses.append((emb * scale + pe[:1], "every position got the encoding of position 0, pe[:B] with B = 1. "
+                              + SHAPE_HINT))
+        for candidate, message in diagnoses:
+            if _close(y, candidate, _tolerance(candidate, positions)):
+                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+        if p > 0:
+            zeroed = (y.double().abs() <= tol) & (expected.abs() > 1e-3)
+            kept = (y.double() - expected / (1 - p)).abs() <= tol / (1 - p)
+            if zeroed.any() and bool((zeroed | kept | (expected.abs() <= 1e-3)).all()):
+                raise CheckFailed(
+                    f"{name} is wrong on the case {case.label}: dropout is active in eval mode (some entries are zero "
+                    "and the rest divided by 1 - p). Use the submodule self.dropout (nn.Dropout), which turns itself "
+                    "off after module.eval(), rather than F.dropout(..., training=True)."
+                )
+        table = None if result is None else result.attributes.get("pe")
+        if isinstance(table, torch.Tensor) and tuple(table.shape[-2:]) == (case.init.get("max_len", 5000), d_model):
+            flat = table.reshape(-1, d_model)[:T].double()
+            if not _close(flat, pe[:T], _tolerance(pe[:T], positions[0])):
+                raise CheckFailed(
+                    f"{name} is wrong on the case {case.label} because self.pe is not the sinusoidal table: build it "
+                    "with your sinusoidal_encoding(max_len, d_model), and pass its checks first."
+                )
+        raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(y, expected)}. "
+                          "Expected dropout(embedding(tokens) * sqrt(d_model) + pe[:T]).")
+
+    def _judge_dropout(self, case, y, expected, scaled_emb, pe, positions, p) -> None:
+        """Training mode: each entry is either dropped (0) or the eval value divided by 1 - p."""
+        name = "`PositionalEmbedding`'s output"
+        yd = y.double()
+        tol = _tolerance(expected, positions, 1.0 / (1 - p))
+        clear = expected.abs() > 1e-3  # entries that cannot be mistaken for a dropped one
+        if p == 0:
+            if _close(y, expected, tol):
+                return
+            dropped = (yd.abs() <= tol) & clear
+            if dropped.any():
+                raise CheckFailed(
+                    f"{name} on the case {case.label}: {dropped.sum().item() / clear.sum().item():.1%} of the entries "
+                    "were dropped, but with dropout=0.0 none should be. Build the dropout layer from the "
+                    "constructor's argument, nn.Dropout(dropout), rather than a fixed probability."
+                )
+            self._explain_wrong_output(case, y, expected, scaled_emb / math.sqrt(case.init["d_model"]),
+                                       closed_form(positions.shape[1] + 1, case.init["d_model"]), positions, tol, None)
+        if _close(y, expected, _tolerance(expected, positions)):
+            raise CheckFailed(
+                f"{name} on the case {case.label} is exactly the eval-mode output: "
+                "no entry was dropped. Apply self.dropout to the sum, dropout(embedding * sqrt(d_model) + pe[:T]) "
+                "(section 5.4 of the paper)."
+            )
+        kept = (yd - expected / (1 - p)).abs() <= tol
+        dropped = yd.abs() <= tol
+        if not bool((kept | dropped).all()):
+            # Kept entries scaled by one common factor other than 1 / (1 - p): another probability.
+            survivors = ~dropped & clear
+            if survivors.any():
+                ratio = yd[survivors] / expected[survivors]
+                factor = ratio.median().item()
+                if factor > 1 and (ratio - factor).abs().max().item() < 1e-3 * factor:
+                    raise CheckFailed(
+                        f"{name} on the case {case.label}: the kept entries were divided by {1 / factor:.3g}, i.e. "
+                        f"dropout with p = {1 - 1 / factor:.3g}, but the constructor asked for dropout={p}. Build the "
+                        "dropout layer from the constructor's argument, nn.Dropout(dropout), rather than a fixed probability."
+                    )
+            # Dropout before the addition: a dropped entry still holds the encoding.
+            early_dropped = (yd - pe).abs() <= tol
+            early_kept = (yd - (scaled_emb / (1 - p) + pe)).abs() <= tol
+            if bool((early_dropped | early_kept).all()):
+                raise CheckFailed(
+                    f"{name} is wrong on the case {case.label}: dropout was applied to the embeddings "
+                    "before the encoding was added, so dropped entries still hold pe. The paper applies dropout to "
+                    "the sum: self.dropout(embedding(tokens) * sqrt(d_model) + pe[:T])."
+                )
+            raise CheckFailed(
+                f"{name} is wrong on the case {case.label}: each entry should be either 0 "
+                "(dropped) or the eval-mode value divided by 1 - p, as nn.Dropout does to "
+                "embedding(tokens) * sqrt(d_model) + pe[:T]; "
+                f"{_worst(y, expected / (1 - p))} (if kept)."
+            )
+        fraction = (dropped & clear).sum().item() / max(1, clear.sum().item())
+        n = clear.sum().item()
+        if abs(fraction - p) > 4 * math.sqrt(p * (1 - p) / n) + 0.01:
+            raise CheckFailed(
+                f"{name} on the case {case.label}: {fraction:.1%} of the entries were dropped, but with dropout={p} "
+                f"about {p:.0%} should be. Build the dropout layer from the constructor's argument, "
+                "nn.Dropout(dropout), rather than a fixed probability."
+            )
+
+    def _judge_table(self, case: Case, result: ModuleResult, max_len: int, d_model: int) -> None:
+        table = result.attributes.get("pe")
+        where = f"on the case {case.label}"
+        if table is None:
+            raise CheckFailed(
+                f"`PositionalEmbedding` has no attribute `pe` {where}: register the table in __init__ with "
+                "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."
+            )
+        if not isinstance(table, torch.Tensor):
+            raise CheckFailed(f"`PositionalEmbedding`'s `pe` is a {getattr(table, 'type', type(table).__name__)} {where}, "
+                              "not a tensor: register the table with self.register_buffer.")
+        if tuple(table.shape) != (max_len, d_model):
+            raise CheckFailed(
+                f"`PositionalEmbedding`'s buffer pe has shape {tuple(table.shape)} {where}; keep the table as "
+                f"sinusoidal_encoding returns it, (max_len, d_model) = {(max_len, d_model)}, and slice it with pe[:T]."
+            )
+        rows = min(max_len, 64)  # the start of the table is enough to recognise it
+        expected = closed_form(rows, d_model)
+        positions = torch.arange(rows, dtype=torch.float64)[:, None]
+        if not _close(table[:rows], expected, _tolerance(expected, positions)):
+            raise CheckFailed(
+                f"`PositionalEmbedding`'s buffer pe is not the sinusoidal table {where}: build it with your "
+                f"sinusoidal_encoding(max_len, d_model); {_worst(table[:rows], expected)}."
+            )
+
+
+CHECKS = [SinusoidalEncoding, PositionalEmbeddingCheck]

@@ -1,0 +1,127 @@
+"""The model of "Attention Is All You Need", assembled from the parts built in chapters 2 to 6.
+
+Nothing here re-implements a part: attention, the encoder and decoder stacks and the
+positional embedding are imported from the reference modules that the chapters' notebooks
+generate. This file only wires them together, as Figure 1 of the paper draws them.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import NamedTuple
+
+import torch
+from torch import nn
+
+from reference.decoder import Decoder, subsequent_mask
+from reference.encoder import Encoder
+from reference.positional import PositionalEmbedding
+
+
+@dataclass(frozen=True)
+class TransformerConfig:
+    """Every setting of the model. The defaults are the paper's base model (Table 3)."""
+
+    src_vocab_size: int = 37000  # the paper's shared English-German byte-pair vocabulary
+    tgt_vocab_size: int = 37000
+    d_model: int = 512
+    h: int = 8
+    N: int = 6  # layers in the encoder, and again in the decoder
+    d_ff: int = 2048
+    dropout: float = 0.1
+    max_len: int = 5000
+    # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
+    share_embeddings: bool = True
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.h:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by h={self.h}: each head gets d_model / h features"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
+            raise ValueError(
+                "share_embeddings needs one vocabulary for both languages, but "
+                f"src_vocab_size={self.src_vocab_size} and tgt_vocab_size={self.tgt_vocab_size}"
+            )
+        if not 0 <= self.pad_id < min(self.src_vocab_size, self.tgt_vocab_size):
+            raise ValueError(f"pad_id={self.pad_id} is not a token of the vocabulary")
+
+    @property
+    def d_k(self) -> int:
+        return self.d_model // self.h
+
+
+class Memory(NamedTuple):
+    """What the encoder hands the decoder: its output and which source positions are padding."""
+
+    states: torch.Tensor  # (B, T_src, d_model)
+    key_padding_mask: torch.Tensor  # (B, T_src), True at padding
+
+
+class Transformer(nn.Module):
+    """Encoder-decoder Transformer: tokens in, next-token logits out.
+
+    ``encode(src)`` and ``decode(memory, ys)`` are the interface a decoding loop drives (the
+    greedy decoder of chapter 1 works with it unchanged); ``forward(src, tgt)`` does both at once
+    for training with teacher forcing.
+    """
+
+    def __init__(self, config: TransformerConfig = TransformerConfig()) -> None:
+        super().__init__()
+        c = self.config = config
+        self.src_embed = PositionalEmbedding(c.src_vocab_size, c.d_model, c.dropout, c.max_len)
+        self.tgt_embed = PositionalEmbedding(c.tgt_vocab_size, c.d_model, c.dropout, c.max_len)
+        self.encoder = Encoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
+        self.decoder = Decoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
+        self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
+        if c.share_embeddings:
+            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
+            self.generator.weight = self.src_embed.embedding.weight
+        self._init_weights()
+
+    def _init_weights(self) -> None:
+        # Xavier for every matrix, as the paper's reference code does; one embedding scale for all.
+        for name, p in self.named_parameters():
+            if p.dim() > 1:
+                nn.init.xavier_uniform_(p)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
+        # With shared weights the table is also the output projection: keep its entries small
+        # (the embedding is multiplied by sqrt(d_model) on the way in).
+        nn.init.normal_(self.src_embed.embedding.weight, mean=0.0, std=self.config.d_model ** -0.5)
+        if not self.config.share_embeddings:
+            nn.init.normal_(self.tgt_embed.embedding.weight, mean=0.0, std=self.config.d_model ** -0.5)
+
+    def encode(self, src: torch.Tensor) -> Memory:
+        """src (B, T_src) token ids -> the encoder's output and the source padding mask."""
+        padding = src == self.config.pad_id  # (B, T_src)
+        states = self.encoder(self.src_embed(src), key_padding_mask=padding)  # (B, T_src, d_model)
+        return Memory(states, padding)
+
+    def decode(self, memory: Memory, ys: torch.Tensor) -> torch.Tensor:
+        """ys (B, T) target prefix -> logits (B, T, tgt_vocab_size) for the token after each position."""
+        causal = subsequent_mask(ys.size(1)).to(ys.device)  # (T, T), True where attending is allowed
+        hidden = self.decoder(
+            self.tgt_embed(ys), memory.states, tgt_mask=causal,
+            tgt_key_padding_mask=ys == self.config.pad_id, memory_key_padding_mask=memory.key_padding_mask,
+        )  # (B, T, d_model)
+        return self.generator(hidden)  # (B, T, V)
+
+    def forward(self, src: torch.Tensor, tgt: torch.Tensor) -> torch.Tensor:
+        """Teacher forcing: src (B, T_src), tgt (B, T_tgt) -> logits (B, T_tgt, V)."""
+        return self.decode(self.encode(src), tgt)
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Trainable parameters, each shared tensor counted once."""
+    return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
+
+
+def config_dict(config: TransformerConfig) -> dict:
+    return asdict(config)
