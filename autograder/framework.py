@@ -19,6 +19,7 @@ import contextlib
 import copy
 import importlib
 import math
+import sys
 import traceback
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
@@ -83,6 +84,8 @@ class Raised:
     type: str
     message: str
     where: str = ""
+    #: the qualified name of the function that raised (e.g. "LayerNorm.forward")
+    origin: str = ""
 
 
 @dataclass(frozen=True)
@@ -153,6 +156,10 @@ class ModuleResult:
 def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
     module = cls(**materialize(dict(case.init)))
     if case.state is not None:
+        # A module is built in float32; a case whose weights are float64 runs it in float64.
+        dtypes = {v.dtype for v in case.state.values() if v.is_floating_point()}
+        if len(dtypes) == 1 and dtypes != {torch.float32} and hasattr(module, "to"):
+            module = module.to(dtypes.pop())
         # Parameters only: buffers (a positional-encoding table, say) are the learner's to compute.
         own = dict(module.named_parameters()) if hasattr(module, "named_parameters") else {}
         missing = sorted(set(case.state) - set(own))
@@ -254,6 +261,29 @@ class UsedForbidden:
     names: tuple[str, ...]
 
 
+def _own_code(fn: Callable) -> set:
+    """The code objects of the function or class under test (its methods)."""
+    if isinstance(fn, type):
+        return {m.__code__ for klass in fn.__mro__ for m in vars(klass).values() if hasattr(m, "__code__")}
+    code = getattr(fn, "__code__", None)
+    return {code} if code is not None else set()
+
+
+def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
+    """An exception as data: its type, message and line; ``origin`` names the function it came
+    from when that is not ``fn`` itself (a helper the learner has not written yet, say)."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
+    last = None
+    for frame, _ in traceback.walk_tb(exc.__traceback__):
+        last = frame
+    origin = ""
+    library = (sys.prefix, sys.base_prefix)
+    if last is not None and fn is not None and last.f_code not in _own_code(fn) and not last.f_code.co_filename.startswith(library):
+        origin = getattr(last.f_code, "co_qualname", last.f_code.co_name)
+    return Raised(type(exc).__name__, str(exc)[:2000], where, origin)
+
+
 def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, forbidden: Sequence[str] = ()) -> Any:
     """Run one case in this process and return its plain result, a :class:`Raised`, or
     :class:`UsedForbidden` when it called one of ``forbidden`` (recorded by installed ``wires``)."""
@@ -266,9 +296,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, forbi
             else:
                 result = to_plain(fn(*args, **kwargs))
     except Exception as exc:  # the learner's mistake is data for the judge, not a crash
-        frames = traceback.extract_tb(exc.__traceback__)
-        where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
-        result = Raised(type(exc).__name__, str(exc), where)
+        result = raised(exc, fn)
     hits = [name for name in dict.fromkeys(used) if name in forbidden]
     return UsedForbidden(tuple(hits)) if hits else result
 
@@ -311,6 +339,12 @@ class Check:
             )
         if isinstance(result, Raised):
             if result.type == "NotImplementedError":
+                owner = result.origin.split(".")[0]
+                if owner and owner != name:
+                    raise CheckFailed(
+                        f"`{name}` could not run because `{result.origin}` is not implemented yet: it calls "
+                        f"`{owner}`, so finish that first (its own test cell comes earlier)."
+                    )
                 raise CheckFailed(
                     f"`{name}` is not implemented yet: replace `raise NotImplementedError()` with your code."
                 )

@@ -160,7 +160,9 @@ def feedback_html(assignment: Assignment, result: Result) -> str:
         f"<h1>{e(assignment.name)} / {e(assignment.notebook)}.ipynb: feedback for {e(result.learner)}</h1>"
         f"<p>Score: <b>{result.score:g} / {assignment.max_score:g}</b> (graded {when})</p>{error}{notes}"
         "<table><tr><th>test</th><th>result</th><th>points</th></tr>" + "".join(rows) + "</table>"
-        "<p>Hidden tests are reported as passed or failed only.</p></body></html>"
+        "<p>Hidden tests are reported as passed or failed only. Each function is graded on its own: where it "
+        "calls another graded function of this notebook, the course's version of that function is used, so "
+        "one mistake costs its own points only.</p></body></html>"
     )
 
 

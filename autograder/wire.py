@@ -54,7 +54,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, Provided):
         return {"$provided": [value.name, encode(dict(value.kwargs))]}
     if isinstance(value, Raised):
-        return {"$raised": [value.type, value.message[:2000], value.where[:500]]}
+        return {"$raised": [value.type, value.message[:2000], value.where[:500], value.origin[:200]]}
     if isinstance(value, UsedForbidden):
         return {"$forbidden": list(value.names)}
     if isinstance(value, ModuleResult):
@@ -110,7 +110,7 @@ def decode(value: Any, depth: int = 0) -> Any:
     if tag == "$provided":
         return Provided(str(body[0]), decode(body[1], depth + 1))
     if tag == "$raised":
-        return Raised(str(body[0]), str(body[1]), str(body[2]))
+        return Raised(*(str(b) for b in body[:4]))
     if tag == "$forbidden":
         return UsedForbidden(tuple(str(b) for b in body))
     if tag == "$module":

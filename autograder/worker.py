@@ -73,7 +73,7 @@ def main() -> None:
     import torch
 
     from . import wire
-    from .framework import Raised, Tripwires, call_learner
+    from .framework import Tripwires, call_learner, raised
 
     torch.set_num_threads(1)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
@@ -117,7 +117,7 @@ def main() -> None:
                         case = wire.decode(request["case"])
                         result = call_learner(fn, case, wires, request.get("forbidden", []))
                     except BaseException as exc:
-                        result = Raised(type(exc).__name__, str(exc)[:1000], _where(exc))
+                        result = raised(exc)
                     finally:
                         for n, v in saved.items():
                             if v is None:

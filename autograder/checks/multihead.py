@@ -1,0 +1,607 @@
+"""Chapter 3 checks: split_heads, merge_heads, MultiHeadAttention.
+
+Oracles: closed-form slicing and concatenation for the bookkeeping of heads, and PyTorch's own
+``torch.nn.MultiheadAttention`` (batch_first=True) loaded with the same weights, in float64
+(:mod:`autograder.oracles`). The diagnoses recompute, in float64, what a known mistake would
+have returned, so that a wrong answer can be named.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from torch import nn
+
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    ModuleResult,
+    Raised,
+    call_learner,
+    expect_close,
+    expect_dtype,
+    expect_finite,
+    expect_shape,
+    expect_tensor,
+    matches,
+    seeded,
+)
+from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
+
+# ----------------------------------------------------------------------------------------
+# split_heads and merge_heads
+# ----------------------------------------------------------------------------------------
+
+INDIVISIBLE = "indivisible"
+
+
+def _blocks(x: torch.Tensor, h: int) -> torch.Tensor:
+    """Closed form of the split: head i is the slice of features i*d_k .. (i+1)*d_k - 1."""
+    d_k = x.shape[-1] // h
+    return torch.stack([x[..., i * d_k:(i + 1) * d_k] for i in range(h)], dim=1)  # (B, h, T, d_k)
+
+
+def _side_by_side(x: torch.Tensor) -> torch.Tensor:
+    """Closed form of the merge: Concat(head_1, ..., head_h) along the features."""
+    return torch.cat([x[:, i] for i in range(x.shape[1])], dim=-1)  # (B, T, h * d_k)
+
+
+def _runtime_hint(result: Raised) -> str:
+    if "view size is not compatible" in result.message:
+        return (
+            "\n`.view` needs a tensor laid out contiguously in memory, and a transposed tensor is not: "
+            "use `.reshape(...)` (or `.contiguous().view(...)`)."
+        )
+    if "is invalid for input of size" in result.message:
+        return "\nThe shape you asked for does not hold the same number of elements as the input: check B, T, h and d_k."
+    return ""
+
+
+class _HeadsCheck(Check):
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if case.tag == INDIVISIBLE and not (isinstance(result, Raised) and result.type == "NotImplementedError"):
+            return  # judged below: raising is the right answer there
+        if isinstance(result, Raised) and result.type == "RuntimeError":
+            raise CheckFailed(
+                f"`{self.function}` raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + _runtime_hint(result)
+            )
+        super().reject_non_results(case, result)
+
+
+class SplitHeads(_HeadsCheck):
+    function = "split_heads"
+    oracle = "slicing the features into h consecutive blocks of d_k"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(31 if not hidden else 310)
+
+        def case(B, T, d_model, h, dtype=torch.float32, tag=""):
+            x = torch.randn(B, T, d_model, generator=g, dtype=torch.float64).to(dtype)
+            return Case(f"x {(B, T, d_model)} {str(dtype)[6:]}, h={h}", (x, h), {}, tag)
+
+        out = [
+            case(2, 5, 8, 2),
+            case(1, 3, 12, 3, torch.float64),
+            case(3, 4, 16, 4),  # T == h: a missing transpose keeps the right shape
+            case(2, 6, 8, 8),  # d_k = 1
+            case(2, 3, 10, 4, tag=INDIVISIBLE),
+        ]
+        if hidden:
+            out += [
+                case(4, 7, 32, 8),
+                case(2, 5, 6, 1),
+                case(3, 2, 24, 6, torch.float64),
+                case(1, 9, 20, 5),
+                case(2, 4, 12, 8, tag=INDIVISIBLE),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        x, h = case.args
+        B, T, d_model = x.shape
+        name = "`split_heads`"
+        if case.tag == INDIVISIBLE:
+            _expect_value_error(result, name, case, d_model, h, "split_heads")
+            return
+        d_k = d_model // h
+        y = expect_tensor(result, f"{name}'s result", case)
+        shape = (B, h, T, d_k)
+        if tuple(y.shape) != shape:
+            hints = {
+                (B, T, h, d_k): "This is (B, T, h, d_k): the reshape is right; now move the head axis in front of "
+                                "the positions with .transpose(1, 2).",
+                (B, h, d_k, T): "This is (B, h, d_k, T): the positions ended up last. After the reshape to "
+                                "(B, T, h, d_k), swap axes 1 and 2 only: .transpose(1, 2).",
+                (B, d_k, T, h): "Here h and d_k are swapped: reshape to (B, T, h, d_k) with d_k = d_model // h, then transpose(1, 2).",
+                (B, T, d_k, h): "Here h and d_k are swapped: reshape to (B, T, h, d_k) with d_k = d_model // h.",
+                (h, B, T, d_k): "The head axis went in front of the batch: it belongs at position 1, (B, h, T, d_k).",
+            }
+            expect_shape(y, shape, f"{name}'s result", case, hints.get(tuple(y.shape), ""))
+        expect_dtype(y, x.dtype, f"{name}'s result", case)
+        xd = x.double()
+        diagnoses = [
+            (lambda: xd.reshape(B, h, T, d_k),
+             "it has the right shape but was reshaped straight to (B, h, T, d_k) without the transpose, which cuts "
+             "the flat memory of (T, d_model) into h pieces and so mixes positions into heads. Reshape to "
+             "(B, T, h, d_k) first, then .transpose(1, 2)."),
+            (lambda: xd.reshape(B, T, h, d_k),
+             "the head axis was not moved in front of the positions: after the reshape to (B, T, h, d_k), "
+             "add .transpose(1, 2)."),
+            (lambda: xd.reshape(B, T, d_k, h).permute(0, 3, 1, 2),
+             "each head took every h-th feature instead of a consecutive block: reshape to (B, T, h, d_k) "
+             "(h before d_k) so that head i gets features i*d_k .. (i+1)*d_k - 1."),
+            (lambda: xd.reshape(B, T, h, d_k).transpose(1, 2).flip(1),
+             "the heads are in reverse order: head 0 takes the first d_k features."),
+        ]
+        expect_close(y, _blocks(xd, h), f"{name}'s result", case, diagnoses,
+                     hint="Head i at position t must hold x[b, t, i*d_k:(i+1)*d_k].")
+
+
+class MergeHeads(_HeadsCheck):
+    function = "merge_heads"
+    oracle = "concatenating the heads along the features (the inverse of the split)"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(32 if not hidden else 320)
+
+        def case(B, h, T, d_k, dtype=torch.float32, tag="", label=""):
+            x = torch.randn(B, h, T, d_k, generator=g, dtype=torch.float64).to(dtype)
+            return Case(label or f"x {(B, h, T, d_k)} {str(dtype)[6:]}", (x,), {}, tag)
+
+        out = [
+            case(2, 2, 5, 4),
+            case(1, 3, 4, 4, torch.float64),
+            case(3, 4, 4, 2),
+            case(2, 8, 3, 1),
+        ]
+        whole = torch.randn(2, 5, 12, generator=g)
+        out.append(Case("x = a (2, 5, 12) tensor cut into h=3 heads of d_k=4; merging must give it back", (_blocks(whole, 3),), {}, "round-trip"))
+        if hidden:
+            out += [
+                case(4, 8, 7, 4, torch.float64),
+                case(1, 1, 5, 6),
+                case(2, 6, 1, 3),
+                case(3, 2, 9, 16),
+            ]
+            whole = torch.randn(3, 7, 32, generator=g, dtype=torch.float64)
+            out.append(Case("x = a (3, 7, 32) float64 tensor cut into h=8 heads; merging must give it back",
+                            (_blocks(whole, 8),), {}, "round-trip"))
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        B, h, T, d_k = x.shape
+        name = "`merge_heads`"
+        y = expect_tensor(result, f"{name}'s result", case)
+        shape = (B, T, h * d_k)
+        if tuple(y.shape) != shape:
+            hints = {
+                (B, T, h, d_k): "The heads were moved back but not flattened: reshape to (B, T, h * d_k).",
+                (B, h, T * d_k): "The heads were flattened in place; first .transpose(1, 2) to (B, T, h, d_k), then reshape.",
+                (B, h * T, d_k): "The heads were stacked along the positions; Concat puts them side by side along the features.",
+            }
+            hint = hints.get(tuple(y.shape), "")
+            if tuple(y.shape) == (B, T, d_k):
+                hint = "The heads were summed or averaged; Concat puts them side by side: (B, T, h * d_k)."
+            expect_shape(y, shape, f"{name}'s result", case, hint)
+        expect_dtype(y, x.dtype, f"{name}'s result", case)
+        xd = x.double()
+        diagnoses = [
+            (lambda: xd.reshape(B, T, h * d_k),
+             "it has the right shape but the head axis was not moved back behind the positions before the reshape: "
+             "(B, h, T, d_k).transpose(1, 2) gives (B, T, h, d_k), and only then reshape to (B, T, h * d_k)."),
+            (lambda: xd.permute(0, 2, 3, 1).reshape(B, T, h * d_k),
+             "the heads are interleaved feature by feature (the axes were permuted to (B, T, d_k, h)): transpose "
+             "axes 1 and 2 only, so that head 0's d_k features come first, then head 1's, and so on."),
+            (lambda: xd.flip(1).transpose(1, 2).reshape(B, T, h * d_k),
+             "the heads are concatenated in reverse order: head 0's features come first."),
+        ]
+        expect_close(y, _side_by_side(xd), f"{name}'s result", case, diagnoses,
+                     hint="The result at [b, t] must be x[b, 0, t], x[b, 1, t], ..., x[b, h-1, t] side by side.")
+
+
+def _expect_value_error(result: Any, name: str, case: Case, d_model: int, h: int, where: str) -> None:
+    if isinstance(result, Raised):
+        if result.type != "ValueError":
+            raise CheckFailed(
+                f"{name} raised {result.type} on the case {case.label}, where d_model={d_model} is not a multiple of "
+                f"h={h}: check `d_model % h != 0` yourself, in {where}, and raise ValueError with a message that names both."
+            )
+        if str(d_model) not in result.message or str(h) not in result.message:
+            raise CheckFailed(
+                f"{name} raised ValueError({result.message!r}) on the case {case.label}: good, but the message "
+                f"should name both numbers (d_model={d_model}, h={h}) so that whoever meets it knows what to change."
+            )
+        return
+    raise CheckFailed(
+        f"{name} did not raise on the case {case.label}: d_model={d_model} is not a multiple of h={h}, so the "
+        f"heads cannot all have the same d_k. Check `d_model % h != 0` in {where} and raise ValueError."
+    )
+
+
+# ----------------------------------------------------------------------------------------
+# MultiHeadAttention
+# ----------------------------------------------------------------------------------------
+
+MHA_BUILTINS = (
+    "torch.nn.MultiheadAttention",
+    "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.functional.scaled_dot_product_attention",
+)
+DROPOUT_P = 0.5
+
+
+def _linear(state, name: str, x: torch.Tensor) -> torch.Tensor:
+    y = x @ state[f"{name}.weight"].double().T
+    bias = state.get(f"{name}.bias")
+    return y if bias is None else y + bias.double()
+
+
+def _mha_math(
+    state,
+    h: int,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attn_mask: torch.Tensor | None,
+    key_padding_mask: torch.Tensor | None,
+    *,
+    split: str = "right",
+    merge: str = "right",
+    use_w_o: bool = True,
+    scale: str = "d_k",
+    projections: tuple[str, str, str] = ("w_q", "w_k", "w_v"),
+    attn_rule: str = "right",
+    padding_rule: str = "right",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Multi-head attention in float64, right or with one named mistake; (output, weights)."""
+    query, key, value = query.double(), key.double(), value.double()
+    B, T_q, d_model = query.shape
+    d_k = d_model // h
+
+    def cut(x):
+        T = x.shape[1]
+        if split == "no-transpose":
+            return x.reshape(B, h, T, d_k)
+        return x.reshape(B, T, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
+
+    q = cut(_linear(state, projections[0], query))  # (B, h, T_q, d_k)
+    k = cut(_linear(state, projections[1], key))  # (B, h, T_k, d_k)
+    v = cut(_linear(state, projections[2], value))  # (B, h, T_k, d_k)
+    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "d_model-linear": d_model, "d_k-linear": d_k,
+               "none": 1.0}[scale]
+    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T_q, T_k)
+
+    allowed = torch.ones(scores.shape, dtype=torch.bool)
+    if attn_mask is not None and attn_rule != "ignored":
+        am = ~attn_mask if attn_rule == "inverted" else attn_mask
+        if am.dim() == 3 and attn_rule != "no-head-axis":
+            am = am.unsqueeze(1)  # (B, 1, T_q, T_k)
+        allowed = allowed & am  # a 3-D mask without its head axis lines the batch up with the heads
+    if key_padding_mask is not None and padding_rule != "ignored":
+        kpm = key_padding_mask if padding_rule == "inverted" else ~key_padding_mask
+        kpm = kpm[:, None, :] if padding_rule == "head-axis" else kpm[:, None, None, :]
+        allowed = allowed & kpm
+    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(nan=0.0)
+    context = weights @ v  # (B, h, T_q, d_k)
+    if merge == "no-transpose":
+        merged = context.reshape(B, T_q, d_model)
+    elif merge == "interleaved":
+        merged = context.permute(0, 2, 3, 1).reshape(B, T_q, d_model)
+    else:
+        merged = context.transpose(1, 2).reshape(B, T_q, d_model)  # (B, T_q, d_model)
+    out = _linear(state, "w_o", merged) if use_w_o else merged
+    return out, weights
+
+
+MISTAKEN = [
+    (dict(split="no-transpose"),
+     "the heads were made by reshaping the projections straight to (B, h, T, d_k), without the transpose: that "
+     "mixes positions into heads. In split_heads, reshape to (B, T, h, d_k), then .transpose(1, 2)."),
+    (dict(merge="no-transpose"),
+     "the heads were merged in the wrong order: the context (B, h, T_q, d_k) was reshaped to (B, T_q, d_model) "
+     "without first moving the head axis back with .transpose(1, 2), so positions got mixed up."),
+    (dict(split="no-transpose", merge="no-transpose"),
+     "the heads were split and merged with reshapes alone, without the transposes: each 'head' then sees a "
+     "slice of the flat memory (positions mixed in), not d_k features of every position. Reshape to "
+     "(B, T, h, d_k) and .transpose(1, 2) to split; transpose back before reshaping to merge."),
+    (dict(merge="interleaved"),
+     "the heads were merged in the wrong order: their features are interleaved (a permute to (B, T, d_k, h)); "
+     "transpose axes 1 and 2 only, so head 0's features come first."),
+    (dict(use_w_o=False),
+     "W^O is missing: after concatenating the heads, apply the output projection self.w_o."),
+    (dict(scale="d_model"),
+     "the scores were divided by sqrt(d_model); each head works in d_k = d_model / h dimensions, so the scale is "
+     "sqrt(d_k) (let scaled_dot_product_attention take d_k from the split heads)."),
+    (dict(scale="d_model-linear"),
+     "the scores were divided by d_model; the scale is sqrt(d_k), with d_k = d_model / h."),
+    (dict(scale="d_k-linear"),
+     "the scores were divided by sqrt(d_k) twice, that is by d_k: scaled_dot_product_attention already "
+     "divides by sqrt(d_k), so pass it the projected heads unscaled."),
+    (dict(scale="none"),
+     "the scores were not divided by sqrt(d_k)."),
+    (dict(projections=("w_q", "w_q", "w_q")),
+     "one projection was shared by Q, K and V (self.w_q for all three): project the query with w_q, the key "
+     "with w_k and the value with w_v."),
+    (dict(projections=("w_q", "w_k", "w_k")),
+     "the value was projected with w_k; use w_v."),
+    (dict(projections=("w_q", "w_k", "w_q")),
+     "the value was projected with w_q; use w_v."),
+    (dict(projections=("w_q", "w_q", "w_v")),
+     "the key was projected with w_q; use w_k."),
+    (dict(projections=("w_k", "w_q", "w_v")),
+     "w_q and w_k are swapped: the query goes through w_q and the key through w_k."),
+    (dict(padding_rule="ignored"),
+     "key_padding_mask was ignored: padded keys (True in key_padding_mask) must get zero weight, so combine "
+     "~key_padding_mask[:, None, None, :] (shape (B, 1, 1, T_k)) with the attention mask."),
+    (dict(padding_rule="inverted"),
+     "key_padding_mask is inverted: it is True where a key IS padding, so the keys to keep are ~key_padding_mask."),
+    (dict(padding_rule="head-axis"),
+     "key_padding_mask was lined up with the heads instead of the batch: reshape it to (B, 1, 1, T_k) "
+     "(key_padding_mask[:, None, None, :]) before combining it with the scores (B, h, T_q, T_k)."),
+    (dict(attn_rule="ignored"),
+     "attn_mask was ignored: keys where attn_mask is False must get zero weight."),
+    (dict(attn_rule="inverted"),
+     "attn_mask is inverted: it is True where a query MAY attend, so the keys to hide are those where it is False."),
+    (dict(attn_rule="no-head-axis"),
+     "the (B, T_q, T_k) attn_mask was lined up with the heads instead of the batch: give it a head axis, "
+     "attn_mask.unsqueeze(1), shape (B, 1, T_q, T_k)."),
+]
+
+
+def _oracle(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+    """PyTorch's layer with the same weights, in float64: (output, weights per head)."""
+    d_model, h = case.init["d_model"], case.init["h"]
+    query, key, value = (t.double() for t in case.args)
+    attn_mask, kpm = case.kwargs.get("attn_mask"), case.kwargs.get("key_padding_mask")
+    layer = torch_mha(double_state(case.state), d_model, h)
+    with torch.no_grad():
+        out, weights = layer(query, key, value, attn_mask=torch_attn_mask(attn_mask, h), key_padding_mask=kpm,
+                             need_weights=True, average_attn_weights=False)
+    # PyTorch leaves a query that sees no key as NaN; the course gives it zero weights, hence a zero
+    # context, whose projection is the bias of W^O.
+    dead = torch.isnan(weights).any(-1)  # (B, h, T_q)
+    weights = weights.nan_to_num(nan=0.0)
+    if dead.any():
+        bias = case.state.get("w_o.bias")
+        fill = torch.zeros(d_model, dtype=torch.float64) if bias is None else bias.double()
+        out = torch.where(dead.any(1).unsqueeze(-1), fill, out)
+    return out, weights
+
+
+class MultiHeadAttentionCheck(Check):
+    function = "MultiHeadAttention"
+    oracle = "torch.nn.MultiheadAttention with the same weights"
+    forbidden = MHA_BUILTINS
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(33 if not hidden else 330)
+        float64 = torch.float64
+
+        def rand(*shape, dtype=torch.float32):
+            return torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
+
+        def case(label, B, T_q, T_k, d_model, h, *, kind="self", dtype=torch.float32, bias=True, attn_mask=None,
+                 kpm=None, tag="", dropout=0.0, state=None, inputs=None):
+            state = state if state is not None else mha_state(g, d_model, bias=bias)
+            if dtype == torch.float64:
+                state = double_state(state)
+            if inputs is None:
+                query = rand(B, T_q, d_model, dtype=dtype)
+                if kind == "self":
+                    inputs = (query, query, query)
+                elif kind == "cross":  # key and value are the same memory, as in a decoder
+                    memory = rand(B, T_k, d_model, dtype=dtype)
+                    inputs = (query, memory, memory)
+                else:
+                    inputs = (query, rand(B, T_k, d_model, dtype=dtype), rand(B, T_k, d_model, dtype=dtype))
+            kwargs = {}
+            if attn_mask is not None:
+                kwargs["attn_mask"] = attn_mask
+            if kpm is not None:
+                kwargs["key_padding_mask"] = kpm
+            init = {"d_model": d_model, "h": h, "dropout": dropout, "bias": bias}
+            extra = f", {str(dtype)[6:]}" + ("" if bias else ", bias=False") + (f", dropout={dropout}" if dropout else "")
+            return Case(f"{label} (d_model={d_model}, h={h}{extra})", inputs, kwargs, tag, init=init, state=state,
+                        collect=("attn_weights",), train=tag == "dropout")
+
+        def causal(T):
+            return torch.tril(torch.ones(T, T, dtype=torch.bool))
+
+        def padding(B, T_k, lengths):
+            return torch.arange(T_k).expand(B, T_k) >= torch.tensor(lengths).unsqueeze(1)  # True = padding
+
+        def random_mask(B, T_q, T_k):
+            mask = torch.rand(B, T_q, T_k, generator=g) > 0.4
+            mask[..., 0] = True  # every query sees at least one key here; dead rows have their own case
+            return mask
+
+        out = [
+            case("self-attention, x (2, 5, 24)", 2, 5, 5, 24, 4),
+            case("cross-attention, query (2, 3, 16), key = value (2, 6, 16)", 2, 3, 6, 16, 2, kind="cross", dtype=float64),
+            case("query (2, 4, 8), key (2, 5, 8), value (2, 5, 8) three different tensors", 2, 4, 5, 8, 2, kind="qkv"),
+            case("self-attention, x (2, 5, 16), causal attn_mask (5, 5)", 2, 5, 5, 16, 4, attn_mask=causal(5)),
+            # B == h: a mask without its head axis broadcasts silently and must be caught by its values
+            case("cross-attention, query (2, 4, 16), key = value (2, 6, 16), attn_mask (2, 4, 6)", 2, 4, 6, 16, 2,
+                 kind="cross", attn_mask=random_mask(2, 4, 6)),
+            case("cross-attention, query (2, 3, 16), key = value (2, 6, 16), key_padding_mask (2, 6)", 2, 3, 6, 16, 2,
+                 kind="cross", kpm=padding(2, 6, [6, 4])),
+            case("self-attention, x (3, 5, 24), attn_mask (3, 5, 5) and key_padding_mask (3, 5)", 3, 5, 5, 24, 3,
+                 attn_mask=random_mask(3, 5, 5), kpm=padding(3, 5, [5, 3, 4]), dtype=float64),
+            case("self-attention, x (1, 6, 16)", 1, 6, 6, 16, 4, bias=False),
+        ]
+        pair = case("self-attention, x (2, 6, 16), key_padding_mask (2, 6)", 2, 6, 6, 16, 2, kpm=padding(2, 6, [6, 3]), tag="pair-a")
+        query, key, value = (t.clone() for t in pair.args)
+        key[1, 3:], value[1, 3:] = 40.0, -1e3  # only padded keys and values change
+        out += [
+            pair,
+            Case("the same layer and query with different keys and values at the padded positions",
+                 (query, key, value), pair.kwargs, "pair-b", init=pair.init, state=pair.state, collect=pair.collect),
+        ]
+        out.append(self._dropout_case(g, case, rand, B=2, T=6, d_model=32, h=2, dtype=float64))
+        out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, INDIVISIBLE, init={"d_model": 12, "h": 5}, method="extra_repr"))
+        if hidden:
+            out += [
+                case("self-attention, x (3, 7, 32)", 3, 7, 7, 32, 8, dtype=float64),
+                case("cross-attention, query (1, 2, 16), key = value (1, 9, 16), key_padding_mask (1, 9)", 1, 2, 9, 16, 4,
+                     kind="cross", kpm=padding(1, 9, [5])),
+                case("self-attention, x (2, 4, 12), one head", 2, 4, 4, 12, 1),
+                case("self-attention, x (2, 3, 8), d_k = 1", 2, 3, 3, 8, 8, dtype=float64),
+                case("query (4, 3, 16), key and value (4, 5, 16) different, attn_mask (4, 3, 5), key_padding_mask (4, 5)",
+                     4, 3, 5, 16, 4, kind="qkv", attn_mask=random_mask(4, 3, 5), kpm=padding(4, 5, [5, 2, 4, 3]), bias=False),
+                case("self-attention, x (2, 7, 16), causal attn_mask (7, 7) and key_padding_mask (2, 7)", 2, 7, 7, 16, 2,
+                     attn_mask=causal(7), kpm=padding(2, 7, [7, 5]), dtype=float64, bias=False),
+                case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
+                     attn_mask=causal(5)),
+            ]
+            dead = random_mask(2, 4, 6)
+            dead[1, 2] = False  # this query may attend to no key at all
+            out.append(case("cross-attention, query (2, 4, 16), key = value (2, 6, 16), attn_mask (2, 4, 6) with a query "
+                            "that may attend to nothing", 2, 4, 6, 16, 4, kind="cross", attn_mask=dead, tag="fully-masked"))
+            out.append(self._dropout_case(g, case, rand, B=3, T=5, d_model=24, h=3, dtype=torch.float32))
+            out.append(Case("MultiHeadAttention(d_model=30, h=8)", (), {}, INDIVISIBLE, init={"d_model": 30, "h": 8}, method="extra_repr"))
+        return out
+
+    @staticmethod
+    def _dropout_case(g, case, rand, B: int, T: int, d_model: int, h: int, dtype: torch.dtype) -> Case:
+        """Training mode with W^V and W^O the identity, so that the output reveals the dropped weights."""
+        state = mha_state(g, d_model)
+        eye, zero = torch.eye(d_model), torch.zeros(d_model)
+        state |= {"w_v.weight": eye, "w_v.bias": zero, "w_o.weight": eye.clone(), "w_o.bias": zero.clone()}
+        return case(f"self-attention in training mode, x ({B}, {T}, {d_model}), W^V = W^O = identity", B, T, T, d_model, h,
+                    dtype=dtype, state=state, dropout=DROPOUT_P, tag="dropout")
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if case.tag == INDIVISIBLE and not (isinstance(result, Raised) and result.type == "NotImplementedError"):
+            return
+        if isinstance(result, Raised) and result.type == "RuntimeError":
+            hint = ""
+            if "must match the size" in result.message or "The size of tensor" in result.message:
+                hint = (
+                    "\nA mask must broadcast to the scores (B, h, T_q, T_k): give an attn_mask (B, T_q, T_k) a head "
+                    "axis, attn_mask.unsqueeze(1), and make a key_padding_mask (B, T_k) into (B, 1, 1, T_k)."
+                )
+            elif "same dtype" in result.message or "dtype" in result.message:
+                hint = "\nKeep the input's dtype: avoid creating tensors with a fixed dtype inside forward."
+            raise CheckFailed(
+                f"`MultiHeadAttention` raised RuntimeError on the case {case.label}: {result.message}"
+                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                + (hint or _runtime_hint(result))
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        name = "`MultiHeadAttention`"
+        if case.tag == INDIVISIBLE:
+            _expect_value_error(result, name, case, case.init["d_model"], case.init["h"], "__init__")
+            return
+        if not isinstance(result, ModuleResult):  # pragma: no cover - the framework always wraps modules
+            raise CheckFailed(f"{name} returned an unexpected {type(result).__name__} on the case {case.label}.")
+        query, key, value = case.args
+        B, T_q, d_model = query.shape
+        T_k, h = key.shape[1], case.init["h"]
+        out = expect_tensor(result.output, f"{name}'s output", case)
+        expect_shape(out, (B, T_q, d_model), f"{name}'s output", case,
+                     "The output has one d_model vector per query: merge the heads and apply w_o.")
+        expect_dtype(out, query.dtype, f"{name}'s output", case)
+        expect_finite(out, f"{name}'s output", case,
+                      "a query that may attend to no key must get zero weights (scaled_dot_product_attention "
+                      "already does this), so its output is w_o's bias." if case.tag == "fully-masked" else "")
+        expected_out, expected_w = _oracle(case)
+        if case.tag == "dropout":
+            self._judge_dropout(case, out, expected_out, expected_w)
+            return
+        state, am, kpm = case.state, case.kwargs.get("attn_mask"), case.kwargs.get("key_padding_mask")
+
+        def mistaken(kwargs):
+            return _mha_math(state, h, query, key, value, am, kpm, **kwargs)
+
+        diagnoses = [(lambda kw=kw: mistaken(kw)[0], message) for kw, message in MISTAKEN]
+        hint = ""
+        if case.init.get("dropout"):
+            hint = ("In eval mode dropout must do nothing: apply self.dropout (an nn.Dropout, which follows "
+                    "module.eval()), not torch.nn.functional.dropout without training=self.training.")
+        expect_close(out, expected_out, f"{name}'s output", case, diagnoses, hint=hint, dtype=query.dtype)
+
+        weights = result.attributes.get("attn_weights")
+        if weights is None:
+            raise CheckFailed(
+                f"{name} did not set self.attn_weights on the case {case.label}: store the attention weights of "
+                "every head, (B, h, T_q, T_k), detached, during forward."
+            )
+        weights = expect_tensor(weights, f"{name}'s attn_weights", case)
+        if tuple(weights.shape) == (B, T_q, T_k) and h > 1:
+            raise CheckFailed(
+                f"{name}'s attn_weights has shape {tuple(weights.shape)} on the case {case.label}: keep one map per "
+                f"head, (B, h, T_q, T_k), rather than averaging them."
+            )
+        expect_shape(weights, (B, h, T_q, T_k), f"{name}'s attn_weights", case,
+                     "Store the weights of every head as scaled_dot_product_attention returns them: (B, h, T_q, T_k).")
+        alive = expected_w.sum(-1) > 0.5  # (B, h, T_q) queries that see at least one key
+        sums = weights.double().sum(-1)
+        if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=1e-4):
+            raise CheckFailed(
+                f"{name}'s attn_weights rows do not sum to 1 on the case {case.label}: store the softmax weights "
+                "themselves (before dropout), not the scores or the dropped-out weights."
+            )
+        expect_close(weights, expected_w, f"{name}'s attn_weights", case,
+                     [(lambda kw=kw: mistaken(kw)[1], message) for kw, message in MISTAKEN], dtype=query.dtype)
+
+    def _judge_dropout(self, case: Case, out: torch.Tensor, eval_out: torch.Tensor, eval_w: torch.Tensor) -> None:
+        """In training mode every weight is dropped (0) or scaled by 1/(1-p), and the output follows from them."""
+        name = "`MultiHeadAttention`"
+        query, _, value = case.args
+        B, T, d_model = query.shape
+        h = case.init["h"]
+        keep = 1.0 - case.init["dropout"]
+        o = out.double()
+        if matches(out, eval_out, query.dtype):
+            raise CheckFailed(
+                f"{name} ignored dropout in training mode on the case {case.label}: apply self.dropout to the "
+                "attention weights (between the softmax and the product with V), as PyTorch does."
+            )
+        atol = 1e-6 if query.dtype == torch.float64 else 1e-4
+        per_entry = ((o.abs() < atol) | torch.isclose(o, eval_out / keep, atol=atol, rtol=1e-3)).all()
+        # With W^V = W^O = I the output of each head is C @ V_head; C holds the weights actually used.
+        v_heads = value.double().reshape(B, T, h, -1).transpose(1, 2)  # (B, h, T_k, d_k)
+        o_heads = o.reshape(B, T, h, -1).transpose(1, 2)  # (B, h, T_q, d_k)
+        used = o_heads @ torch.linalg.pinv(v_heads)  # (B, h, T_q, T_k)
+        explained = torch.allclose(used @ v_heads, o_heads, atol=atol * 10)
+        dropped = used.abs() < atol * 10
+        kept = torch.isclose(used, eval_w / keep, atol=atol * 10, rtol=1e-3)
+        if explained and bool((dropped | kept).all()) and bool(dropped.any()) and bool(kept.any()):
+            return
+        if per_entry:
+            raise CheckFailed(
+                f"{name} applied dropout to the output on the case {case.label}, not to the attention weights: "
+                "PyTorch (and the paper's reference code) drops attention weights, so that a query ignores some "
+                "keys for one step. Apply self.dropout to the weights, then multiply by V."
+            )
+        if explained and bool((dropped | torch.isclose(used, eval_w, atol=atol * 10, rtol=1e-3)).all()):
+            raise CheckFailed(
+                f"{name}'s dropped weights were not rescaled by 1 / (1 - p) on the case {case.label}: use nn.Dropout, "
+                "which scales the kept weights so that their expected value does not change."
+            )
+        raise CheckFailed(
+            f"{name}'s output in training mode is not what dropout on the attention weights gives, on the case "
+            f"{case.label}: each weight must be either dropped (0) or divided by (1 - p), and the output computed "
+            "from those weights. Apply self.dropout once, to the weights, between the softmax and the product with V."
+        )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
+        if {"pair-a", "pair-b"} <= pairs.keys():
+            (case_a, a), (_, b) = pairs["pair-a"], pairs["pair-b"]
+            if not matches(a.output, b.output):
+                raise CheckFailed(
+                    f"`MultiHeadAttention`'s output changed when only the padded keys and values changed "
+                    f"({case_a.label}): a padded key must have no influence at all. Combine "
+                    "~key_padding_mask[:, None, None, :] with the attention mask before the softmax."
+                )
+
+
+CHECKS = [SplitHeads, MergeHeads, MultiHeadAttentionCheck]

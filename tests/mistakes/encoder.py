@@ -1,0 +1,402 @@
+"""Wrong answers to chapter 4, as learners write them, and the words that must name each one.
+
+Each wrong module keeps the right constructor (the exercise's names) unless the constructor is
+the mistake, and gets chapter 3's MultiHeadAttention and, where it is not the part under test,
+this chapter's reference LayerNorm and feed-forward network, as the learner's notebook does.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from reference.encoder import Encoder as RightEncoder
+from reference.encoder import EncoderLayer as RightLayer
+from reference.encoder import LayerNorm as RightNorm
+from reference.encoder import PositionwiseFeedForward as RightFFN
+
+from . import Mistake
+
+FFN = "encoder.PositionwiseFeedForward"
+NORM = "encoder.LayerNorm"
+LAYER = "encoder.EncoderLayer"
+ENCODER = "encoder.Encoder"
+
+
+# ----------------------------------------------------------------------------------------
+# PositionwiseFeedForward
+# ----------------------------------------------------------------------------------------
+
+
+class FFNNoReLU(RightFFN):
+    def forward(self, x):
+        return self.w_2(self.dropout(self.w_1(x)))
+
+
+class FFNReLUOnOutputToo(RightFFN):
+    def forward(self, x):
+        return torch.relu(self.w_2(self.dropout(torch.relu(self.w_1(x)))))
+
+
+class FFNReLUOnlyOnOutput(RightFFN):
+    def forward(self, x):
+        return torch.relu(self.w_2(self.dropout(self.w_1(x))))
+
+
+class FFNGELU(RightFFN):
+    def forward(self, x):
+        return self.w_2(self.dropout(F.gelu(self.w_1(x))))
+
+
+class FFNWithResidual(RightFFN):
+    def forward(self, x):
+        return x + self.w_2(self.dropout(torch.relu(self.w_1(x))))
+
+
+class FFNDropoutAtOutput(RightFFN):
+    def forward(self, x):
+        return self.dropout(self.w_2(torch.relu(self.w_1(x))))
+
+
+class FFNDropoutOnInput(RightFFN):
+    def forward(self, x):
+        return self.w_2(torch.relu(self.w_1(self.dropout(x))))
+
+
+class FFNFunctionalDropout(RightFFN):
+    def forward(self, x):
+        # F.dropout's training argument defaults to True: it drops in eval mode too.
+        return self.w_2(F.dropout(torch.relu(self.w_1(x)), self.dropout.p))
+
+
+class FFNReturnsHidden(RightFFN):
+    def forward(self, x):
+        return self.dropout(torch.relu(self.w_1(x)))
+
+
+class FFNNoBias(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff, bias=False)
+        self.w_2 = nn.Linear(d_ff, d_model, bias=False)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(torch.relu(self.w_1(x))))
+
+
+# ----------------------------------------------------------------------------------------
+# LayerNorm
+# ----------------------------------------------------------------------------------------
+
+
+class NormUnbiased(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = x.var(dim=-1, keepdim=True)  # unbiased by default
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormEpsOutside(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        std = x.std(dim=-1, keepdim=True, unbiased=False)
+        return self.gamma * (x - mean) / (std + self.eps) + self.beta
+
+
+class NormNoEps(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var) + self.beta
+
+
+class NormIgnoresEps(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + 1e-5) + self.beta
+
+
+class NormNoSqrt(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.gamma * (x - mean) / (var + self.eps) + self.beta
+
+
+class NormOverPositions(RightNorm):
+    def forward(self, x):
+        # Over the sequence, as a batch norm of one sequence would.
+        mean = x.mean(dim=-2, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-2, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormOverDim0(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=0, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=0, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormWholeTensor(RightNorm):
+    def forward(self, x):
+        mean = x.mean()
+        var = ((x - mean) ** 2).mean()
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormNoGamma(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormNoBeta(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps)
+
+
+class NormSwapped(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.beta * (x - mean) / torch.sqrt(var + self.eps) + self.gamma
+
+
+class NormNaiveVariance(RightNorm):
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = (x * x).mean(dim=-1, keepdim=True) - mean * mean
+        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta
+
+
+class NormZeroGamma(RightNorm):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__(d_model, eps)
+        self.gamma = nn.Parameter(torch.zeros(d_model))
+
+
+class NormTorchNames(nn.Module):
+    """gamma and beta named as nn.LayerNorm names them."""
+
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d_model))
+        self.bias = nn.Parameter(torch.zeros(d_model))
+        self.eps = eps
+
+    def forward(self, x):
+        mean = x.mean(dim=-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(dim=-1, keepdim=True)
+        return self.weight * (x - mean) / torch.sqrt(var + self.eps) + self.bias
+
+
+class NormUsesBuiltin(RightNorm):
+    def forward(self, x):
+        return F.layer_norm(x, x.shape[-1:], self.gamma, self.beta, self.eps)
+
+
+# ----------------------------------------------------------------------------------------
+# EncoderLayer
+# ----------------------------------------------------------------------------------------
+
+
+class LayerPreNorm(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        y = self.norm1(x)
+        x = x + self.dropout1(self.self_attn(y, y, y, key_padding_mask=key_padding_mask))
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))
+
+
+class LayerResidualAfterNorm(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask))) + x
+        return self.norm2(self.dropout2(self.feed_forward(x))) + x
+
+
+class LayerNoResidual(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm2(self.dropout2(self.feed_forward(x)))
+
+
+class LayerNoMask(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class LayerNormsSwapped(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm2(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm1(x + self.dropout2(self.feed_forward(x)))
+
+
+class LayerFFNFirst(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.feed_forward(x)))
+        return self.norm2(x + self.dropout2(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+
+
+class LayerSecondResidualFromInput(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        y = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(y)))
+
+
+class LayerTorchNorms(RightLayer):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__(d_model, h, d_ff, dropout)
+        self.norm1 = nn.LayerNorm(d_model)
+        self.norm2 = nn.LayerNorm(d_model)
+
+
+class LayerOneDropout(nn.Module):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__()
+        right = RightLayer(d_model, h, d_ff, dropout)
+        self.self_attn, self.feed_forward = right.self_attn, right.feed_forward
+        self.norm1, self.norm2 = right.norm1, right.norm2
+
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.self_attn(x, x, x, key_padding_mask=key_padding_mask))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class LayerUsesTorchLayer(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        d_model = x.shape[-1]
+        torch_layer = nn.TransformerEncoderLayer(d_model, self.self_attn.h, self.feed_forward.w_1.out_features,
+                                                 dropout=0.0, batch_first=True)
+        return torch_layer.eval()(x, src_key_padding_mask=key_padding_mask)
+
+
+# ----------------------------------------------------------------------------------------
+# Encoder
+# ----------------------------------------------------------------------------------------
+
+
+class EncoderSharedLayer(RightEncoder):
+    def __init__(self, d_model, h, d_ff, N, dropout=0.1):
+        nn.Module.__init__(self)
+        layer = RightLayer(d_model, h, d_ff, dropout)
+        self.layers = nn.ModuleList([layer] * N)
+
+
+class EncoderFinalNorm(RightEncoder):
+    def __init__(self, d_model, h, d_ff, N, dropout=0.1):
+        super().__init__(d_model, h, d_ff, N, dropout)
+        self.norm = RightNorm(d_model)
+
+    def forward(self, x, key_padding_mask=None):
+        return self.norm(super().forward(x, key_padding_mask))
+
+
+class EncoderFunctionalFinalNorm(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        x = super().forward(x, key_padding_mask)
+        return F.layer_norm(x, x.shape[-1:])
+
+
+class EncoderNoMask(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class EncoderMaskOnlyFirst(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        for i, layer in enumerate(self.layers):
+            x = layer(x, key_padding_mask if i == 0 else None)
+        return x
+
+
+class EncoderNotChained(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        for layer in self.layers:
+            out = layer(x, key_padding_mask)
+        return out
+
+
+class EncoderReturnInLoop(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        for layer in self.layers:
+            x = layer(x, key_padding_mask)
+            return x
+
+
+class EncoderReversed(RightEncoder):
+    def forward(self, x, key_padding_mask=None):
+        for layer in reversed(self.layers):
+            x = layer(x, key_padding_mask)
+        return x
+
+
+class EncoderPlainList(RightEncoder):
+    def __init__(self, d_model, h, d_ff, N, dropout=0.1):
+        nn.Module.__init__(self)
+        self.layers = [RightLayer(d_model, h, d_ff, dropout) for _ in range(N)]
+
+
+class EncoderOneLayerShort(RightEncoder):
+    def __init__(self, d_model, h, d_ff, N, dropout=0.1):
+        super().__init__(d_model, h, d_ff, N - 1, dropout)
+
+
+MISTAKES = [
+    # PositionwiseFeedForward
+    Mistake(FFN, "no ReLU", FFNNoReLU, "the ReLU is missing"),
+    Mistake(FFN, "ReLU on the output too", FFNReLUOnOutputToo, "a ReLU on the FFN's output too"),
+    Mistake(FFN, "ReLU only on the output", FFNReLUOnlyOnOutput, "instead of between w_1 and w_2"),
+    Mistake(FFN, "GELU instead of ReLU", FFNGELU, "this is GELU"),
+    Mistake(FFN, "residual inside the FFN", FFNWithResidual, "the residual connection belongs to the encoder layer"),
+    Mistake(FFN, "dropout on the output of w_2", FFNDropoutAtOutput, "dropout was applied to the output of w_2"),
+    Mistake(FFN, "dropout on the input", FFNDropoutOnInput, "dropout was applied to the input x"),
+    Mistake(FFN, "F.dropout, active in eval mode", FFNFunctionalDropout, "dropout is active in eval mode"),
+    Mistake(FFN, "returns the hidden layer", FFNReturnsHidden, "the hidden width d_ff"),
+    Mistake(FFN, "linear maps without bias", FFNNoBias, "keep nn.Linear's default bias=True"),
+    # LayerNorm
+    Mistake(NORM, "unbiased variance", NormUnbiased, "unbiased variance"),
+    Mistake(NORM, "eps outside the square root", NormEpsOutside, "eps is outside the square root"),
+    Mistake(NORM, "no eps", NormNoEps, "eps is missing"),
+    Mistake(NORM, "eps argument ignored", NormIgnoresEps, "the eps argument is ignored"),
+    Mistake(NORM, "divides by the variance", NormNoSqrt, "you divided by the variance"),
+    Mistake(NORM, "normalises over the positions", NormOverPositions, "over its own d_model features, the last axis"),
+    Mistake(NORM, "normalises over dim 0", NormOverDim0, "you normalised over dim=0"),
+    Mistake(NORM, "normalises over the whole tensor", NormWholeTensor, "over the whole tensor"),
+    Mistake(NORM, "gamma ignored", NormNoGamma, "gamma (the scale) is not applied"),
+    Mistake(NORM, "beta ignored", NormNoBeta, "beta (the shift) is not added"),
+    Mistake(NORM, "gamma and beta swapped", NormSwapped, "gamma and beta are swapped"),
+    Mistake(NORM, "variance as E[x^2] - E[x]^2", NormNaiveVariance, "E[x^2] - E[x]^2"),
+    Mistake(NORM, "gamma initialised to zeros", NormZeroGamma, "gamma must start at ones"),
+    Mistake(NORM, "parameters named weight and bias", NormTorchNames, "Name the scale `gamma`"),
+    Mistake(NORM, "calls F.layer_norm", NormUsesBuiltin, "which this exercise asks you to build yourself"),
+    # EncoderLayer
+    Mistake(LAYER, "pre-norm instead of post-norm", LayerPreNorm, "this is the pre-norm layer"),
+    Mistake(LAYER, "residual added after the norm", LayerResidualAfterNorm, "the residual was added after the normalisation"),
+    Mistake(LAYER, "no residual connection", LayerNoResidual, "there is no residual connection"),
+    Mistake(LAYER, "padding mask not passed to the self-attention", LayerNoMask, "did not reach the self-attention"),
+    Mistake(LAYER, "norm1 and norm2 swapped", LayerNormsSwapped, "norm1 and norm2 are swapped"),
+    Mistake(LAYER, "feed-forward before self-attention", LayerFFNFirst, "the sub-layers are in the wrong order"),
+    Mistake(LAYER, "second residual from the layer's input", LayerSecondResidualFromInput, "the second residual adds the layer's input"),
+    Mistake(LAYER, "nn.LayerNorm for norm1 and norm2", LayerTorchNorms, "must be your LayerNorm"),
+    Mistake(LAYER, "no dropout1/dropout2 submodules", LayerOneDropout, "has no submodule dropout1"),
+    Mistake(LAYER, "calls nn.TransformerEncoderLayer", LayerUsesTorchLayer, "which this exercise asks you to build yourself"),
+    # Encoder
+    Mistake(ENCODER, "the same layer object N times", EncoderSharedLayer, "the same EncoderLayer object was probably repeated"),
+    Mistake(ENCODER, "a final LayerNorm module", EncoderFinalNorm, "add no final LayerNorm"),
+    Mistake(ENCODER, "a final functional layer_norm", EncoderFunctionalFinalNorm, "add no final LayerNorm"),
+    Mistake(ENCODER, "padding mask not passed to the layers", EncoderNoMask, "did not reach the layers"),
+    Mistake(ENCODER, "padding mask only for the first layer", EncoderMaskOnlyFirst, "reached only the first layer"),
+    Mistake(ENCODER, "every layer applied to the input", EncoderNotChained, "every layer was applied to the encoder's input"),
+    Mistake(ENCODER, "return inside the loop", EncoderReturnInLoop, "only the first layer ran"),
+    Mistake(ENCODER, "layers in reverse order", EncoderReversed, "reverse order"),
+    Mistake(ENCODER, "plain Python list of layers", EncoderPlainList, "use nn.ModuleList"),
+    Mistake(ENCODER, "N - 1 layers", EncoderOneLayerShort, "range(N)"),
+]
