@@ -351,12 +351,18 @@ class Check:
             if result.type == "StateMismatch":
                 raise CheckFailed(f"`{name}`'s parameters do not match the exercise on the case {case.label}: {result.message}")
             raise CheckFailed(
-                f"`{name}` raised {result.type} on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(f"`{name}`", case, result)
             )
         if result is None or (isinstance(result, ModuleResult) and result.output is None):
             raise CheckFailed(f"`{name}` returned None on the case {case.label}: did you forget `return`?")
 
+
+
+def raised_message(name: str, case: Case, result: Raised) -> str:
+    """"`f` raised X on the case ...: message", with the learner's line that raised it."""
+    return f"{name} raised {result.type} on the case {case.label}: {result.message}" + (
+        f"\n  (in your code, {result.where.strip()})" if result.where else ""
+    )
 
 
 def run_check(check: Check, fn: Callable, hidden: bool = False) -> str:

@@ -12,6 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -114,8 +115,7 @@ class Softmax(Check):
     def reject_non_results(self, case: Case, result: Any) -> None:
         if isinstance(result, Raised) and result.type == "RuntimeError" and "must match the size" in result.message:
             raise CheckFailed(
-                f"`softmax` raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message("`softmax`", case, result)
                 + "\nA sum or maximum along `dim` drops that dimension unless you pass keepdim=True; "
                 "without it, it cannot broadcast against x."
             )
@@ -236,8 +236,7 @@ class _AttentionCheck(Check):
     def reject_non_results(self, case: Case, result: Any) -> None:
         if isinstance(result, Raised) and result.type == "RuntimeError":
             raise CheckFailed(
-                f"`{self.function}` raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(f"`{self.function}`", case, result)
                 + "\nMind the shapes: q is (..., T_q, d_k) and k is (..., T_k, d_k), so the scores are "
                 "q @ k.transpose(-2, -1), (..., T_q, T_k): swap the last two axes only (k.T reverses every axis "
                 "of a batched tensor). A mask must broadcast to (..., T_q, T_k)."

@@ -21,6 +21,7 @@ from torch import nn
 
 from .. import oracles
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -445,8 +446,7 @@ class _DecoderCheck(Check):
         name = f"`{self.function}`"
         if isinstance(result, Raised) and result.type == "RuntimeError":
             raise CheckFailed(
-                f"{name} raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(name, case, result)
                 + "\n" + SHAPE_HINT
             )
         super().reject_non_results(case, result)

@@ -16,6 +16,7 @@ from torch import nn
 
 from .. import oracles
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -383,8 +384,7 @@ class LayerNorm(Check):
         if isinstance(result, Raised) and result.type == "IndexError" and "Dimension out of range" in result.message:
             got = re.search(r"but got (-?\d+)", result.message)
             raise CheckFailed(
-                f"`{self.function}` raised IndexError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(f"`{self.function}`", case, result)
                 + "\nLayerNorm normalises each position over its own d_model features, the last axis (dim=-1, "
                 "keepdim=True), which every input has"
                 + (f"; you normalised over dim={got.group(1)}." if got else ".")

@@ -14,6 +14,7 @@ import torch
 from torch import nn
 
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -65,8 +66,7 @@ class _HeadsCheck(Check):
             return  # judged below: raising is the right answer there
         if isinstance(result, Raised) and result.type == "RuntimeError":
             raise CheckFailed(
-                f"`{self.function}` raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(f"`{self.function}`", case, result)
                 + _runtime_hint(result)
             )
         super().reject_non_results(case, result)
@@ -488,8 +488,7 @@ class MultiHeadAttentionCheck(Check):
             elif "same dtype" in result.message or "dtype" in result.message:
                 hint = "\nKeep the input's dtype: avoid creating tensors with a fixed dtype inside forward."
             raise CheckFailed(
-                f"`MultiHeadAttention` raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message("`MultiHeadAttention`", case, result)
                 + (hint or _runtime_hint(result))
             )
         super().reject_non_results(case, result)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -180,8 +181,7 @@ class SinusoidalEncoding(Check):
                 )
             if result.type == "RuntimeError" and d_model % 2 == 1:
                 raise CheckFailed(
-                    f"`sinusoidal_encoding` raised RuntimeError on the case {case.label}: {result.message}"
-                    + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                    raised_message("`sinusoidal_encoding`", case, result)
                     + "\n" + ODD_HINT
                 )
         super().reject_non_results(case, result)
@@ -375,8 +375,7 @@ class PositionalEmbeddingCheck(Check):
             "size of tensor" in result.message or "must match" in result.message
         ):
             raise CheckFailed(
-                f"{name} raised RuntimeError on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message(name, case, result)
                 + "\n" + SHAPE_HINT
             )
         super().reject_non_results(case, result)

@@ -14,6 +14,7 @@ import torch
 
 from .. import toys  # noqa: F401  (registers the "toy_translator" provider)
 from ..framework import (
+    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -280,8 +281,7 @@ class RnnForward(Check):
     def reject_non_results(self, case: Case, result: Any) -> None:
         if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
             raise CheckFailed(
-                f"`rnn_forward` raised {result.type} on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message("`rnn_forward`", case, result)
                 + f"\n{RNN_SHAPES_HINT}"
             )
         super().reject_non_results(case, result)
@@ -450,8 +450,7 @@ class GreedyDecode(Check):
     def reject_non_results(self, case: Case, result: Any) -> None:
         if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
             raise CheckFailed(
-                f"`greedy_decode` raised {result.type} on the case {case.label}: {result.message}"
-                + (f"\n  (in your code, {result.where.strip()})" if result.where else "")
+                raised_message("`greedy_decode`", case, result)
                 + "\nMind the shapes: model.decode(memory, ys) takes ys of shape (B, t) and returns logits (B, t, V); "
                 "the next token of every row is logits[:, -1].argmax(dim=-1), shape (B,), which you append as a "
                 "new column: torch.cat([ys, next_token.unsqueeze(1)], dim=1)."
