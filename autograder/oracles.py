@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 State = dict[str, torch.Tensor]
@@ -78,6 +79,27 @@ def stack_state(layer_state, g: torch.Generator, N: int, *args, prefix: str = ""
     for i in range(N):
         state |= layer_state(g, *args, prefix=f"{prefix}layers.{i}.")
     return state
+
+
+# ---------------------------------------------------------------------------------------------
+# The same layers as functions of such a state (in the dtype of x): for working out what a
+# known mistake would have returned
+# ---------------------------------------------------------------------------------------------
+
+
+def linear(state: State, prefix: str, x: torch.Tensor) -> torch.Tensor:
+    bias = state.get(f"{prefix}bias")
+    return F.linear(x, state[f"{prefix}weight"].to(x.dtype), None if bias is None else bias.to(x.dtype))
+
+
+def feed_forward(state: State, x: torch.Tensor, prefix: str = "") -> torch.Tensor:
+    """max(0, x W_1 + b_1) W_2 + b_2."""
+    return linear(state, f"{prefix}w_2.", torch.relu(linear(state, f"{prefix}w_1.", x)))  # (..., d_model)
+
+
+def layer_norm(state: State, x: torch.Tensor, prefix: str = "", eps: float = 1e-5) -> torch.Tensor:
+    gamma, beta = state[f"{prefix}gamma"].to(x.dtype), state[f"{prefix}beta"].to(x.dtype)
+    return F.layer_norm(x, x.shape[-1:], gamma, beta, eps)
 
 
 # ---------------------------------------------------------------------------------------------

