@@ -103,6 +103,12 @@ def reference_sources(folder: Path = REPO / "reference") -> dict[str, str]:
     return sources
 
 
+def _cell_name(index: int, source: str) -> str:
+    """How a learner finds a cell again: its position and its first line."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
+
+
 class _Session:
     """The worker of one submission, restarted without the offending cell when one kills it."""
 
@@ -134,15 +140,15 @@ class _Session:
                                                timeout=self.left(self.limits.cell_seconds))
                     except WorkerTimeout:
                         self.skip.add(index)
-                        self.notes.append(f"code cell {index + 1} ran longer than {self.limits.cell_seconds:g} s and was skipped")
+                        self.notes.append(f"{_cell_name(index, source)} ran longer than {self.limits.cell_seconds:g} s and was skipped")
                         raise
                     except WorkerGone:
                         self.skip.add(index)
-                        self.notes.append(f"code cell {index + 1} ended the Python process (exit, kill or crash) and was skipped")
+                        self.notes.append(f"{_cell_name(index, source)} ended the Python process (exit, kill or crash) and was skipped")
                         raise
                     if "error" in reply:
                         kind, message, _ = reply["error"]
-                        self.notes.append(f"code cell {index + 1} raised {kind}: {message[:300]}")
+                        self.notes.append(f"{_cell_name(index, source)} raised {kind}" + (f": {message[:300]}" if message else ""))
                 self.worker = worker
             except (WorkerTimeout, WorkerGone):
                 worker.stop()

@@ -106,13 +106,13 @@ def _bwrap_command(hidden: list[Path]) -> list[str]:
 def _limit(limits: Limits):
     def apply() -> None:
         os.setsid()  # its own process group, so that every child can be ended with it
-        memory = limits.memory_mb << 20
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        cpu = int(limits.submission_seconds) + 30
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 5))
-        size = limits.file_mb << 20
-        resource.setrlimit(resource.RLIMIT_FSIZE, (size, size))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        memory, cpu, size = limits.memory_mb << 20, int(limits.submission_seconds) + 30, limits.file_mb << 20
+        for which, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+                             (resource.RLIMIT_FSIZE, (size, size)), (resource.RLIMIT_CORE, (0, 0))):
+            try:
+                resource.setrlimit(which, value)
+            except (ValueError, OSError):  # a system that does not offer this limit (macOS and RLIMIT_AS)
+                pass
 
     return apply
 

@@ -14,11 +14,11 @@ import sys
 import tempfile
 from pathlib import Path
 
+import jupytext
 import nbformat
+from tqdm import tqdm
 
 from .notebooks import cell_role, strip_solution_markers, to_nbgrader, write_notebook
-
-import jupytext
 
 REPO = Path(__file__).resolve().parent.parent
 SOURCE, RELEASE, REFERENCE = "solutions", "exercises", "reference"
@@ -84,7 +84,7 @@ def build(root: Path, only: list[str] | None = None) -> None:
     chosen_sources = [s for s in sources(root) if s.parent.name in chosen]
     for src in chosen_sources:
         write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
-    for assignment in chosen:
+    for assignment in tqdm(chosen, desc="generating the release", unit="assignment", disable=len(chosen) < 2):
         _nbgrader(root, "generate_assignment", assignment, "--force")
         for nb_path in sorted((root / RELEASE / assignment).glob("*.ipynb")):
             # One canonical serialisation, so that a regenerated file is byte-identical.
