@@ -121,3 +121,22 @@ def test_cells_marked_remove_input_keep_their_code_off_the_site(site):
             text = path.read_bytes().decode("utf-8", errors="replace")
             leaked = [line for line in hidden if line in text]
             assert not leaked, f"{path.relative_to(site)} publishes code of a remove-input cell: {leaked[:2]}"
+
+
+def test_every_internal_link_and_image_resolves(site):
+    import re
+    from urllib.parse import unquote, urlparse
+
+    broken = []
+    for page in site.rglob("*.html"):
+        if "_static" in page.parts:
+            continue
+        html = page.read_text(encoding="utf-8")
+        for target in re.findall(r'(?:href|src)="([^"]+)"', html):
+            url = urlparse(target)
+            if url.scheme or url.netloc or target.startswith(("#", "mailto:", "javascript:", "data:")):
+                continue
+            path = (page.parent / unquote(url.path)).resolve() if url.path else page
+            if not path.exists():
+                broken.append(f"{page.relative_to(site)} -> {target}")
+    assert not broken, "broken links or images:\n" + "\n".join(broken[:20])
