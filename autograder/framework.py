@@ -395,10 +395,6 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
 
 
-def describe(t: torch.Tensor) -> str:
-    return f"{tuple(t.shape)} {str(t.dtype).replace('torch.', '')}"
-
-
 def expect_tensor(value: Any, what: str, case: Case) -> torch.Tensor:
     if isinstance(value, Opaque):
         raise CheckFailed(f"{what} on the case {case.label} is a {value.type}, not a torch.Tensor.")

@@ -18,7 +18,6 @@ import subprocess
 import sys
 import tempfile
 import threading
-import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -208,8 +207,3 @@ class Worker:
     def close(self) -> None:
         # Nothing of the worker's is worth a clean interpreter shutdown: end it at once.
         self.stop()
-
-
-def warn_if_unsandboxed() -> None:
-    if not sandboxed():
-        warnings.warn(fallback_warning(), stacklevel=2)

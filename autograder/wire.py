@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import struct
 from typing import Any, BinaryIO
 
@@ -155,7 +154,7 @@ def receive(stream: BinaryIO) -> dict:
 def _read_exactly(stream: BinaryIO, size: int) -> bytes:
     chunks, left = [], size
     while left:
-        chunk = stream.read(left) if not isinstance(stream, int) else os.read(stream, left)
+        chunk = stream.read(left)
         if not chunk:
             raise EOFError
         chunks.append(chunk)

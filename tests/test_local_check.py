@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import subprocess
 
-import nbformat
 import pytest
 
 from coursetools.notebooks import complete, write_notebook

@@ -8,7 +8,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from tests.conftest import NOTEBOOKS, REPO
+from tests.conftest import NOTEBOOKS
 
 
 @pytest.mark.parametrize("notebook", NOTEBOOKS)

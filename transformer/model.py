@@ -6,7 +6,7 @@ generate. This file only wires them together, as Figure 1 of the paper draws the
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import NamedTuple
 
 import torch
@@ -121,7 +121,3 @@ class Transformer(nn.Module):
 def count_parameters(model: nn.Module) -> int:
     """Trainable parameters, each shared tensor counted once."""
     return sum(p.numel() for p in {id(p): p for p in model.parameters() if p.requires_grad}.values())
-
-
-def config_dict(config: TransformerConfig) -> dict:
-    return asdict(config)

@@ -17,7 +17,6 @@ from ..framework import (
     Check,
     CheckFailed,
     Raised,
-    describe,
     expect_close,
     expect_dtype,
     expect_finite,

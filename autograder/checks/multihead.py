@@ -11,7 +11,6 @@ import math
 from typing import Any, Sequence
 
 import torch
-from torch import nn
 
 from ..framework import (
     raised_message,
@@ -20,7 +19,6 @@ from ..framework import (
     CheckFailed,
     ModuleResult,
     Raised,
-    call_learner,
     expect_close,
     expect_dtype,
     expect_finite,

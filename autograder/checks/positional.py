@@ -10,7 +10,7 @@ positions share an encoding, and PE(pos + k) is a fixed rotation M_k of PE(pos).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from typing import Any, Callable
 
 import torch
 
