@@ -13,10 +13,24 @@ from .framework import CheckFailed, run_check
 
 
 def check(check_id: str, fn, hidden: bool = False) -> None:
-    """Run the check ``check_id`` ("<chapter notebook>.<function>") on the learner's ``fn``."""
-    from .checks import get
+    """Run the check ``check_id`` ("<chapter notebook>.<function>") on the learner's ``fn``.
 
-    print(run_check(get(check_id), fn, hidden=hidden))
+    When it fails and ``fn`` uses another graded function of the notebook that fails its own
+    check, the message says so first: that helper is the mistake to fix.
+    """
+    from .checks import get
+    from .dependencies import blame_helpers
+
+    try:
+        verdict = run_check(get(check_id), fn, hidden=hidden)
+    except CheckFailed as failure:
+        message = blame_helpers(check_id, fn, str(failure))
+        if message == str(failure):
+            raise
+        blamed = CheckFailed(message)
+        blamed.learner_frames = failure.learner_frames
+        raise blamed from None
+    print(verdict)
 
 
 __all__ = ["check", "CheckFailed"]

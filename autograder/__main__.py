@@ -1,4 +1,9 @@
-"""python -m autograder grade ASSIGNMENT | check NOTEBOOK"""
+"""python -m autograder grade ASSIGNMENT | check NOTEBOOK
+
+``grade`` first grades the instructor's own solution through the same pipeline and stops, writing
+nothing, when it does not get full marks; it refuses to run without bubblewrap unless given
+``--no-sandbox``. Every limit option's default is the matching field of :class:`Limits`.
+"""
 from __future__ import annotations
 
 import argparse
@@ -6,27 +11,34 @@ import sys
 import time
 from pathlib import Path
 
+#: the command-line options that set a limit: (option, field of Limits, type, what it limits)
+LIMIT_OPTIONS = (
+    ("--call-timeout", "call_seconds", float, "seconds for one call of a graded function"),
+    ("--cell-timeout", "cell_seconds", float, "seconds for one cell of a submission"),
+    ("--submission-timeout", "submission_seconds", float, "seconds for a whole submission"),
+    ("--memory-mb", "memory_mb", int, "memory limit of each process of the learner's code"),
+    ("--processes", "processes", int, "processes and threads the learner's code may run at once (sandbox only)"),
+    ("--scratch-mb", "scratch_mb", int, "size of the learner's /tmp (sandbox only)"),
+    ("--notebook-mb", "notebook_mb", int, "largest notebook that is graded"),
+)
+
 
 def _limits(args):
     from .sandbox import Limits
 
-    return Limits(call_seconds=args.call_timeout, submission_seconds=args.submission_timeout, memory_mb=args.memory_mb)
+    return Limits(**{field: getattr(args, field) for _, field, _, _ in LIMIT_OPTIONS})
 
 
 def _source_notebook(root: Path, assignment: str):
-    """The instructor's notebook of an assignment: a percent script or an nbgrader .ipynb."""
-    import nbformat
+    """The instructor's notebook of an assignment (its name and its cells, with nbgrader's metadata)."""
+    from course.layout import LayoutError, instructor_notebook
+    from course.notebook_format import read_instructor_notebook
 
-    from coursetools.notebooks import to_nbgrader
-
-    folder = root / "solutions" / assignment
-    scripts = sorted(p for p in folder.glob("*.py") if not p.name.startswith("_"))
-    if scripts:
-        return scripts[0].stem, to_nbgrader(scripts[0])
-    notebooks = sorted(folder.glob("*.ipynb"))
-    if notebooks:
-        return notebooks[0].stem, nbformat.read(notebooks[0], as_version=4)
-    raise SystemExit(f"no instructor notebook in {folder}: is {assignment!r} the assignment's name, and --root the course directory?")
+    try:
+        path = instructor_notebook(assignment, root)
+    except LayoutError as exc:
+        raise SystemExit(str(exc)) from None
+    return path.stem, read_instructor_notebook(path)
 
 
 def grade(args) -> int:
@@ -34,9 +46,11 @@ def grade(args) -> int:
 
     from tqdm import tqdm
 
+    from course.layout import REPO
+
     from . import reports
-    from .engine import Assignment, grade_all
-    from .sandbox import REPO, fallback_warning, sandboxed
+    from .engine import Assignment, grade_all, self_check
+    from .sandbox import fallback_warning, sandbox_gaps, sandboxed
     from .submissions import find_submissions
 
     # nbgrader's gradebook runs the `alembic` program that sits beside this Python.
@@ -49,18 +63,34 @@ def grade(args) -> int:
         print(f"no submissions of {args.assignment} under {root / 'submitted'}")
         return 1
     if not sandboxed():
+        if not args.no_sandbox:
+            print(f"error: {fallback_warning()}\nNothing was graded. To grade without the sandbox anyway (only code "
+                  "you trust), pass --no-sandbox.", file=sys.stderr)
+            return 2
         print("warning: " + fallback_warning(), file=sys.stderr)
+    else:
+        for gap in sandbox_gaps():
+            print(f"warning: {gap}", file=sys.stderr)
+    limits = _limits(args)
     hidden = sorted({root, REPO, Path.home()})
     start = time.monotonic()
+    # Grade the instructor's own solution first, through the same sandbox, limits and checks: a
+    # set-up that cannot give it full marks would give every learner a wrong grade.
+    print(f"checking the set-up: grading the instructor's solution of {args.assignment}", file=sys.stderr)
+    problem = self_check(assignment, source, limits, hidden)
+    if problem is not None:
+        print(f"error: the set-up cannot grade {args.assignment}, so nothing was graded or written: {problem}",
+              file=sys.stderr)
+        return 3
     with tqdm(total=len(submissions), desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
-        results = grade_all(assignment, submissions, _limits(args), hidden, jobs=args.jobs, progress=bar)
+        results = grade_all(assignment, submissions, limits, hidden, jobs=args.jobs, progress=bar)
     db_url = args.db or f"sqlite:///{root / 'gradebook.db'}"
     reports.ensure_assignment(db_url, assignment, source)
     reports.write_gradebook(db_url, assignment, results)
     csv_path = args.csv or root / "grades" / f"{args.assignment}.csv"
     reports.write_csv(csv_path, assignment, results)
     reports.write_feedback(root, assignment, results)
-    reports.write_autograded(root, assignment, results, source)
+    reports.write_autograded(root, assignment, results, source, limits.notebook_mb << 20)
     print(reports.summary(assignment, results, time.monotonic() - start))
     print(f"gradebook: {db_url}\ngrades: {csv_path}\nfeedback: {root / 'feedback'}/<learner>/{args.assignment}/{notebook}.html")
     return 0
@@ -72,7 +102,9 @@ def check(args) -> int:
     return report(args.notebook, _limits(args))
 
 
-def main(argv=None) -> int:
+def parser() -> argparse.ArgumentParser:
+    from .sandbox import Limits
+
     parser = argparse.ArgumentParser(prog="python -m autograder", description="Grade the course's notebooks.")
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("grade", help="grade every submission of an assignment (nbgrader's layout)")
@@ -81,15 +113,24 @@ def main(argv=None) -> int:
     g.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     g.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
     g.add_argument("--csv", type=Path, help="where to write the grades (default: <root>/grades/<assignment>.csv)")
+    g.add_argument("--no-sandbox", action="store_true",
+                   help="grade even without bubblewrap, with resource limits only (submitted code can then read "
+                        "your files and reach the network); without this flag grading refuses to start")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
     c.add_argument("notebook", type=Path)
+    defaults = Limits()
     for p in (g, c):
-        p.add_argument("--call-timeout", type=float, default=10.0, help="seconds for one call of a graded function")
-        p.add_argument("--submission-timeout", type=float, default=300.0, help="seconds for a whole submission")
-        p.add_argument("--memory-mb", type=int, default=2048, help="memory limit of the learner's code")
-    args = parser.parse_args(argv)
+        for option, field, kind, what in LIMIT_OPTIONS:
+            p.add_argument(option, dest=field, type=kind, default=getattr(defaults, field),
+                           metavar=option.rsplit("-", 1)[-1].upper(), help=f"{what} (default {getattr(defaults, field):g})")
+    return parser
+
+
+def main(argv=None) -> int:
+    arguments = parser()
+    args = arguments.parse_args(argv)
     if args.command == "check" and not args.notebook.is_file():
-        parser.error(f"no such notebook: {args.notebook}")
+        arguments.error(f"no such notebook: {args.notebook}")
     return grade(args) if args.command == "grade" else check(args)
 
 

@@ -2,22 +2,30 @@
 
 For each graded test cell of the instructor's notebook (never the submission's copy, which may
 have been edited, deleted or duplicated) the grader builds the check's cases, sends them to the
-worker, receives plain data back, and judges it with the same checks the learner ran in the
-notebook. A test cell scores its points when all its checks pass, visible and hidden.
+submission's sandboxed worker (:mod:`autograder.session`), receives plain data back, and judges
+it with the same checks the learner ran in the notebook. A test cell scores its points when all
+its checks pass, visible and hidden. Before a class is graded, :func:`self_check` grades the
+instructor's own solution the same way.
 """
 from __future__ import annotations
 
+import ast
 import time
+import traceback
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable
 
+from course.layout import reference_module
+from course.notebook_format import check_calls, graded_cells, is_test_cell
+
 from .checks import get
+from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
-from .sandbox import REPO, Limits, Worker, WorkerGone, WorkerTimeout
-from .submissions import Submission, Unreadable, code_cells
-from . import wire
+from .sandbox import Limits, WorkerBroken
+from .session import Failure, Session
+from .submissions import Submission, Unreadable, code_cells, notebook_cells
 
 
 @dataclass(frozen=True)
@@ -34,6 +42,8 @@ class Assignment:
     name: str
     notebook: str
     tests: tuple[GradedTest, ...]
+    #: the modules its notebook imports: the worker imports them once, before any learner process
+    imports: tuple[str, ...] = ()
 
     @property
     def functions(self) -> list[str]:
@@ -46,20 +56,36 @@ class Assignment:
     @classmethod
     def from_notebook(cls, name: str, notebook: str, nb) -> "Assignment":
         """From a notebook carrying nbgrader metadata: the instructor's source, or a release."""
-        from coursetools.notebooks import check_calls, graded_cells
-
         tests = []
         for cell in graded_cells(nb, "test"):
             meta = cell.metadata["nbgrader"]
             calls = tuple((c, f, h) for c, f, h in check_calls(cell.source) if c and f)
             tests.append(GradedTest(meta["grade_id"], float(meta.get("points", 0)), calls))
-        return cls(name, notebook, tuple(tests))
+        return cls(name, notebook, tuple(tests), _imports(nb))
 
     def forbidden(self, function: str) -> tuple[str, ...]:
         """What ``function`` may not call: the built-ins it rebuilds, and the course's own answer."""
-        own = f"reference.{self.notebook}.{function}"
+        own = f"{reference_module(self.notebook)}.{function}"
         checks = {get(c) for t in self.tests for c, f, _ in t.calls if f == function}
         return tuple(dict.fromkeys([n for ch in checks for n in ch.forbidden] + [own]))
+
+
+def _imports(nb) -> tuple[str, ...]:
+    """The installed modules a notebook's code cells import (not the course's reference code)."""
+    names: dict[str, None] = {}
+    for cell in nb.cells:
+        if cell.cell_type != "code" or is_test_cell(cell):
+            continue
+        try:
+            tree = ast.parse(cell.source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names.update(dict.fromkeys(alias.name for alias in node.names))
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names[node.module] = None
+    return tuple(n for n in names if n.split(".")[0] not in ("reference", "autograder", "course", "coursetools"))
 
 
 @dataclass
@@ -92,121 +118,13 @@ class Result:
         return sum(o.max_points for o in self.outcomes)
 
 
-def reference_sources(folder: Path = REPO / "reference") -> dict[str, str]:
-    """The reference package as text, for the worker to load without seeing the files."""
-    sources = {}
-    if (folder / "__init__.py").is_file():
-        sources["reference"] = (folder / "__init__.py").read_text(encoding="utf-8")
-        for path in sorted(folder.glob("*.py")):
-            if path.name != "__init__.py":
-                sources[f"reference.{path.stem}"] = path.read_text(encoding="utf-8")
-    return sources
-
-
-def _cell_name(index: int, source: str) -> str:
-    """How a learner finds a cell again: its position and its first line."""
-    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
-
-
-class _Session:
-    """The worker of one submission, restarted without the offending cell when one kills it."""
-
-    def __init__(self, assignment: Assignment, cells: list[str], limits: Limits, hidden_paths: list[Path], notes: list[str]):
-        self.assignment, self.cells, self.limits = assignment, cells, limits
-        self.hidden_paths, self.notes = hidden_paths, notes
-        self.skip: set[int] = set()
-        self.deadline = time.monotonic() + limits.submission_seconds
-        self.worker: Worker | None = None
-        self.forbidden_all = sorted({n for f in assignment.functions for n in assignment.forbidden(f)})
-        self.modules = reference_sources()
-
-    def left(self, cap: float) -> float:
-        return max(min(cap, self.deadline - time.monotonic()), 0.0)
-
-    def ensure(self) -> Worker:
-        while self.worker is None:
-            if self.left(1) <= 0:
-                raise TimeoutError
-            worker = Worker(self.limits, self.hidden_paths)
-            try:
-                worker.request({"op": "setup", "forbidden": self.forbidden_all, "reference": self.assignment.notebook,
-                                "modules": self.modules}, timeout=self.left(120))
-                for index, source in enumerate(self.cells):
-                    if index in self.skip:
-                        continue
-                    try:
-                        reply = worker.request({"op": "cell", "index": index + 1, "source": source},
-                                               timeout=self.left(self.limits.cell_seconds))
-                    except WorkerTimeout:
-                        self.skip.add(index)
-                        self.notes.append(f"{_cell_name(index, source)} ran longer than {self.limits.cell_seconds:g} s and was skipped")
-                        raise
-                    except WorkerGone:
-                        self.skip.add(index)
-                        self.notes.append(f"{_cell_name(index, source)} ended the Python process (exit, kill or crash) and was skipped")
-                        raise
-                    if "error" in reply:
-                        kind, message, _ = reply["error"]
-                        self.notes.append(f"{_cell_name(index, source)} raised {kind}" + (f": {message[:300]}" if message else ""))
-                self.worker = worker
-            except (WorkerTimeout, WorkerGone):
-                worker.stop()
-                if self.left(1) <= 0:
-                    raise TimeoutError from None
-        return self.worker
-
-    def call(self, function: str, case) -> object:
-        """The learner's result for one case, or a message explaining why there is none."""
-        worker = self.ensure()
-        request = {
-            "op": "call", "function": function, "case": wire.encode(case),
-            "forbidden": list(self.assignment.forbidden(function)),
-            "inject": [f for f in self.assignment.functions if f != function],
-        }
-        try:
-            reply = worker.request(request, timeout=self.left(self.limits.call_seconds))
-        except WorkerTimeout:
-            self.worker = None
-            if self.left(1) <= 0:
-                raise TimeoutError from None
-            return _Failure(
-                f"`{function}` did not finish within {self.limits.call_seconds:g} s on the case {case.label}: "
-                "is there an endless loop, or a loop that never reaches its `break`?"
-            )
-        except WorkerGone:
-            self.worker = None
-            return _Failure(
-                f"`{function}` ended the Python process on the case {case.label} (sys.exit, os._exit, "
-                "a signal, or more than the memory limit): a graded function must return its result."
-            )
-        if reply.get("missing"):
-            return _Failure(f"there is no `{function}` in the notebook: keep the name the exercise gives it.")
-        if "error" in reply:
-            return _Failure(f"`{function}` could not be called: {reply['error'][1]}")
-        try:
-            return wire.decode(reply["result"])
-        except (wire.WireError, KeyError, TypeError, ValueError) as exc:
-            return _Failure(f"`{function}` returned something that cannot be read as data ({exc}).")
-
-    def close(self) -> None:
-        if self.worker is not None:
-            self.worker.close()
-            self.worker = None
-
-
-@dataclass(frozen=True)
-class _Failure:
-    message: str
-
-
-def _run_check(session: _Session, check: Check, function: str, hidden: bool) -> str | None:
+def _run_check(session: Session, check: Check, function: str, hidden: bool, own: tuple[str, ...] = ()) -> str | None:
     """None when the check passes, else the message for the learner."""
     cases = check.cases(hidden)
     results = []
     for case in cases:
-        result = session.call(function, case)
-        if isinstance(result, _Failure):
+        result = session.call(function, case, own)
+        if isinstance(result, Failure):
             return result.message
         results.append(result)
     try:
@@ -219,9 +137,11 @@ def _run_check(session: _Session, check: Check, function: str, hidden: bool) -> 
 
 
 def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden_paths: list[Path],
-                include_hidden: bool = True) -> tuple[list[TestOutcome], list[str]]:
+                include_hidden: bool = True, output: list[str] | None = None) -> tuple[list[TestOutcome], list[str]]:
+    """Grade a submission's code cells: every test's outcome, and notes for the learner.
+    ``output``, when given, receives what the sandboxed worker printed."""
     notes: list[str] = []
-    session = _Session(assignment, cells, limits, hidden_paths, notes)
+    session = Session(assignment, cells, limits, hidden_paths, notes)
     outcomes = []
     try:
         for test in assignment.tests:
@@ -240,25 +160,34 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
                 hidden_failed = False
             passed = not message and not hidden_failed
             outcomes.append(TestOutcome(test.grade_id, test.points if passed else 0.0, test.points, passed, message, hidden_failed))
+        # A function that passed only with the course's version of a failing helper fails in the notebook: say why.
+        notes += substitution_notes(assignment.tests, outcomes, cells, include_hidden,
+                                    lambda c, f, h, helper: _run_check(session, get(c), f, h, (helper,)) is None)
     finally:
         session.close()
+        if output is not None:
+            output.append(session.output)
     return outcomes, notes
 
 
-def grade_submission(assignment: Assignment, submission: Submission, limits: Limits, hidden_paths: list[Path],
-                     max_bytes: int = 64 << 20) -> Result:
+def grade_submission(assignment: Assignment, submission: Submission, limits: Limits, hidden_paths: list[Path]) -> Result:
     start = time.monotonic()
     result = Result(submission.learner, assignment.name, assignment.notebook, notes=list(submission.notes), path=submission.path)
     if submission.rejected:
         result.error = submission.rejected
     else:
         try:
-            cells, notes = code_cells(submission.path, max_bytes)
+            cells, notes = code_cells(submission.path, limits.notebook_mb << 20)
             result.notes += notes
             outcomes, run_notes = grade_cells(assignment, cells, limits, hidden_paths)
             result.outcomes, result.notes = outcomes, result.notes + run_notes
         except Unreadable as exc:
             result.error = str(exc)
+        except WorkerBroken as exc:
+            result.error = f"the grader's worker failed: {exc}"
+        except Exception as exc:  # one submission's failure must not stop the class: report it as its own
+            traceback.print_exc()
+            result.error = f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:300]})"
     if result.error:
         result.outcomes = [TestOutcome(t.grade_id, 0.0, t.points, False, "not graded: " + result.error) for t in assignment.tests]
     result.seconds = time.monotonic() - start
@@ -280,3 +209,30 @@ def grade_all(assignment: Assignment, submissions: Iterable[Submission], limits:
             if progress is not None:
                 progress.update(1)
     return sorted(results, key=lambda r: r.learner)
+
+
+def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: list[Path]) -> str | None:
+    """None when the instructor's own solution gets full marks through the whole pipeline (the
+    same sandbox, limits and checks as the submissions); otherwise why not, in words.
+
+    A set-up that cannot grade (a worker that cannot import the course, a sandbox that hides
+    the Python installation, checks that reject their own solution) would otherwise give every
+    learner the same wrong grade.
+    """
+    cells, _ = notebook_cells(source_nb)
+    session_output: list[str] = []
+    try:
+        outcomes, notes = grade_cells(assignment, cells, limits, hidden_paths, output=session_output)
+    except WorkerBroken as exc:
+        return str(exc)
+    failed = [o for o in outcomes if not o.passed]
+    if not failed:
+        return None
+    score = sum(o.points for o in outcomes)
+    lines = [f"the instructor's solution scores {score:g} / {assignment.max_score:g} through the grader:"]
+    lines += [f"  {o.grade_id}: {o.message or 'it fails the hidden tests'}" for o in failed]
+    lines += [f"  note: {n}" for n in notes]
+    output = "\n".join("".join(session_output).strip().splitlines()[-15:])
+    if output:
+        lines.append(f"the sandboxed worker printed:\n{output}")
+    return "\n".join(lines)

@@ -18,9 +18,13 @@ from __future__ import annotations
 import contextlib
 import copy
 import importlib
+import linecache
 import math
+import os
+import re
 import sys
 import traceback
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable, ClassVar, Mapping, Sequence
 
@@ -28,7 +32,20 @@ import torch
 
 
 class CheckFailed(AssertionError):
-    """A learner-facing verdict: the message says what is wrong and where to look."""
+    """A learner-facing verdict: the message says what is wrong and where to look.
+
+    In a notebook IPython shows it through :meth:`_render_traceback_`: the message and the
+    learner's own frames, without the grader's. Elsewhere it is an ordinary exception.
+    """
+
+    #: the frames of the learner's code where the learner's exception was raised, formatted
+    learner_frames: tuple[str, ...] = ()
+
+    def _render_traceback_(self) -> list[str]:
+        lines = [f"{type(self).__name__}: {self}"]
+        if self.learner_frames:
+            lines += ["", "Where it happened in your code (most recent call last):", *self.learner_frames]
+        return lines
 
 
 @dataclass(frozen=True)
@@ -83,9 +100,16 @@ class Raised:
 
     type: str
     message: str
+    #: where it happened, as a phrase for the learner: their own line, and the course's function
+    #: it raised inside when it did ("raised inside the course's `X`, called from your `f`, ...")
     where: str = ""
     #: the qualified name of the function that raised (e.g. "LayerNorm.forward")
     origin: str = ""
+    #: the learner's frames, formatted for a notebook; they stay in the learner's process
+    frames: tuple[str, ...] = field(default=(), compare=False)
+    #: what a judge may need as data rather than words: for a StateMismatch, the parameter names
+    #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs
+    details: Mapping[str, tuple] = field(default_factory=dict, compare=False, hash=False)
 
 
 @dataclass(frozen=True)
@@ -165,7 +189,7 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
         missing = sorted(set(case.state) - set(own))
         unexpected = sorted(set(own) - set(case.state))
         if missing or unexpected:
-            raise StateMismatch(missing, unexpected)
+            raise StateMismatch(missing, unexpected, shared=shared_names(module))
         for name, value in case.state.items():
             if tuple(own[name].shape) != tuple(value.shape):
                 raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}")
@@ -176,19 +200,50 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
     return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect})
 
 
-class StateMismatch(Exception):
-    """The learner's module does not have the parameters the exercise names."""
+def shared_names(module: Any) -> list[tuple[str, str]]:
+    """(alias, original) for each submodule or parameter reachable under a second name.
 
-    def __init__(self, missing, unexpected, detail: str = ""):
-        self.missing, self.unexpected = missing, unexpected
-        parts = []
-        if missing:
-            parts.append("it has no parameter named " + ", ".join(missing[:6]))
+    PyTorch lists a shared parameter once, under its first name, so ``cross_attn = self_attn``
+    looks like a module without cross_attn's parameters. Only the outermost alias is given:
+    cross_attn, not also cross_attn.w_q.
+    """
+    if not hasattr(module, "named_modules"):
+        return []
+    first: dict[int, str] = {}
+    pairs: list[tuple[str, str]] = []
+    for name, obj in [*module.named_modules(remove_duplicate=False), *module.named_parameters(remove_duplicate=False)]:
+        original = first.setdefault(id(obj), name)
+        if original != name and not any(name.startswith(f"{alias}.") for alias, _ in pairs):
+            pairs.append((name, original))
+    return pairs
+
+
+class StateMismatch(Exception):
+    """The learner's module does not have the parameters the exercise names.
+
+    ``shared`` lists (alias, original) pairs: one module or parameter under two names, whose
+    parameters PyTorch therefore reports only once; names under an alias are not called missing.
+    """
+
+    def __init__(self, missing, unexpected, detail: str = "", shared=()):
+        self.missing, self.unexpected, self.shared = missing, unexpected, list(shared)
+        aliases = [alias for alias, _ in self.shared]
+        really_missing = [n for n in missing if not any(n == a or n.startswith(f"{a}.") for a in aliases)]
+        parts = [
+            f"{alias} and {original} are one and the same object, so they share their weights (PyTorch lists them "
+            f"once, under {original}): give {alias} weights of its own by creating a new object for it instead of "
+            f"reusing {original}"
+            for alias, original in self.shared[:3]
+            if any(n == alias or n.startswith(f"{alias}.") for n in missing)
+        ]
+        if really_missing:
+            parts.append("it has no parameter named " + ", ".join(really_missing[:6]))
         if unexpected:
             parts.append("it has parameters the exercise does not ask for: " + ", ".join(unexpected[:6]))
         if detail:
             parts.append(detail)
-        super().__init__("; ".join(parts) + ". Use exactly the submodule names and shapes the exercise gives.")
+        tail = ". Use exactly the submodule names and shapes the exercise gives." if (really_missing or unexpected or detail) else "."
+        super().__init__("; ".join(parts) + tail)
 
 
 def _resolve(path: str) -> tuple[Any, str]:
@@ -261,27 +316,107 @@ class UsedForbidden:
     names: tuple[str, ...]
 
 
+#: packages whose code is the course's own: an error raised inside them is named as the course's
+COURSE_PACKAGES = frozenset({"reference", "autograder", "transformer"})
+#: how notebook cells name their code: the grader's worker, classic IPython, ipykernel
+_CELL_FILE = re.compile(r"<cell [^>]+>|<ipython-input-[^>]*>|.*[/\\]ipykernel_\d+[/\\][^/\\]+\.py")
+
+
 def _own_code(fn: Callable) -> set:
-    """The code objects of the function or class under test (its methods)."""
+    """The code objects of the function or class under test (its methods, those of its base classes
+    written beside it, and the functions nested in them); not those of a library's base class."""
     if isinstance(fn, type):
-        return {m.__code__ for klass in fn.__mro__ for m in vars(klass).values() if hasattr(m, "__code__")}
-    code = getattr(fn, "__code__", None)
-    return {code} if code is not None else set()
+        mine = [klass for klass in fn.__mro__ if klass.__module__ == fn.__module__]
+        members = [getattr(m, "__func__", m) for klass in mine for m in vars(klass).values()]  # static and class methods
+        members += [accessor for m in members if isinstance(m, property) for accessor in (m.fget, m.fset, m.fdel)]
+        todo = [m.__code__ for m in members if hasattr(m, "__code__")]
+    else:
+        todo = [fn.__code__] if hasattr(fn, "__code__") else []
+    codes: set = set()
+    while todo:
+        code = todo.pop()
+        if code not in codes:
+            codes.add(code)
+            todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return codes
+
+
+def remember_cell(filename: str, source: str) -> None:
+    """Keep a cell's text where tracebacks look for it, so that its lines can be quoted."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def _qualname(frame) -> str:
+    return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+
+
+def _is_cell(filename: str) -> bool:
+    return _CELL_FILE.fullmatch(filename) is not None
+
+
+def _cell_label(filename: str) -> str:
+    """"Cell In[3]" in IPython, the file's name elsewhere."""
+    if _is_cell(filename):
+        try:
+            shell = sys.modules["IPython"].get_ipython()
+            label = shell.compile.format_code_name(filename)
+            if label:
+                return " ".join(label)
+        except Exception:  # not in IPython, or an IPython without this method
+            pass
+        return "Cell"
+    return filename
 
 
 def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
-    """An exception as data: its type, message and line; ``origin`` names the function it came
-    from when that is not ``fn`` itself (a helper the learner has not written yet, say)."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    where = f"line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
-    last = None
-    for frame, _ in traceback.walk_tb(exc.__traceback__):
-        last = frame
+    """An exception as data: its type, its message and where it happened.
+
+    ``where`` points at the learner's own code (a notebook cell, or the function under test), the
+    last of it that ran, with the line shown; when the exception came from inside the course's
+    code that the learner called, it names that function too. ``origin`` names the function it
+    came from when that is not ``fn`` itself (a helper the learner has not written yet, say).
+    """
+    own = _own_code(fn) if fn is not None else set()
+    own_files = {code.co_filename for code in own}
+    frames = []  # (frame, line number, kind): kind is "learner", "course" or "library"
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        module = frame.f_globals.get("__name__", "")
+        filename = frame.f_code.co_filename
+        if module == __name__:
+            continue  # the harness that made the call
+        if frame.f_code in own or filename in own_files or _is_cell(filename):
+            kind = "learner"
+        elif module.split(".")[0] in COURSE_PACKAGES:
+            kind = "course"
+        else:
+            kind = "library"
+        frames.append((frame, lineno, kind))
+    mine = [i for i, (_, _, kind) in enumerate(frames) if kind == "learner"]
+    inside = next((f for f, _, kind in frames[mine[-1] + 1 if mine else 0:] if kind == "course"), None)
+    where = ""
+    if mine:
+        frame, lineno, _ = frames[mine[-1]]
+        filename = frame.f_code.co_filename
+        line = linecache.getline(filename, lineno, frame.f_globals).strip()
+        place = "its cell" if _is_cell(filename) else os.path.basename(filename)
+        where = f"your `{_qualname(frame)}`, line {lineno} of {place}" + (f": {line}" if line else "")
+        where = f"raised inside the course's `{_qualname(inside)}`, called from {where}" if inside else f"in {where}"
+    elif inside is not None:
+        where = f"raised inside the course's `{_qualname(inside)}`"
+    shown = []
+    for i in mine:
+        frame, lineno, _ = frames[i]
+        line = linecache.getline(frame.f_code.co_filename, lineno, frame.f_globals).strip()
+        shown.append(f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {_qualname(frame)}" + (f"\n    {line}" if line else ""))
     origin = ""
-    library = (sys.prefix, sys.base_prefix)
-    if last is not None and fn is not None and last.f_code not in _own_code(fn) and not last.f_code.co_filename.startswith(library):
-        origin = getattr(last.f_code, "co_qualname", last.f_code.co_name)
-    return Raised(type(exc).__name__, str(exc)[:2000], where, origin)
+    last = next((f for f, _, kind in reversed(frames) if kind != "library"), None)
+    if last is not None and fn is not None and last.f_code not in own:
+        origin = _qualname(last)
+    details = {}
+    if isinstance(exc, StateMismatch):
+        details = {"missing": tuple(exc.missing), "unexpected": tuple(exc.unexpected),
+                   "shared": tuple((str(a), str(o)) for a, o in exc.shared)}
+    return Raised(type(exc).__name__, str(exc)[:2000], where[:500], origin, tuple(shown), details)
 
 
 def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, forbidden: Sequence[str] = ()) -> Any:
@@ -324,7 +459,12 @@ class Check:
     def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
         """Judge every result; return the success line or raise CheckFailed."""
         for case, result in zip(cases, results):
-            self.reject_non_results(case, result)
+            try:
+                self.reject_non_results(case, result)
+            except CheckFailed as failure:
+                if isinstance(result, Raised):
+                    failure.learner_frames = result.frames
+                raise
         for case, result in zip(cases, results):
             self.judge(case, result)
         self.judge_all(cases, results)
@@ -361,7 +501,7 @@ class Check:
 def raised_message(name: str, case: Case, result: Raised) -> str:
     """"`f` raised X on the case ...: message", with the learner's line that raised it."""
     return f"{name} raised {result.type} on the case {case.label}: {result.message}" + (
-        f"\n  (in your code, {result.where.strip()})" if result.where else ""
+        f"\n  ({result.where.strip()})" if result.where else ""
     )
 
 

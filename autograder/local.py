@@ -7,16 +7,23 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from course.layout import REPO, SOLUTIONS
+
 from .engine import Assignment, grade_cells
-from .sandbox import REPO, Limits
+from .sandbox import Limits, sandboxed
 from .submissions import Unreadable, code_cells
 
 
 def report(path: Path, limits: Limits = Limits()) -> int:
     import nbformat
 
+    if not sandboxed():
+        # A learner checking their own notebook needs no protection from it; the class grader,
+        # which runs other people's code, refuses to work this way unless asked.
+        print("note: bubblewrap is not installed, so the notebook runs with resource limits only; "
+              "that is fine for your own code")
     try:
-        cells, notes = code_cells(path, 256 << 20)
+        cells, notes = code_cells(path, limits.notebook_mb << 20)
         nb = nbformat.read(path, as_version=4)
     except Unreadable as exc:
         print(f"{path} is not a readable notebook: {exc}")
@@ -25,7 +32,7 @@ def report(path: Path, limits: Limits = Limits()) -> int:
     if not assignment.tests:
         print(f"{path} has no graded test cells: is it an exercise notebook from exercises/?")
         return 2
-    outcomes, run_notes = grade_cells(assignment, cells, limits, sorted({REPO / "solutions"}), include_hidden=False)
+    outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS], include_hidden=False)
     for note in notes + run_notes:
         print(f"note: {note}")
     width = max(len(o.grade_id) for o in outcomes)

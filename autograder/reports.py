@@ -34,16 +34,35 @@ def ensure_assignment(db_url: str, assignment: Assignment, source_nb) -> None:
     SaveCells().preprocess(nb, resources)
 
 
-def _timestamp(result: Result) -> datetime | None:
-    stamp = result.path.parent / "timestamp.txt" if result.path else None
-    if stamp and stamp.is_file() and not stamp.is_symlink():
-        from nbgrader.utils import parse_utc
+def _timestamp_text(result: Result) -> str | None:
+    """The submission's timestamp.txt as nbgrader writes it (one short line), or None.
 
-        try:
-            return parse_utc(stamp.read_text()[:100].strip())
-        except Exception:  # a malformed timestamp is only a missing one
-            return None
-    return None
+    Read with a bound: the file is the learner's, and may be a link, a folder or a huge (sparse) file.
+    """
+    stamp = result.path.parent / "timestamp.txt" if result.path else None
+    if not stamp or stamp.is_symlink() or not stamp.is_file():
+        return None
+    try:
+        with stamp.open("rb") as f:
+            raw = f.read(101)
+    except OSError:
+        return None
+    if len(raw) > 100:
+        return None
+    text = raw.decode("utf-8", "replace").strip()
+    return text if text.isprintable() else None
+
+
+def _timestamp(result: Result) -> datetime | None:
+    from nbgrader.utils import parse_utc
+
+    text = _timestamp_text(result)
+    if text is None:
+        return None
+    try:
+        return parse_utc(text)
+    except Exception:  # a malformed timestamp is only a missing one
+        return None
 
 
 def write_gradebook(db_url: str, assignment: Assignment, results: list[Result]) -> None:
@@ -65,17 +84,20 @@ def write_gradebook(db_url: str, assignment: Assignment, results: list[Result]) 
             gb.db.commit()
 
 
-def autograded_notebook(result: Result, source_nb):
+def autograded_notebook(result: Result, source_nb, max_bytes: int = 64 << 20):
     """nbgrader's autograded/ copy of a submission, for formgrader's manual review.
 
     The learner's cells as handed in, except that every graded test cell is the instructor's
-    (restored if it was edited or deleted) and shows this grader's verdict as its output.
+    (restored if it was edited or deleted) and shows this grader's verdict as its output. A
+    notebook over ``max_bytes`` is not read: formgrader gets the instructor's cells.
     """
     import nbformat
 
     outcomes = {o.grade_id: o for o in result.outcomes}
     tests = {c.metadata["nbgrader"]["grade_id"]: c for c in source_nb.cells if c.metadata.get("nbgrader", {}).get("grade")}
     try:
+        if result.path is None or result.path.is_symlink() or result.path.stat().st_size > max_bytes:
+            raise ValueError("not read")
         nb = nbformat.read(result.path, as_version=4)
     except Exception:  # unreadable: formgrader gets the instructor's cells with the reason
         nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell(f"**Not graded:** {result.error}")])
@@ -102,9 +124,10 @@ def autograded_notebook(result: Result, source_nb):
     return nb
 
 
-def write_autograded(root: Path, assignment: Assignment, results: list[Result], source_nb) -> None:
-    import shutil
-
+def write_autograded(root: Path, assignment: Assignment, results: list[Result], source_nb,
+                     max_bytes: int = 64 << 20) -> None:
+    """The notebook and its timestamp, which is all nbgrader reads there; nothing else of the
+    submission's folder is copied, and the timestamp only as the short line it should be."""
     import nbformat
 
     for r in results:
@@ -112,10 +135,10 @@ def write_autograded(root: Path, assignment: Assignment, results: list[Result], 
             continue
         folder = root / "autograded" / r.learner / assignment.name
         folder.mkdir(parents=True, exist_ok=True)
-        nbformat.write(autograded_notebook(r, source_nb), folder / f"{assignment.notebook}.ipynb")
-        stamp = r.path.parent / "timestamp.txt" if r.path else None
-        if stamp and stamp.is_file() and not stamp.is_symlink():
-            shutil.copyfile(stamp, folder / "timestamp.txt")
+        nbformat.write(autograded_notebook(r, source_nb, max_bytes), folder / f"{assignment.notebook}.ipynb")
+        stamp = _timestamp_text(r)
+        if stamp is not None:
+            (folder / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
 
 
 def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None:

@@ -1,30 +1,41 @@
 """A worker process for one submission, walled off from everything it must not touch.
 
-With bubblewrap (Debian package ``bubblewrap``) the worker gets: no network, its own process
-tree (all of it ends with the worker), a read-only view of the system in which the course
-directory, the home directory and /tmp are replaced by empty scratch space, apart from the
-Python environment and the course's checks. Without bubblewrap it falls back to resource
-limits only, and says so. Either way there are limits on memory, CPU time and file size, a
-time limit on every request, and a cap on how much of its output is kept.
+With bubblewrap (Debian package ``bubblewrap``) the worker sees an allow-list, not the host
+with a few paths hidden: the Python installation and its packages, the ``autograder`` package,
+the system libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
+/tmp. Not the course directory, not any other copy of the course, not /etc, /root or /home. It
+has no network, its own user and process namespaces (all its processes end with it) and a cap
+on how many processes it may run at once. When the grader runs as root, the worker runs as an
+unprivileged user id of its own, because the kernel does not cap root's processes.
+
+Without bubblewrap only the resource limits hold; the grader refuses to grade that way unless
+the instructor asks for it (``--no-sandbox``).
+
+The grader speaks to the worker over a Unix socket that the worker connects to as it starts,
+before any learner code exists; see :mod:`autograder.worker` for what happens inside. Limits on
+memory, CPU time, file size and processes, a time limit on every request, and a cap on how much
+of its output is kept apply either way; every limit is a field of :class:`Limits`.
 """
 from __future__ import annotations
 
 import os
-import queue
-import resource
+import select
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import wire
 
 PACKAGE = Path(__file__).resolve().parent
-REPO = PACKAGE.parent
+#: where the worker finds the grader's socket inside the sandbox
+CHANNEL_DIR = "/run/grader"
 
 
 @dataclass(frozen=True)
@@ -32,42 +43,65 @@ class Limits:
     call_seconds: float = 10.0  # one call of a graded function on one case
     cell_seconds: float = 30.0  # one cell of the submission
     submission_seconds: float = 300.0  # everything for one submission
-    memory_mb: int = 2048  # address space of the worker
+    startup_seconds: float = 120.0  # the worker's start (an interpreter and torch), before any learner code
+    memory_mb: int = 2048  # address space of each of the submission's processes
     output_kb: int = 64  # what is kept of everything it prints
-    file_mb: int = 16  # largest file it may write in its scratch space
+    file_mb: int = 16  # largest file it may write
+    scratch_mb: int = 64  # its /tmp, all files together (in memory)
+    processes: int = 64  # processes and threads it may run at once
+    notebook_mb: int = 64  # largest notebook that is read at all
+    reply_mb: int = 64  # largest message the learner's side may send
+
+
+class WorkerBroken(Exception):
+    """The worker failed before any learner code ran: the grader's set-up, not the learner's doing."""
 
 
 class WorkerGone(Exception):
-    """The worker ended (exited, was killed, or closed its side)."""
+    """The worker, or the learner's process, ended (exited, was killed, or closed its side)."""
 
 
 class WorkerTimeout(Exception):
-    """The worker did not answer in time; it has been stopped."""
+    """No answer in time."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Is there a sandbox, and which kind
+# ---------------------------------------------------------------------------------------------
 
 
 def bubblewrap() -> str | None:
     return shutil.which("bwrap")
 
 
-def _bwrap_works(bwrap: str) -> bool:
-    try:
-        done = subprocess.run([bwrap, "--ro-bind", "/", "/", "--unshare-all", "true"], capture_output=True, timeout=20)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return done.returncode == 0
+def _as_root() -> bool:
+    return os.geteuid() == 0
 
 
-_BWRAP_STATE: dict[str, bool] = {}
+_STATE: dict[str, bool] = {}
 
 
 def sandboxed() -> bool:
-    """Whether workers run under bubblewrap here (checked once)."""
+    """Whether workers run under bubblewrap here (checked once, the way workers are started)."""
     path = bubblewrap()
     if not path:
         return False
-    if path not in _BWRAP_STATE:
-        _BWRAP_STATE[path] = _bwrap_works(path)
-    return _BWRAP_STATE[path]
+    if path not in _STATE:
+        _STATE[path] = _probe(path)
+    return _STATE[path]
+
+
+def _probe(bwrap: str) -> bool:
+    uid = _UIDS.acquire() if _as_root() else None
+    try:
+        command = _command(bwrap, ["/bin/true"] if Path("/bin/true").exists() else ["true"], Limits(), [], None, uid)
+        done = subprocess.run(command, capture_output=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    finally:
+        if uid is not None:
+            _UIDS.release(uid)
+    return done.returncode == 0
 
 
 def fallback_warning() -> str:
@@ -78,51 +112,272 @@ def fallback_warning() -> str:
     )
 
 
-def _visible_paths() -> list[Path]:
-    """What the worker needs to see: the Python installation and the course's packages."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), PACKAGE}
-    paths |= {Path(p) for p in sys.path if p and Path(p).is_dir() and "site-packages" in p}
-    return sorted({p.resolve() for p in paths if p.exists()} | {p for p in paths if p.exists()})
+class _UidPool:
+    """User ids for workers started by root: one per running worker, so that the process cap of
+    one submission is not shared with another's. They lie far above the ids of ordinary accounts."""
+
+    def __init__(self) -> None:
+        self.base = 1_000_000_000 + (os.getpid() % 50_000) * 1024
+        self.free = list(range(1024))
+        self.lock = threading.Lock()
+
+    def acquire(self) -> int:
+        with self.lock:
+            return self.base + (self.free.pop(0) if self.free else 1023)
+
+    def release(self, uid: int) -> None:
+        with self.lock:
+            offset = uid - self.base
+            if 0 <= offset < 1024 and offset not in self.free:
+                self.free.insert(0, offset)
 
 
-def _bwrap_command(hidden: list[Path]) -> list[str]:
-    cmd = [
-        bubblewrap(), "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-        "--tmpfs", "/tmp", "--tmpfs", "/var/tmp", "--tmpfs", "/run",
+_UIDS = _UidPool()
+
+
+# ---------------------------------------------------------------------------------------------
+# What the worker may see
+# ---------------------------------------------------------------------------------------------
+
+#: the system's programs and libraries (on a merged-/usr system the top-level ones are links)
+SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/bin", "/lib", "/lib32", "/lib64")
+#: single files of /etc that the dynamic loader reads
+SYSTEM_FILES = ("/etc/ld.so.cache",)
+#: the course's packages that hold solutions or tools; hidden where an installation copied them
+COURSE_PACKAGES = ("reference", "coursetools", "course", "transformer", "solutions")
+
+
+def _python_paths() -> list[Path]:
+    """The Python installation, the environment and every package directory on sys.path."""
+    paths = {Path(sys.prefix), Path(sys.base_prefix), PACKAGE, Path(sys.executable).resolve().parent}
+    paths |= {Path(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
+    # The system's /usr is mounted piece by piece (SYSTEM); as a prefix it would bring all of it.
+    return [p for p in paths if p.is_dir() and str(p) not in ("/", "/usr")]
+
+
+def visible_paths() -> list[Path]:
+    """The directories the worker sees besides the system's, outermost first; nested ones are
+    covered by their parent."""
+    chosen = sorted({p.resolve() for p in _python_paths()} | {p for p in _python_paths()}, key=lambda p: len(p.parts))
+    kept: list[Path] = [Path(s).resolve() for s in SYSTEM if Path(s).is_dir()]
+    system = len(kept)
+    for path in chosen:
+        if not any(path == k or k in path.parents for k in kept):
+            kept.append(path)
+    return kept[system:]
+
+
+def _mounts(hidden: list[Path]) -> list[str]:
+    args: list[str] = []
+    made: set[str] = set()
+
+    def parents(path: Path) -> None:
+        # Directories bubblewrap creates on the way are root's and closed to others; open them.
+        for parent in reversed(path.parents):
+            if str(parent) != "/" and str(parent) not in made and not any(str(parent) == s for s in SYSTEM):
+                made.add(str(parent))
+                args.extend(["--perms", "0755", "--dir", str(parent)])
+
+    for entry in SYSTEM:
+        path = Path(entry)
+        if path.is_symlink():
+            args.extend(["--symlink", os.readlink(path), entry])
+        elif path.is_dir():
+            parents(path)
+            args.extend(["--ro-bind", entry, entry])
+    for entry in SYSTEM_FILES:
+        if Path(entry).is_file():
+            parents(Path(entry))
+            args.extend(["--ro-bind", entry, entry])
+    mounted = visible_paths()
+    for path in mounted:
+        parents(path)
+        args.extend(["--ro-bind", str(path), str(path)])
+    # What the mounts would bring along that the worker must not see: a course directory below
+    # one of them, or the course's own packages installed (copied) into a site-packages.
+    covered = [h for h in hidden if any(m in h.parents for m in mounted)]
+    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
+    for path in covered:
+        args.extend(["--tmpfs", str(path)])
+    return args
+
+
+_OPTIONS: dict[str, frozenset] = {}
+
+
+def _supports(option: str) -> bool:
+    """Whether this bubblewrap knows ``option`` (--size came with 0.6, --disable-userns with 0.8)."""
+    path = bubblewrap() or "bwrap"
+    if path not in _OPTIONS:
+        try:
+            text = subprocess.run([path, "--help"], capture_output=True, text=True, timeout=20).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            text = ""
+        _OPTIONS[path] = frozenset(word for word in text.split() if word.startswith("--"))
+    return option in _OPTIONS[path]
+
+
+def sandbox_gaps() -> list[str]:
+    """What this bubblewrap cannot enforce, in words for the instructor (empty when it can do all)."""
+    gaps = []
+    if not _supports("--size"):
+        gaps.append("this bubblewrap cannot bound the size of /tmp (version 0.6 or later can)")
+    if not _supports("--disable-userns"):
+        gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
+    return gaps
+
+
+def _isolation() -> list[str]:
+    """Namespaces and privileges: a user of its own, no network, its own processes, nothing more."""
+    return [
+        "--unshare-user", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
+        "--unshare-pid", "--as-pid-1", *(["--disable-userns"] if _supports("--disable-userns") else []),
+        "--die-with-parent", "--new-session", "--cap-drop", "ALL",
     ]
-    for path in hidden:
-        if path.exists() and path != Path("/"):
-            cmd += ["--tmpfs", str(path)]
-    for path in _visible_paths():
-        cmd += ["--ro-bind", str(path), str(path)]
-    cmd += [
-        "--unshare-all", "--die-with-parent", "--new-session", "--cap-drop", "ALL",
-        "--chdir", "/tmp", "--setenv", "HOME", "/tmp", "--setenv", "TMPDIR", "/tmp",
+
+
+def _scratch(limits: Limits) -> list[str]:
+    size = ["--size", str(limits.scratch_mb << 20)] if _supports("--size") else []
+    return [
+        *size, "--perms", "1777", "--tmpfs", "/tmp",
+        "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
     ]
-    return cmd
 
 
-def _limit(limits: Limits):
-    def apply() -> None:
-        os.setsid()  # its own process group, so that every child can be ended with it
-        memory, cpu, size = limits.memory_mb << 20, int(limits.submission_seconds) + 30, limits.file_mb << 20
-        for which, value in ((resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
-                             (resource.RLIMIT_FSIZE, (size, size)), (resource.RLIMIT_CORE, (0, 0))):
+#: run as root inside the outer sandbox: become the worker's own user, then start the inner one
+_BECOME = (
+    "import os, sys; uid = int(sys.argv[1]); os.setgroups([]); os.setresgid(uid, uid, uid); "
+    "os.setresuid(uid, uid, uid); os.execv(sys.argv[2], sys.argv[2:])"
+)
+
+
+def _command(bwrap: str, program: list[str], limits: Limits, hidden: list[Path], channel: str | None,
+             uid: int | None) -> list[str]:
+    """bubblewrap around ``program``.
+
+    As an ordinary user one bubblewrap does everything. As root, bubblewrap would keep the
+    worker's processes root's, and the kernel never caps root's processes: an outer bubblewrap
+    builds the view of the files as root, a short step drops to ``uid``, and an inner one,
+    started as that user, makes the namespaces. The inner one sees only what the outer mounted.
+    """
+    share = ["--ro-bind", channel, CHANNEL_DIR] if channel else []
+    if uid is None:
+        return [bwrap, *_isolation(), *_mounts(hidden), "--proc", "/proc", *share, *_scratch(limits), *program]
+    outer = [
+        bwrap, "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
+        "--cap-add", "CAP_SETGID", *_mounts(hidden), "--dev", "/dev", "--proc", "/proc",
+        "--perms", "0755", "--dir", "/tmp", "--perms", "0755", "--dir", "/run", *share,
+    ]
+    become = [sys.executable, "-I", "-S", "-c", _BECOME, str(uid)]
+    inner = [bwrap, *_isolation(), "--ro-bind", "/", "/", *_scratch(limits)]
+    return [*outer, *become, *inner, *program]
+
+
+def worker_program() -> list[str]:
+    """The interpreter and module the worker runs."""
+    return [sys.executable, "-m", "autograder.worker"]
+
+
+def _hint(output: str) -> str:
+    if "No module named 'autograder'" in output or "No module named autograder" in output:
+        return "the sandboxed worker cannot import autograder: install the course with make setup"
+    if "No module named 'torch'" in output:
+        return "the sandboxed worker cannot import torch: install the course with make setup"
+    if "Permission denied" in output and _as_root():
+        return ("the sandboxed worker, which runs as an unprivileged user, cannot read part of the Python "
+                "installation: make it readable by all users")
+    return "the sandboxed worker did not start"
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------------------------
+
+
+class Channel:
+    """A socket to the learner's side, read with a deadline and a size limit."""
+
+    def __init__(self, sock: socket.socket, limit: int):
+        self.sock, self.limit = sock, limit
+
+    def _read(self, size: int, deadline: float) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerTimeout()
+            self.sock.settimeout(left)
             try:
-                resource.setrlimit(which, value)
-            except (ValueError, OSError):  # a system that does not offer this limit (macOS and RLIMIT_AS)
-                pass
+                chunk = self.sock.recv(min(size - len(data), 1 << 20))
+            except TimeoutError:
+                raise WorkerTimeout() from None
+            except OSError as exc:
+                raise WorkerGone(str(exc)) from None
+            if not chunk:
+                raise WorkerGone("the other side closed the channel")
+            data += chunk  # grows with what arrives, not with what the header claims
+        return bytes(data)
 
-    return apply
+    def send(self, message: dict, timeout: float) -> None:
+        self.sock.settimeout(max(timeout, 0.001))
+        try:
+            self.sock.sendall(wire.frame(message))
+        except TimeoutError:
+            raise WorkerTimeout() from None
+        except OSError as exc:
+            raise WorkerGone(str(exc)) from None
+
+    def receive(self, timeout: float) -> dict:
+        """One message; WireError when it is malformed, whoever wrote it."""
+        deadline = time.monotonic() + timeout
+        size = wire.frame_size(self._read(wire.HEADER.size, deadline), self.limit)
+        return wire.parse(self._read(size, deadline))
+
+    def request(self, message: dict, timeout: float) -> dict:
+        deadline = time.monotonic() + timeout
+        self.send(message, timeout)
+        return self.receive(max(deadline - time.monotonic(), 0.0))
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
 
 
 class Worker:
-    """One sandboxed `python -m autograder.worker`, spoken to in requests and replies."""
+    """One sandboxed `python -m autograder.worker`: it runs no learner code itself, and starts a
+    fresh process for each graded function (:meth:`fork`), which the grader then speaks to directly."""
 
-    def __init__(self, limits: Limits, hidden: list[Path]):
-        self.limits = limits
+    def __init__(self, limits: Limits, hidden: list[Path], preload: tuple[str, ...] = ()):
+        self.limits, self.preload = limits, tuple(preload)
         self.output = bytearray()
         self.output_dropped = 0
+        self.sandboxed = sandboxed()
+        self.uid = _UIDS.acquire() if self.sandboxed and _as_root() else None
+        self.control: socket.socket | None = None
+        self._folder = tempfile.mkdtemp(prefix="grader-")
+        self._scratch = None
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            listener.bind(os.path.join(self._folder, "channel"))
+            listener.listen(1)
+            if self.uid is not None:  # the worker's own user must reach the socket
+                os.chmod(self._folder, 0o711)
+                os.chmod(os.path.join(self._folder, "channel"), 0o666)
+            self.process = self._start(hidden)
+            self._reader = threading.Thread(target=self._read_output, daemon=True)
+            self._reader.start()
+            self._connect(listener)
+        except BaseException:
+            listener.close()
+            self.stop()
+            raise
+        listener.close()  # one connection, made before any learner code ran; nobody else may connect
+        shutil.rmtree(self._folder, ignore_errors=True)
+
+    def _start(self, hidden: list[Path]) -> subprocess.Popen:
+        limits = self.limits
         env = {
             "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
             "MPLBACKEND": "Agg",
@@ -134,76 +389,141 @@ class Worker:
         for key in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):  # this machine's BLAS needs them
             if key in os.environ:
                 env[key] = os.environ[key]
-        command = [sys.executable, "-m", "autograder.worker"]
-        self._scratch = None
-        if sandboxed():
-            command = _bwrap_command(hidden) + command
+        arguments = [
+            "--memory-mb", str(limits.memory_mb), "--cpu-seconds", str(int(limits.submission_seconds) + 30),
+            "--file-mb", str(limits.file_mb), "--request-mb", str(max(limits.reply_mb, 1)),
+            *(["--preload", ",".join(self.preload)] if self.preload else []),
+        ]
+        if self.sandboxed:
+            # Counted per user and per user namespace: here, the worker's own processes only.
+            arguments += ["--processes", str(limits.processes), "--channel", f"{CHANNEL_DIR}/channel", "--scratch", "/tmp"]
+            env["HOME"] = env["TMPDIR"] = "/tmp"
+            command = _command(bubblewrap(), [*worker_program(), *arguments], limits, hidden, self._folder, self.uid)
             cwd = "/"
         else:
             self._scratch = tempfile.mkdtemp(prefix="grading-")
-            cwd = self._scratch
+            arguments += ["--channel", os.path.join(self._folder, "channel"), "--scratch", self._scratch]
             env["HOME"] = env["TMPDIR"] = self._scratch
-        self.process = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            env=env, cwd=cwd, preexec_fn=_limit(limits), close_fds=True,
-        )
-        self._replies: queue.Queue = queue.Queue()
-        threading.Thread(target=self._read_replies, daemon=True).start()
-        threading.Thread(target=self._read_output, daemon=True).start()
+            command, cwd = [*worker_program(), *arguments], self._scratch
+        # start_new_session instead of a preexec_fn: that runs Python in the child between fork
+        # and exec, which can deadlock when other threads of the grader hold locks. The worker
+        # sets its own resource limits before anything else runs.
+        return subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=env, cwd=cwd, close_fds=True, start_new_session=True)
 
-    def _read_replies(self) -> None:
-        try:
-            while True:
-                self._replies.put(wire.receive(self.process.stdout))
-        except (EOFError, OSError, ValueError) as exc:
-            self._replies.put(exc)
+    def _connect(self, listener: socket.socket) -> None:
+        deadline = time.monotonic() + self.limits.startup_seconds
+        waiting = select.poll()
+        waiting.register(listener, select.POLLIN)
+        while True:
+            if self.process.poll() is not None:
+                raise WorkerBroken(self._failure(f"it exited with status {self.process.returncode}"))
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerBroken(self._failure(f"it did not connect within {self.limits.startup_seconds:g} s"))
+            if waiting.poll(min(left, 0.1) * 1000):  # checks every 0.1 s whether it died on the way
+                self.control, _ = listener.accept()
+                break
+        while True:  # it says it is ready once torch is imported
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise WorkerBroken(self._failure(f"it was not ready within {self.limits.startup_seconds:g} s"))
+            self.control.settimeout(min(left, 0.2))
+            try:
+                ready = self.control.recv(1)
+            except TimeoutError:
+                continue
+            except OSError:
+                ready = b""
+            if ready == b"R":
+                return
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                pass
+            raise WorkerBroken(self._failure(f"it exited with status {self.process.poll()}"))
+
+    def _failure(self, what: str) -> str:
+        self._reader.join(timeout=5)
+        output = self.text_output()
+        tail = "\n".join(output.strip().splitlines()[-15:])
+        return f"{_hint(output)} ({what})" + (f"; its output ends with:\n{tail}" if tail else "")
 
     def _read_output(self) -> None:
         cap = self.limits.output_kb << 10
         try:
-            while chunk := self.process.stderr.read1(65536):
+            while chunk := self.process.stdout.read1(65536):
                 room = cap - len(self.output)
                 self.output += chunk[: max(room, 0)]
                 self.output_dropped += max(len(chunk) - max(room, 0), 0)
         except (OSError, ValueError):
             pass
 
-    def request(self, message: dict, timeout: float) -> dict:
+    def text_output(self) -> str:
+        return bytes(self.output).decode("utf-8", "replace")
+
+    def _control(self, message: dict, timeout: float, answer: bytes) -> list[int]:
+        """Ask the worker for something; it answers with one byte, and with descriptors for a fork."""
+        if self.control is None:
+            raise WorkerGone("the worker has stopped")
         try:
-            wire.send(self.process.stdin, message)
-        except (BrokenPipeError, OSError, ValueError):
-            self.stop()
-            raise WorkerGone() from None
-        try:
-            reply = self._replies.get(timeout=timeout)
-        except queue.Empty:
+            self.control.settimeout(max(timeout, 0.001))
+            self.control.sendall(wire.frame(message))
+            data, fds, _, _ = socket.recv_fds(self.control, 1, 1, socket.MSG_CMSG_CLOEXEC)
+        except TimeoutError:
             self.stop()
             raise WorkerTimeout() from None
-        if isinstance(reply, Exception):
+        except OSError as exc:
             self.stop()
-            raise WorkerGone(str(reply)) from None
-        return reply
+            raise WorkerGone(str(exc)) from None
+        if data != answer:
+            for fd in fds:
+                os.close(fd)
+            if not data:
+                self.stop()
+            raise WorkerGone(f"the worker answered {data!r} to {message['op']}")
+        return fds
+
+    def fork(self, timeout: float = 30.0) -> Channel:
+        """A fresh process for the learner's code, forked from the warm worker, and the channel to it."""
+        fds = self._control({"op": "fork"}, timeout, b"F")
+        if len(fds) != 1:
+            for fd in fds:
+                os.close(fd)
+            raise WorkerGone("the worker did not hand over the channel")
+        return Channel(socket.socket(fileno=fds[0]), self.limits.reply_mb << 20)
+
+    def end_children(self, timeout: float = 10.0) -> None:
+        """End the learner's process and every process it started; the worker stays."""
+        self._control({"op": "end"}, timeout, b"K")
 
     def stop(self) -> None:
         """End the worker and every process it started."""
-        if self.process.poll() is None:
+        process = getattr(self, "process", None)
+        if process is not None:
+            if process.poll() is None:
+                try:
+                    os.killpg(process.pid, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    process.kill()
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                self.process.kill()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:  # pragma: no cover
-            pass
-        for stream in (self.process.stdin, self.process.stdout, self.process.stderr):
-            try:
-                stream.close()
-            except OSError:
+                process.wait(timeout=10)
+            except subprocess.TimeoutExpired:  # pragma: no cover
                 pass
-        if self._scratch:
-            shutil.rmtree(self._scratch, ignore_errors=True)
-            self._scratch = None
+            if process.stdout is not None:
+                try:
+                    process.stdout.close()
+                except OSError:
+                    pass
+        if self.control is not None:
+            self.control.close()
+            self.control = None
+        if self.uid is not None:
+            _UIDS.release(self.uid)
+            self.uid = None
+        for folder in (self._folder, self._scratch):
+            if folder:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._scratch = None
 
-    def close(self) -> None:
-        # Nothing of the worker's is worth a clean interpreter shutdown: end it at once.
-        self.stop()
+    close = stop

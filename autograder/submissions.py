@@ -7,13 +7,14 @@ format is reported in a sentence. Nothing here writes to the submission.
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
+
+from course.notebook_format import is_test_cell
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 
@@ -77,21 +78,6 @@ def _pick_notebook(learner: str, work: Path, notebook: str) -> Submission:
     return Submission(learner, None, rejected=f"no {notebook}.ipynb, and several other notebooks ({names}): which one is it?")
 
 
-def _is_test_cell(cell: dict) -> bool:
-    """A graded test cell (by metadata), or any cell that runs the course's checks itself."""
-    meta = cell.get("metadata", {}).get("nbgrader", {})
-    if isinstance(meta, dict) and meta.get("grade") is True:
-        return True
-    try:
-        tree = ast.parse(cell["source"])
-    except SyntaxError:
-        return False
-    return any(
-        isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "check"
-        for node in ast.walk(tree)
-    )
-
-
 def _without_magics(source: str) -> tuple[str, bool]:
     """IPython's %magics and !shell lines mean nothing to plain Python: comment them out."""
     lines, changed = [], False
@@ -135,7 +121,13 @@ def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
         nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as exc:  # nbformat raises several types for a broken structure
         raise Unreadable(f"the notebook's structure is broken: {exc}") from None
-    sources = []
+    sources, cell_notes = notebook_cells(nb)
+    return sources, notes + cell_notes
+
+
+def notebook_cells(nb) -> tuple[list[str], list[str]]:
+    """The sources of a notebook's cells to run (test cells left out), and notes for the learner."""
+    sources, notes = [], []
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -145,7 +137,7 @@ def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
         if not isinstance(source, str):
             continue
         cell = dict(cell, source=source)
-        if _is_test_cell(cell):
+        if is_test_cell(cell):
             continue
         source, had_magics = _without_magics(source)
         if had_magics and not any("magic" in n for n in notes):

@@ -3,19 +3,31 @@
 Only data crosses: numbers, strings, lists, dicts and tensors (dtype, shape and raw bytes in
 base64). Nothing is pickled, so nothing the learner's process sends can run code in the
 grader's process; every tensor is rebuilt from its bytes after its size has been checked.
+
+Whatever comes from the learner's side may have been written by the learner's code, so it is
+read with bounds: a frame has a size limit, a document a limit on how many values it holds and
+how deeply they nest, every field is checked for its type, and anything else is a
+:class:`WireError`, never another exception. A reply that breaks these rules costs its own
+submission, not the grading of the class.
 """
 from __future__ import annotations
 
 import base64
+import binascii
 import json
 import struct
-from typing import Any, BinaryIO
+from collections.abc import Iterable
+from typing import Any
 
 import torch
 
 from .framework import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
 
-MAX_FRAME = 256 << 20  # no single message may be larger than this
+HEADER = struct.Struct(">Q")
+MAX_DEPTH = 32  # nesting of values inside one document
+MAX_VALUES = 1_000_000  # lists, dicts and separators in one document: a bound on the objects it makes
+MAX_DIMS = 16  # dimensions of one tensor
+MAX_NAMES = 1000  # parameter names in a state mismatch
 DTYPES = {
     str(d).removeprefix("torch."): d
     for d in (
@@ -25,10 +37,21 @@ DTYPES = {
     )
 }
 _BITS = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: ship its bits as int16
+#: the caps on the text a learner's exception brings back, by field
+_RAISED_TEXT = {"type": 200, "message": 2000, "where": 500, "origin": 200}
+
+#: what a reply may carry; a case and a provided object only travel towards the learner
+REPLY_TAGS = frozenset({"$tensor", "$float", "$tuple", "$dict", "$raised", "$forbidden", "$module", "$opaque"})
+REQUEST_TAGS = REPLY_TAGS | {"$case", "$provided"}
 
 
 class WireError(ValueError):
-    """A frame that is not a well-formed message."""
+    """A frame or a value that is not a well-formed message."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Values
+# ---------------------------------------------------------------------------------------------
 
 
 def encode(value: Any) -> Any:
@@ -53,7 +76,10 @@ def encode(value: Any) -> Any:
     if isinstance(value, Provided):
         return {"$provided": [value.name, encode(dict(value.kwargs))]}
     if isinstance(value, Raised):
-        return {"$raised": [value.type, value.message[:2000], value.where[:500], value.origin[:200]]}
+        fields = {k: getattr(value, k)[:cap] for k, cap in _RAISED_TEXT.items()}
+        details = dict(getattr(value, "details", None) or {})
+        return {"$raised": fields | {"details": {k: [list(v) if isinstance(v, tuple) else v for v in names]
+                                                 for k, names in details.items()}}}
     if isinstance(value, UsedForbidden):
         return {"$forbidden": list(value.names)}
     if isinstance(value, ModuleResult):
@@ -72,91 +98,175 @@ def encode(value: Any) -> Any:
     return {"$opaque": type(value).__name__}
 
 
-def _tensor(dtype_name: Any, shape: Any, data: Any) -> torch.Tensor:
-    if dtype_name not in DTYPES or not isinstance(shape, list) or not all(type(s) is int and s >= 0 for s in shape):
-        raise WireError("malformed tensor")
+def _text(value: Any, what: str, cap: int | None = None) -> str:
+    if type(value) is not str:
+        raise WireError(f"{what} is not a string")
+    return value if cap is None else value[:cap]
+
+
+def _list(value: Any, what: str, length: int | None = None) -> list:
+    if type(value) is not list or (length is not None and len(value) != length):
+        raise WireError(f"{what} is not a list" + (f" of {length}" if length is not None else ""))
+    return value
+
+
+def _names(value: Any, what: str) -> tuple[str, ...]:
+    names = _list(value, what)
+    if len(names) > MAX_NAMES:
+        raise WireError(f"{what} lists too many names")
+    return tuple(_text(n, what, 200) for n in names)
+
+
+def _tensor(body: Any) -> torch.Tensor:
+    dtype_name, shape, data = _list(body, "a tensor", 3)
+    if dtype_name not in DTYPES:
+        raise WireError(f"a tensor of unknown dtype {str(dtype_name)[:40]!r}")
+    shape = _list(shape, "a tensor's shape")
+    if len(shape) > MAX_DIMS or not all(type(s) is int and 0 <= s < 2**62 for s in shape):
+        raise WireError("a tensor's shape is not a short list of sizes")
     dtype = DTYPES[dtype_name]
-    raw = base64.b64decode(data, validate=True)
+    storage = _BITS.get(dtype, dtype)
+    try:
+        raw = base64.b64decode(_text(data, "a tensor's data"), validate=True)
+    except (binascii.Error, ValueError):
+        raise WireError("a tensor's data is not base64") from None
     count = 1
     for s in shape:
         count *= s
-    storage = _BITS.get(dtype, dtype)
     if len(raw) != count * torch.empty((), dtype=storage).element_size():
-        raise WireError("tensor data does not match its shape")
-    t = torch.frombuffer(bytearray(raw), dtype=storage) if raw else torch.empty(0, dtype=storage)
-    t = t.reshape(shape)
+        raise WireError("a tensor's data does not match its shape")
+    try:
+        t = torch.frombuffer(bytearray(raw), dtype=storage) if raw else torch.empty(0, dtype=storage)
+        t = t.reshape(shape)
+    except (RuntimeError, ValueError, OverflowError) as exc:
+        raise WireError(f"a tensor cannot be rebuilt ({str(exc)[:100]})") from None
     return t.view(dtype) if dtype in _BITS else t
 
 
-def decode(value: Any, depth: int = 0) -> Any:
-    if depth > 32:
-        raise WireError("nested too deeply")
+def _raised(body: Any) -> Raised:
+    if type(body) is not dict:
+        raise WireError("an exception is not a record")
+    text = {k: _text(body.get(k, ""), f"an exception's {k}", cap) for k, cap in _RAISED_TEXT.items()}
+    details: dict[str, Any] = {}
+    given = body.get("details", {})
+    if type(given) is not dict:
+        raise WireError("an exception's details are not a record")
+    for key in ("missing", "unexpected"):
+        if key in given:
+            details[key] = _names(given[key], f"the {key} names")
+    if "shared" in given:
+        pairs = _list(given["shared"], "the shared names")
+        if len(pairs) > MAX_NAMES:
+            raise WireError("too many shared names")
+        details["shared"] = tuple(_names(p, "a shared pair") for p in pairs)
+        if any(len(p) != 2 for p in details["shared"]):
+            raise WireError("a shared pair is not two names")
+    extra = {"details": details} if details else {}
+    return Raised(text["type"], text["message"], text["where"], text["origin"], **extra)
+
+
+_KEY_TYPES = (str, int, float, bool, type(None))
+
+
+def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
+    """A value from its wire form; raises WireError, and only WireError, on anything malformed."""
+    tags = tags if isinstance(tags, frozenset) else frozenset(tags)
+    if depth > MAX_DEPTH:
+        raise WireError("values nested too deeply")
     if value is None or type(value) in (bool, int, float, str):
         return value
     if type(value) is list:
-        return [decode(v, depth + 1) for v in value]
+        return [decode(v, tags, depth + 1) for v in value]
     if type(value) is not dict or len(value) != 1:
-        raise WireError("unexpected value")
+        raise WireError("an unexpected value")
     (tag, body), = value.items()
+    if tag not in tags:
+        raise WireError(f"an unexpected tag {str(tag)[:40]!r}")
     if tag == "$tensor":
-        return _tensor(*body)
+        return _tensor(body)
     if tag == "$float":
-        return float(body) if body in ("inf", "-inf", "nan") else _bad(tag)
+        if body not in ("inf", "-inf", "nan"):
+            raise WireError("a malformed special float")
+        return float(body)
     if tag == "$tuple":
-        return tuple(decode(v, depth + 1) for v in body)
+        return tuple(decode(v, tags, depth + 1) for v in _list(body, "a tuple"))
     if tag == "$dict":
-        return {decode(k, depth + 1): decode(v, depth + 1) for k, v in body}
+        result = {}
+        for pair in _list(body, "a dict"):
+            k, v = _list(pair, "a dict item", 2)
+            key = decode(k, tags, depth + 1)
+            if type(key) not in _KEY_TYPES:
+                raise WireError("a dict key that is not a plain value")
+            result[key] = decode(v, tags, depth + 1)
+        return result
     if tag == "$provided":
-        return Provided(str(body[0]), decode(body[1], depth + 1))
+        name, kwargs = _list(body, "a provided object", 2)
+        kwargs = decode(kwargs, tags, depth + 1)
+        if type(kwargs) is not dict:
+            raise WireError("a provided object's arguments are not a dict")
+        return Provided(_text(name, "a provided object's name"), kwargs)
     if tag == "$raised":
-        return Raised(*(str(b) for b in body[:4]))
+        return _raised(body)
     if tag == "$forbidden":
-        return UsedForbidden(tuple(str(b) for b in body))
+        return UsedForbidden(_names(body, "the forbidden names"))
     if tag == "$module":
-        attributes = decode(body[1], depth + 1)
-        return ModuleResult(decode(body[0], depth + 1), attributes if isinstance(attributes, dict) else {})
+        output, attributes = _list(body, "a module's result", 2)
+        attributes = decode(attributes, tags, depth + 1)
+        if type(attributes) is not dict:
+            raise WireError("a module's attributes are not a dict")
+        return ModuleResult(decode(output, tags, depth + 1), attributes)
     if tag == "$opaque":
-        return Opaque(str(body))
-    if tag == "$case":
-        return Case(
-            label=body["label"], args=decode(body["args"], depth + 1), kwargs=decode(body["kwargs"], depth + 1),
-            tag=body["tag"], init=decode(body["init"], depth + 1), state=decode(body["state"], depth + 1),
-            method=body["method"], collect=tuple(body["collect"]), train=bool(body["train"]),
-        )
-    return _bad(tag)
-
-
-def _bad(tag: str):
-    raise WireError(f"unknown tag {tag!r}")
-
-
-def send(stream: BinaryIO, message: dict) -> None:
-    data = json.dumps(message, separators=(",", ":")).encode()
-    stream.write(struct.pack(">Q", len(data)) + data)
-    stream.flush()
-
-
-def receive(stream: BinaryIO) -> dict:
-    """One message; EOFError when the other side is gone."""
-    header = _read_exactly(stream, 8)
-    (size,) = struct.unpack(">Q", header)
-    if size > MAX_FRAME:
-        raise WireError(f"a message of {size} bytes is larger than the limit")
+        return Opaque(_text(body, "an opaque value's type", 200))
+    # $case: only ever built by the grader, read by the worker
+    if type(body) is not dict:
+        raise WireError("a case is not a record")
     try:
-        message = json.loads(_read_exactly(stream, size))
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise WireError(f"not JSON: {exc}") from None
-    if not isinstance(message, dict):
+        init, state = decode(body["init"], tags, depth + 1), decode(body["state"], tags, depth + 1)
+        return Case(
+            label=_text(body["label"], "a case's label"), args=decode(body["args"], tags, depth + 1),
+            kwargs=decode(body["kwargs"], tags, depth + 1), tag=_text(body["tag"], "a case's tag"), init=init,
+            state=state, method=_text(body["method"], "a case's method"),
+            collect=_names(body["collect"], "a case's attributes"), train=bool(body["train"]),
+        )
+    except KeyError as exc:
+        raise WireError(f"a case without {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Frames
+# ---------------------------------------------------------------------------------------------
+
+
+def frame(message: dict) -> bytes:
+    data = json.dumps(message, separators=(",", ":")).encode()
+    return HEADER.pack(len(data)) + data
+
+
+def frame_size(header: bytes, limit: int) -> int:
+    """The size a frame's header announces, refused when over ``limit`` bytes."""
+    (size,) = HEADER.unpack(header)
+    if size > limit:
+        raise WireError(f"a message of {size} bytes is larger than the limit of {limit} bytes")
+    return size
+
+
+def parse(data: bytes) -> dict:
+    """One message from a frame's body: a JSON object, within the bounds above."""
+    # Every list, dict and element costs a separator or a bracket: counting them bounds the
+    # objects json would build before it builds any (tensor data, in base64, has none).
+    if data.count(b",") + data.count(b"[") + data.count(b"{") > MAX_VALUES:
+        raise WireError("a message with too many values")
+    try:
+        message = json.loads(data)
+    except RecursionError:
+        raise WireError("values nested too deeply") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError, and integers too long to read
+        raise WireError(f"not JSON: {str(exc)[:200]}") from None
+    if type(message) is not dict:
         raise WireError("a message must be a JSON object")
     return message
 
 
-def _read_exactly(stream: BinaryIO, size: int) -> bytes:
-    chunks, left = [], size
-    while left:
-        chunk = stream.read(left)
-        if not chunk:
-            raise EOFError
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def send(stream, message: dict) -> None:
+    stream.write(frame(message))
+    stream.flush()

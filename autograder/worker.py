@@ -1,33 +1,265 @@
 """The learner's side of grading: `python -m autograder.worker`, run inside the sandbox.
 
-It executes the submission's cells one request at a time and calls the graded functions on the
-cases the grader sends, replying with plain data. It never judges anything: whatever the
-learner's code does to this process (patching torch, printing, exiting) can change only the
-learner's own results, which the grader then judges in its own process.
+Two kinds of process, so that the learner's code can never speak for the worker:
 
-Requests arrive on stdin and replies leave on stdout, both framed by :mod:`autograder.wire`;
-before any learner code runs, those two descriptors are moved aside, standard input becomes
-empty and everything printed goes to stderr, which the grader caps and discards.
+* **The worker** holds the channel to the grader and never runs learner code. It sets the
+  resource limits, connects to the grader's socket, imports torch once, and then only obeys two
+  requests: ``fork`` (start a process for the learner's code and hand the grader a socket to it)
+  and ``end`` (end that process and everything it started). It is not dumpable, so no process of
+  the same user may trace it or open its descriptors; in the sandbox it is the first process of
+  its own process namespace, which no process inside may signal, and whose exit ends them all.
+* **A learner process**, one per graded function, forked from the warm worker (torch already
+  imported, no learner code ever run, no reference code ever loaded). The grader sends it, over
+  its own socket, the course's reference modules *without the function being graded* (that
+  function's name leads to a stub), the names it may not call, the submission's cells, and then
+  the cases; it replies with plain data. It never judges anything.
+
+What remains possible in principle: code in the learner's process can answer the cases by any
+route it likes, for instance by replying on its own socket itself, or by reaching a forbidden
+built-in without passing its tripwire. That is the same as the graded function returning those
+answers: the grader judges them in its own process, and the course's answer for the function
+being graded is nowhere in the learner's process to be returned.
 """
 from __future__ import annotations
 
+import argparse
+import ctypes
 import importlib
 import importlib.abc
 import importlib.util
 import os
+import resource
+import shutil
+import signal
+import socket
 import sys
 import traceback
 
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
-def _private_streams():
-    requests = os.fdopen(os.dup(0), "rb", buffering=0)
-    replies = os.fdopen(os.dup(1), "wb", buffering=0)
+
+def _prctl(option: int, value: int) -> None:
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(option, value, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: nothing to set
+        pass
+
+
+def _limit(args) -> None:
+    """The resource limits of the worker and of every process it starts, before any of them runs."""
+    memory, cpu, size = args.memory_mb << 20, args.cpu_seconds, args.file_mb << 20
+    limits = [(resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+              (resource.RLIMIT_FSIZE, (size, size)), (resource.RLIMIT_CORE, (0, 0))]
+    if args.processes:  # only in the sandbox's own user namespace, where it counts this submission alone
+        limits.append((resource.RLIMIT_NPROC, (args.processes, args.processes)))
+    for which, value in limits:
+        try:
+            resource.setrlimit(which, value)
+        except (ValueError, OSError):  # a system that does not offer this limit (macOS and RLIMIT_AS)
+            pass
+
+
+def _quiet_streams() -> None:
     devnull = os.open(os.devnull, os.O_RDONLY)
     os.dup2(devnull, 0)  # input() meets end of file instead of waiting forever
-    os.dup2(2, 1)  # prints join stderr, away from the replies
+    os.close(devnull)
+    os.dup2(2, 1)  # prints join the output the grader caps and discards
     sys.stdin = open(0, closefd=False)
     sys.stdout = open(1, "w", closefd=False, buffering=1)
-    return requests, replies
+
+
+class _Frames:
+    """Length-prefixed JSON messages over a socket (see :mod:`autograder.wire`)."""
+
+    def __init__(self, sock: socket.socket, limit: int):
+        self.sock, self.limit = sock, limit
+
+    def _exactly(self, size: int) -> bytes:
+        data = bytearray()
+        while len(data) < size:
+            chunk = self.sock.recv(min(size - len(data), 1 << 20))
+            if not chunk:
+                raise EOFError
+            data += chunk
+        return bytes(data)
+
+    def receive(self) -> dict:
+        from . import wire
+
+        size = wire.frame_size(self._exactly(wire.HEADER.size), self.limit)
+        return wire.parse(self._exactly(size))
+
+    def send(self, message: dict) -> None:
+        from . import wire
+
+        self.sock.sendall(wire.frame(message))
+
+
+# ---------------------------------------------------------------------------------------------
+# The worker
+# ---------------------------------------------------------------------------------------------
+
+
+def _end_learner_processes(child: int | None) -> None:
+    """SIGKILL the learner's process and all it started; reap them."""
+    if os.getpid() == 1:
+        # The first process of a namespace reaches every other one of it with -1, itself spared.
+        try:
+            os.kill(-1, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        while True:
+            try:
+                os.waitpid(-1, 0)
+            except ChildProcessError:
+                break
+            except InterruptedError:
+                continue
+        _remove_ipc()  # in the sandbox only: without one, these would be the user's own, outside
+        return
+    if child is not None:  # no sandbox: the learner's process group is all that can be found
+        try:
+            os.killpg(child, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            os.waitpid(child, 0)
+        except ChildProcessError:
+            pass
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _remove_ipc() -> None:
+    """Remove the System V shared memory, queues and semaphores of this (the sandbox's own) IPC
+    namespace: they outlive their processes, so they could carry data, or hold memory, from one
+    learner process to the next."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    for kind, remove in (("shm", lambda i: libc.shmctl(i, 0, None)), ("msg", lambda i: libc.msgctl(i, 0, None)),
+                         ("sem", lambda i: libc.semctl(i, 0, 0))):  # 0 is IPC_RMID
+        try:
+            with open(f"/proc/sysvipc/{kind}") as table:
+                rows = table.read().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            try:
+                remove(int(row.split()[1]))
+            except (ValueError, IndexError):
+                pass
+
+
+def _empty(scratch: str | None) -> None:
+    """Empty the scratch folder, so that no learner process finds what an earlier one left there
+    (the inputs of another function's hidden tests, say)."""
+    if not scratch:
+        return
+    # Open every folder first: the learner may have closed some, to its owner, who is also this process.
+    for folder, names, _ in os.walk(scratch):
+        for name in names:
+            path = os.path.join(folder, name)
+            try:
+                if not os.path.islink(path):  # the learner's processes are gone: nothing changes it now
+                    os.chmod(path, 0o700)
+            except OSError:
+                pass
+    for entry in os.scandir(scratch):
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def serve(control: socket.socket, request_limit: int, scratch: str | None = None) -> None:
+    frames = _Frames(control, request_limit)
+    child: int | None = None
+    while True:
+        try:
+            op = frames.receive().get("op")
+        except (EOFError, OSError):
+            return
+        if op == "fork":
+            _end_learner_processes(child)
+            _empty(scratch)
+            ours, theirs = socket.socketpair()
+            try:
+                child = os.fork()
+            except OSError:
+                ours.close()
+                theirs.close()
+                control.sendall(b"E")
+                continue
+            if child == 0:
+                status = 0
+                try:
+                    control.close()
+                    ours.close()
+                    learner(theirs, request_limit)
+                except BaseException:
+                    traceback.print_exc()
+                    status = 1
+                finally:
+                    os._exit(status)
+            theirs.close()
+            socket.send_fds(control, [b"F"], [ours.fileno()])
+            ours.close()
+        elif op == "end":
+            _end_learner_processes(child)
+            _empty(scratch)
+            child = None
+            control.sendall(b"K")
+        else:
+            return
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m autograder.worker")
+    parser.add_argument("--channel", required=True)
+    parser.add_argument("--memory-mb", type=int, required=True)
+    parser.add_argument("--cpu-seconds", type=int, required=True)
+    parser.add_argument("--file-mb", type=int, required=True)
+    parser.add_argument("--request-mb", type=int, required=True)
+    parser.add_argument("--processes", type=int, default=0)
+    parser.add_argument("--preload", default="", help="modules the notebook imports, comma-separated")
+    parser.add_argument("--scratch", default="", help="the learner's scratch folder, emptied between learner processes")
+    args = parser.parse_args(argv)
+
+    _prctl(_PR_SET_DUMPABLE, 0)  # nobody of the same user may trace it or open its descriptors
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _limit(args)
+    control = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    control.connect(args.channel)
+    _quiet_streams()
+    _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # what the learner's processes leave behind comes back here
+
+    import torch
+
+    from . import framework, toys, wire  # noqa: F401  (imported once, here, for every fork)
+
+    torch.set_num_threads(1)
+    # What the notebook imports (matplotlib, say) is imported once here rather than in every
+    # learner process: the instructor's notebook names them, and importing runs no learner code.
+    for name in filter(None, args.preload.split(",")):
+        try:
+            importlib.import_module(name)
+        except Exception:  # the learner's process will meet the same error, where it belongs
+            pass
+    _empty(args.scratch)  # what importing left there (matplotlib's font cache) is not the learner's
+    control.sendall(b"R")
+    serve(control, args.request_mb << 20, args.scratch)
+
+
+# ---------------------------------------------------------------------------------------------
+# A learner process
+# ---------------------------------------------------------------------------------------------
 
 
 class _InMemory(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -56,85 +288,83 @@ def _load_reference(sources: dict[str, str]) -> None:
     sys.meta_path.insert(0, finder)
     try:
         for name in sorted(sources, key=lambda n: n.count(".")):
-            importlib.import_module(name)
+            try:
+                importlib.import_module(name)
+            except Exception:  # a module that needs what is withheld stays unloaded
+                traceback.print_exc()
     finally:
         sys.meta_path.remove(finder)
         finder.sources.clear()
 
 
-def _where(exc: BaseException) -> str:
-    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<cell")]
-    return f"{frames[-1].filename} line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
-
-
-def main() -> None:
-    requests, replies = _private_streams()
-
+def learner(channel: socket.socket, request_limit: int) -> None:
+    """Serve one graded function: its setup, the submission's cells, then its cases."""
     import torch
 
     from . import wire
-    from .framework import Tripwires, call_learner, raised
+    from .framework import Tripwires, call_learner, raised, remember_cell
 
-    torch.set_num_threads(1)
+    os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
+    _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    frames = _Frames(channel, request_limit)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
+    function, inject, forbidden, module = "", [], [], None
     wires: Tripwires | None = None
-    reference = None
+    injected = False
 
     while True:
         try:
-            request = wire.receive(requests)
-        except EOFError:
+            request = frames.receive()
+        except (EOFError, OSError):
             return
         op = request.get("op")
         try:
             if op == "setup":
-                _load_reference(request.get("modules", {}))
+                function, inject, forbidden = request["function"], request["inject"], request["forbidden"]
+                _load_reference(request["modules"])
+                module = sys.modules.get(request["reference"])
                 # Installed before any learner code, so that early imports get the wrapped names.
-                wires = Tripwires(request.get("forbidden", [])).install()
-                if request.get("reference"):
-                    reference = sys.modules.get(f"reference.{request['reference']}")
+                wires = Tripwires(forbidden).install()
                 torch.manual_seed(0)
                 reply = {"ok": True}
             elif op == "cell":
+                filename = f"<cell {request['index']}>"
                 try:
-                    exec(compile(request["source"], f"<cell {request['index']}>", "exec"), namespace)  # noqa: S102
+                    remember_cell(filename, request["source"])  # feedback quotes the learner's line
+                    exec(compile(request["source"], filename, "exec"), namespace)  # noqa: S102
                     reply = {"ok": True}
-                except BaseException as exc:  # SystemExit included: a cell may not end the worker
+                except BaseException as exc:  # SystemExit included: a cell may not end the process
                     reply = {"error": [type(exc).__name__, str(exc)[:1000], _where(exc)]}
             elif op == "call":
-                name = request["function"]
-                fn = namespace.get(name)
+                fn = namespace.get(function)
                 if fn is None:
                     reply = {"missing": True}
                 else:
-                    # The grader's versions of the other graded functions, so that one mistake is
-                    # charged once: a wrong softmax does not also sink attention.
-                    injected = {n: getattr(reference, n) for n in request.get("inject", []) if hasattr(reference, n)}
-                    saved = {n: namespace.get(n) for n in injected}
-                    namespace.update(injected)
+                    if not injected:
+                        # The course's versions of the other graded functions, so that one mistake
+                        # is charged once: a wrong softmax does not also sink attention.
+                        namespace.update({n: getattr(module, n) for n in inject if hasattr(module, n)})
+                        injected = True
                     torch.manual_seed(0)
                     try:
-                        case = wire.decode(request["case"])
-                        result = call_learner(fn, case, wires, request.get("forbidden", []))
+                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires, forbidden)
                     except BaseException as exc:
                         result = raised(exc)
-                    finally:
-                        for n, v in saved.items():
-                            if v is None:
-                                namespace.pop(n, None)
-                            else:
-                                namespace[n] = v
                     reply = {"result": wire.encode(result)}
-            elif op == "exit":
-                return
             else:
-                reply = {"error": ["ProtocolError", f"unknown request {op!r}", ""]}
-        except BaseException as exc:  # the worker itself must answer, whatever happened
+                return
+        except BaseException as exc:  # the process must answer, whatever happened
             reply = {"error": [type(exc).__name__, str(exc)[:1000], ""]}
         try:
-            wire.send(replies, reply)
+            frames.send(reply)
         except BaseException:
             return
+
+
+def _where(exc: BaseException) -> str:
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if f.filename.startswith("<cell")]
+    return f"{frames[-1].filename} line {frames[-1].lineno}: {frames[-1].line}" if frames else ""
 
 
 if __name__ == "__main__":

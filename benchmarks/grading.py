@@ -24,16 +24,18 @@ import nbformat
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from coursetools.notebooks import complete, to_nbgrader, write_notebook  # noqa: E402
+from course.layout import chapter  # noqa: E402
+from course.notebook_format import complete, to_nbgrader, write_notebook  # noqa: E402
 from coursetools.release import _stage, build  # noqa: E402
 
-ASSIGNMENT, NOTEBOOK = "ch02_attention", "attention"
+ASSIGNMENT = "ch02_attention"
 
 
 def make_class(root: Path, count: int) -> dict[str, str]:
     """Write `count` submissions: solved, untouched, and solved but for one wrong function."""
-    release = nbformat.read(root / "exercises" / ASSIGNMENT / f"{NOTEBOOK}.ipynb", as_version=4)
-    source = to_nbgrader(root / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py")
+    layout = chapter(ASSIGNMENT, root)
+    release = nbformat.read(layout.release, as_version=4)
+    source = to_nbgrader(layout.source)
     kinds = {}
     for i in range(count):
         kind = ("solved", "untouched", "wrong_variance", "wrong_softmax")[i % 4]
@@ -44,7 +46,7 @@ def make_class(root: Path, count: int) -> dict[str, str]:
             cell.source = cell.source.replace("return ", "return 2 * ", 1)
         learner = f"learner{i:02d}"
         kinds[learner] = kind
-        write_notebook(nb, root / "submitted" / learner / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
+        write_notebook(nb, root / "submitted" / learner / ASSIGNMENT / layout.release.name)
     return kinds
 
 

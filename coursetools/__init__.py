@@ -4,4 +4,8 @@ solutions/<assignment>/<notebook>.py (jupytext percent) is the one source. From 
 the nbgrader notebooks, the learner release in exercises/ and the importable reference/
 package. Nothing generated is edited by hand; `python -m coursetools release` remakes it all
 and `python -m coursetools release --check` says whether what is committed is current.
+
+`python -m coursetools new-chapter ch07_topic` starts a chapter with every file it needs, and
+`python -m coursetools tables` keeps the chapter tables of README.md and book/intro.md true to
+the course. Where each file lives is defined once, in `course.layout`.
 """

@@ -18,10 +18,8 @@ import jupytext
 import nbformat
 from tqdm import tqdm
 
-from .notebooks import cell_role, strip_solution_markers, to_nbgrader, write_notebook
-
-REPO = Path(__file__).resolve().parent.parent
-SOURCE, RELEASE, REFERENCE = "solutions", "exercises", "reference"
+from course.layout import EXERCISES, REFERENCE, REPO, SOLUTIONS, chapters, sources
+from course.notebook_format import cell_role, strip_solution_markers, to_nbgrader, write_notebook
 
 REFERENCE_HEADER = '''"""Reference implementation: {title}
 
@@ -38,16 +36,7 @@ later chapters and the capstone import these instead of keeping copies.
 '''
 
 
-def sources(root: Path = REPO) -> list[Path]:
-    """Every instructor notebook: solutions/<assignment>/<notebook>.py."""
-    return sorted(p for p in (root / SOURCE).glob("*/*.py") if not p.name.startswith("_"))
-
-
-def assignments(root: Path = REPO) -> list[str]:
-    return sorted({p.parent.name for p in sources(root)})
-
-
-def reference_module(source: Path) -> str:
+def reference_source(source: Path) -> str:
     """The importable module of a notebook: its exported and solution cells, nothing else.
 
     Tests and demonstrations stay behind, so importing a reference module runs no test.
@@ -77,28 +66,29 @@ def build(root: Path, only: list[str] | None = None) -> None:
 
     ``only`` limits the work to some assignments (the others are left as they are).
     """
-    chosen = [a for a in assignments(root) if only is None or a in only]
-    unknown = set(only or ()) - set(assignments(root))
+    every = chapters(root)  # refuses a shared notebook name or a second notebook before anything is written
+    known = [c.assignment for c in every]
+    unknown = set(only or ()) - set(known)
     if unknown:
-        raise SystemExit(f"no instructor notebooks for {sorted(unknown)}; known: {assignments(root)}")
-    chosen_sources = [s for s in sources(root) if s.parent.name in chosen]
-    for src in chosen_sources:
-        write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
-    for assignment in tqdm(chosen, desc="generating the release", unit="assignment", disable=len(chosen) < 2):
+        raise SystemExit(f"no instructor notebooks for {sorted(unknown)}; known: {known}")
+    chosen = [c for c in every if only is None or c.assignment in only]
+    for c in chosen:
+        write_notebook(to_nbgrader(c.source), c.nbgrader_source)
+    for assignment in tqdm([c.assignment for c in chosen], desc="generating the release", unit="assignment", disable=len(chosen) < 2):
         _nbgrader(root, "generate_assignment", assignment, "--force")
-        for nb_path in sorted((root / RELEASE / assignment).glob("*.ipynb")):
+        for nb_path in sorted((root / EXERCISES / assignment).glob("*.ipynb")):
             # One canonical serialisation, so that a regenerated file is byte-identical.
             write_notebook(nbformat.read(nb_path, as_version=4), nb_path)
     ref = root / REFERENCE
     ref.mkdir(exist_ok=True)
     (ref / "__init__.py").write_text(REFERENCE_INIT, encoding="utf-8")
     if only is None:  # a full build also drops modules whose notebook is gone
-        keep = {f"{s.stem}.py" for s in sources(root)} | {"__init__.py"}
+        keep = {c.reference_path.name for c in every} | {"__init__.py"}
         for old in ref.glob("*.py"):
             if old.name not in keep:
                 old.unlink()
-    for src in chosen_sources:
-        (ref / f"{src.stem}.py").write_text(reference_module(src), encoding="utf-8")
+    for c in chosen:
+        c.reference_path.write_text(reference_source(c.source), encoding="utf-8")
 
 
 def _stage(root: Path) -> Path:
@@ -106,7 +96,7 @@ def _stage(root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="course-release-"))
     shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
     for src in sources(root):
-        dest = tmp / SOURCE / src.parent.name / src.name
+        dest = tmp / SOLUTIONS / src.parent.name / src.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest)
     return tmp
@@ -128,7 +118,7 @@ def stale(root: Path = REPO) -> list[str]:
     try:
         build(tmp)
         problems = []
-        for folder in (RELEASE, REFERENCE):
+        for folder in (EXERCISES, REFERENCE):
             fresh, committed = _tree(tmp / folder), _tree(root / folder)
             for name in sorted(fresh.keys() | committed.keys()):
                 where = f"{folder}/{name}"

@@ -23,7 +23,7 @@ def subsequent_mask(size: int) -> torch.Tensor:
 
 
 class DecoderLayer(nn.Module):
-    """One post-norm decoder layer: masked self-attention, cross-attention, FFN, each as LayerNorm(x + Dropout(sublayer)).
+    """One decoder layer of the paper (post-norm): masked self-attention, cross-attention over memory, then the FFN.
 
     Submodules: ``self_attn``, ``cross_attn``, ``feed_forward``, ``norm1``, ``norm2``, ``norm3``,
     ``dropout1``, ``dropout2``, ``dropout3``.
@@ -57,7 +57,7 @@ class DecoderLayer(nn.Module):
 
 
 class Decoder(nn.Module):
-    """N decoder layers with separate weights, applied in order to the same memory; no final normalisation.
+    """A stack of N decoder layers, each with its own weights; its output is the last layer's.
 
     Submodule: ``layers``, an ``nn.ModuleList`` of N ``DecoderLayer``.
     """

@@ -31,7 +31,7 @@ class PositionwiseFeedForward(nn.Module):
 
 
 class LayerNorm(nn.Module):
-    """gamma * (x - mean) / sqrt(var + eps) + beta over the last axis, biased variance.
+    """Layer normalisation of each position's d_model features, with a learnable scale and shift.
 
     Parameters ``gamma`` (ones) and ``beta`` (zeros), both of shape (d_model,); attribute ``eps``.
     """
@@ -52,7 +52,7 @@ class LayerNorm(nn.Module):
 
 
 class EncoderLayer(nn.Module):
-    """One post-norm encoder layer: self-attention, then the FFN, each as LayerNorm(x + Dropout(sublayer(x))).
+    """One encoder layer of the paper (post-norm): multi-head self-attention, then the feed-forward network.
 
     Submodules: ``self_attn``, ``feed_forward``, ``norm1``, ``norm2``, ``dropout1``, ``dropout2``.
     """
@@ -75,7 +75,7 @@ class EncoderLayer(nn.Module):
 
 
 class Encoder(nn.Module):
-    """N encoder layers with separate weights, applied in order; no final normalisation.
+    """A stack of N encoder layers, each with its own weights; its output is the last layer's.
 
     Submodule: ``layers``, an ``nn.ModuleList`` of N ``EncoderLayer``.
     """

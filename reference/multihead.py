@@ -31,7 +31,8 @@ class MultiHeadAttention(nn.Module):
     """Multi-head attention: h scaled dot-product attentions over learned projections, then W^O.
 
     Parameters: w_q, w_k, w_v, w_o (each nn.Linear(d_model, d_model)); attributes h, d_k,
-    dropout (on the attention weights) and, after each forward, attn_weights (B, h, T_q, T_k).
+    dropout (on the attention weights) and, after each forward, attn_weights (B, h, T_q, T_k),
+    detached and taken before dropout.
     """
 
     def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True) -> None:

@@ -8,25 +8,27 @@ import nbformat
 import pytest
 import torch
 
-from coursetools.notebooks import to_nbgrader
-from coursetools.release import sources
+from course.layout import REPO, Chapter, chapters
+from course.notebook_format import to_nbgrader
 
 # The checks run on small tensors: a second thread only contends with the other processes.
 torch.set_num_threads(1)
 
-REPO = Path(__file__).resolve().parent.parent
 PYTHON = sys.executable
-SOURCES = sources(REPO)
-NOTEBOOKS = [p.stem for p in SOURCES]
+CHAPTERS = chapters(REPO)
+NOTEBOOKS = [c.stem for c in CHAPTERS]
+
+
+def chapter_of(notebook: str) -> Chapter:
+    return next(c for c in CHAPTERS if c.stem == notebook)
 
 
 def source_path(notebook: str) -> Path:
-    return next(p for p in SOURCES if p.stem == notebook)
+    return chapter_of(notebook).source
 
 
 def release_path(notebook: str) -> Path:
-    src = source_path(notebook)
-    return REPO / "exercises" / src.parent.name / f"{notebook}.ipynb"
+    return chapter_of(notebook).release
 
 
 @pytest.fixture(scope="session")

@@ -2,9 +2,12 @@
 
 One run of `python -m autograder grade ch02_attention` over a course directory in which every
 learner tries something: patching the checks' tools, hiding errors, looping, exiting, eating
-memory, reading files that are not theirs, reaching the network, forging results, damaging the
-notebook. For each, the expected score and message are asserted; the honest learners in the
-same run are graded normally; no submitted file changes.
+memory, reading files that are not theirs (another copy of the course, /etc/shadow), reaching
+the network, forging results, answering the grader's requests itself, reaching through the
+tripwire for the course's own function, sending replies built to crash the grader, keeping
+hidden cases for a later function, leaving huge sparse files, damaging the notebook. For each,
+the expected score and message are asserted; the honest learners in the same run are graded
+normally; no submitted file changes.
 
 Points in chapter 2: softmax 2, scaled_dot_product_attention 4, additive_attention 3,
 score_variance 2 (11 in all).
@@ -28,7 +31,7 @@ import pytest
 from autograder.engine import Assignment
 from autograder.reports import ensure_assignment
 from autograder.sandbox import sandboxed
-from coursetools.notebooks import complete, secret_lines, to_nbgrader, write_notebook
+from course.notebook_format import complete, secret_lines, to_nbgrader, write_notebook
 from tests.conftest import REPO
 
 ASSIGNMENT, NOTEBOOK = "ch02_attention", "attention"
@@ -37,6 +40,118 @@ POINTS = {"softmax": 2, "scaled_dot_product_attention": 4, "additive_attention":
 LIMITS = ["--call-timeout", "4", "--submission-timeout", "90", "--memory-mb", "1536"]
 
 WRONG_SOFTMAX = "def softmax(x, dim=-1):\n    return x * 0\n"
+
+# A cell that takes over whatever channel to the grader its process can find (pipes and sockets
+# among its descriptors), reading requests and writing replies itself.
+TAKEOVER = r'''
+import fcntl, json, os, select, stat, struct, sys
+def _channels():
+    found = []
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            mode = os.fstat(fd).st_mode
+        except OSError:
+            continue
+        if fd > 2 and (stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode)):
+            found.append((fd, fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE))
+    return [f for f, m in found if m != os.O_WRONLY], [f for f, m in found if m != os.O_RDONLY]
+_readers, _writers = _channels()
+def _send_raw(data):
+    for fd in _writers:
+        try:
+            os.write(fd, data)
+        except OSError:
+            pass
+def _send(message):
+    data = json.dumps(message).encode()
+    _send_raw(struct.pack(">Q", len(data)) + data)
+def _exactly(fd, n):
+    out = b""
+    while len(out) < n:
+        chunk = os.read(fd, n - len(out))
+        if not chunk:
+            raise EOFError
+        out += chunk
+    return out
+def _requests():
+    while True:
+        ready, _, _ = select.select(_readers, [], [], 60)
+        if not ready:
+            return
+        (size,) = struct.unpack(">Q", _exactly(ready[0], 8))
+        yield json.loads(_exactly(ready[0], size))
+'''
+
+# Every function raises NotImplementedError, but the first cell answers every case itself, with
+# the course's own function of that name wherever it can find one (through any wrapper).
+FORGE = TAKEOVER + r'''
+def _answer(request):
+    from autograder import wire
+    from autograder.framework import call_learner
+    if request.get("op") != "call":
+        return {"ok": True}
+    try:
+        case = wire.decode(request["case"], wire.REQUEST_TAGS)
+    except AttributeError:
+        case = wire.decode(request["case"])
+    name, frame = request.get("function"), sys._getframe()
+    while name is None and frame is not None:  # whatever serves the requests knows the function's name
+        name = frame.f_locals.get("function") if isinstance(frame.f_locals.get("function"), str) else None
+        frame = frame.f_back
+    fn = getattr(sys.modules["reference.attention"], name)
+    while getattr(fn, "__closure__", None):
+        inner = [c.cell_contents for c in fn.__closure__ if callable(c.cell_contents)]
+        if not inner:
+            break
+        fn = inner[0]
+    return {"result": wire.encode(call_learner(fn, case))}
+_send({"ok": True})  # the reply to this very cell
+for _request in _requests():
+    try:
+        _send(_answer(_request))
+    except BaseException as exc:
+        _send({"error": [type(exc).__name__, str(exc), ""]})
+'''
+
+# Replies to the first case with something that is not a reply: each once crashed the grader.
+_MALFORMED = TAKEOVER + r'''
+_send({"ok": True})  # the reply to this very cell
+for _request in _requests():
+    if _request.get("op") == "call":
+        _send_raw(PAYLOAD)
+        break
+    _send({"ok": True})
+'''
+_FRAME = "(lambda d: struct.pack('>Q', len(d)) + d)"
+REPLIES_NESTED = _MALFORMED.replace("PAYLOAD", _FRAME + "(b'{\"result\":' + b'[' * 200000 + b']' * 200000 + b'}')")
+REPLIES_HUGE = _MALFORMED.replace("PAYLOAD", "struct.pack('>Q', 2 ** 62) + b'{}'")
+REPLIES_WRONG_TYPES = _MALFORMED.replace(
+    "PAYLOAD", _FRAME + "(json.dumps({'error': 7, 'result': {'$tensor': ['float32', [0, 10 ** 30], 5]}}).encode())")
+
+# A softmax that reaches through the tripwire, or anywhere in memory, for the course's own.
+UNWRAP = r'''
+import gc, types
+_found = []
+def softmax(x, dim=-1):
+    if not _found:
+        import reference.attention as ref
+        candidates = [getattr(ref, "softmax", None)] + [
+            o for o in gc.get_objects() if isinstance(o, types.FunctionType) and o.__name__ == "softmax"
+            and str(o.__module__).startswith("reference")]
+        for fn in candidates:
+            while getattr(fn, "__closure__", None):  # a wrapper: look inside
+                inner = [c.cell_contents for c in fn.__closure__ if isinstance(c.cell_contents, types.FunctionType)]
+                if not inner:
+                    break
+                fn = inner[0]
+            if fn is not None and "amax" in fn.__code__.co_names:
+                _found.append(fn)
+                break
+        else:
+            raise LookupError("the course's softmax is nowhere to be found")
+    return _found[0](x, dim)
+'''
 
 
 def _source():
@@ -94,7 +209,14 @@ class Listener:
         self.sock.close()
 
 
-def _submissions(root: Path, port: int) -> dict[str, object]:
+def _release_with(first: str):
+    """The untouched release, with a cell of mischief first."""
+    nb = _release()
+    nb.cells.insert(1, nbformat.v4.new_code_cell(first))
+    return nb
+
+
+def _submissions(root: Path, port: int, elsewhere: Path) -> dict[str, object]:
     """learner -> notebook (or raw bytes / a special marker) to hand in."""
     secret_paths = [
         str(root / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py"),
@@ -209,7 +331,31 @@ def score_variance(q, k, scaled=False):
         "duplicate_ids": duplicate_ids,
         "renamed": ("rename", _solved()),
         "huge": huge,
+        "forges_replies": _release_with(FORGE),
+        "unwraps_tripwire": _with({"softmax": UNWRAP}),
+        "replies_nested": _with(before=REPLIES_NESTED),
+        "replies_huge": _with(before=REPLIES_HUGE),
+        "replies_wrong_types": _with(before=REPLIES_WRONG_TYPES),
+        "reads_secrets": _with(before=(
+            f"import os\nfound = []\nfor path in {secret_paths + ['/etc/shadow', '/root/.bashrc', str(elsewhere)]!r}:\n"
+            "    try:\n        with open(path) as f:\n            found.append((path, f.read(100)))\n"
+            "    except OSError:\n        pass\nraise RuntimeError(f'FOUND:{found!r}')\n")),
+        "sparse_files": ("sparse", _solved()),
+        "hoards_hidden_cases": _with({
+            # Only a hidden case of softmax has every entry equal: its process writes that down.
+            "softmax": ("import torch\ndef softmax(x, dim=-1):\n    if x.numel() > 1 and bool((x == x.flatten()[0]).all()):\n"
+                        "        open('/tmp/hoard', 'a').write('a hidden case of softmax')\n"
+                        "    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n    return e / e.sum(dim=dim, keepdim=True)\n"),
+            "scaled_dot_product_attention": (
+                "def scaled_dot_product_attention(q, k, v, mask=None):\n    try:\n        seen = open('/tmp/hoard').read()\n"
+                "    except OSError:\n        seen = 'none'\n    raise RuntimeError('HOARD:' + seen)\n"),
+        }),
     }
+
+
+def _digest(path: Path) -> str:
+    with path.open("rb") as f:
+        return hashlib.sha256(f.read(1 << 20)).hexdigest() + str(path.stat().st_size)
 
 
 @pytest.fixture(scope="module")
@@ -223,8 +369,12 @@ def graded(tmp_path_factory):
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     # A gradebook already there, as in a real course, so that snooping has a target.
     ensure_assignment(f"sqlite:///{root / 'gradebook.db'}", Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, _source()), _source())
+    # Another copy of the course on the same machine, which no submission may read.
+    elsewhere = tmp_path_factory.mktemp("another_copy") / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py"
+    elsewhere.parent.mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py", elsewhere)
     listener = Listener()
-    for learner, content in _submissions(root, listener.port).items():
+    for learner, content in _submissions(root, listener.port, elsewhere).items():
         folder = root / "submitted" / learner / ASSIGNMENT
         folder.mkdir(parents=True)
         path = folder / f"{NOTEBOOK}.ipynb"
@@ -232,6 +382,11 @@ def graded(tmp_path_factory):
             path.write_bytes(content)
         elif isinstance(content, tuple) and content[0] == "rename":
             write_notebook(content[1], folder / "my attention (copy).ipynb")
+        elif isinstance(content, tuple) and content[0] == "sparse":
+            write_notebook(content[1], path)
+            for name in ("timestamp.txt", "scratch.bin"):  # 256 MB each, none of it on disk
+                with (folder / name).open("wb") as f:
+                    f.truncate(256 << 20)
         elif isinstance(content, tuple) and content[0] == "strip-ids":
             data = json.loads(nbformat.writes(content[1]))
             for cell in data["cells"]:
@@ -249,7 +404,7 @@ def graded(tmp_path_factory):
     linked.mkdir(parents=True)
     (linked / f"{NOTEBOOK}.ipynb").symlink_to(root / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py")
 
-    before = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (root / "submitted").rglob("*") if p.is_file() and not p.is_symlink()}
+    before = {p: _digest(p) for p in (root / "submitted").rglob("*") if p.is_file() and not p.is_symlink()}
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run(
         [sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--jobs", "2", "--root", str(root), *LIMITS],
@@ -257,7 +412,7 @@ def graded(tmp_path_factory):
     )
     listener.close()
     assert done.returncode == 0, done.stdout + done.stderr
-    after = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in before}
+    after = {p: _digest(p) for p in before}
     with (root / "grades" / f"{ASSIGNMENT}.csv").open() as f:
         rows = {r["learner"]: r for r in csv.DictReader(f)}
     return {"root": root, "rows": rows, "stdout": done.stdout, "stderr": done.stderr, "before": before,
@@ -303,6 +458,17 @@ EXPECTED = {
     "missing_ids": (FULL, "passed"),
     "duplicate_ids": (FULL, "passed"),
     "renamed": (FULL, "in place of attention.ipynb"),
+    # Replies written by learner code: the course's answer is nowhere in its process to forge one.
+    "forges_replies": (0, "is not available while"),
+    "unwraps_tripwire": (FULL - 2, "nowhere to be found"),
+    # Malformed replies cost their own submission, with a note; the rest of the class is graded.
+    "replies_nested": (0, "a reply it cannot read"),
+    "replies_huge": (0, "a reply it cannot read"),
+    "replies_wrong_types": (0, "a reply it cannot read"),
+    "reads_secrets": (FULL, "FOUND:[]"),
+    "sparse_files": (FULL, "passed"),
+    # What one function's process saw (hidden cases among it) is gone before the next one starts.
+    "hoards_hidden_cases": (FULL - 4, "HOARD:none"),
 }
 
 NOT_GRADED = {
@@ -347,6 +513,18 @@ def test_no_process_outlives_its_submission(graded):
 
 def test_submitted_files_are_unchanged(graded):
     assert graded["before"] == graded["after"]
+
+
+def test_only_the_notebook_is_copied_to_autograded(graded):
+    folder = graded["root"] / "autograded" / "sparse_files" / ASSIGNMENT
+    assert sorted(p.name for p in folder.iterdir()) == [f"{NOTEBOOK}.ipynb"]  # the sparse timestamp is no timestamp
+    on_disk = sum(p.stat().st_blocks * 512 for p in (graded["root"] / "autograded").rglob("*") if p.is_file())
+    assert on_disk < 64 << 20, on_disk
+    assert not (graded["root"] / "autograded" / "huge" / ASSIGNMENT / f"{NOTEBOOK}.ipynb").read_text().count("x" * 1000)
+
+
+def test_the_set_up_is_checked_before_grading(graded):
+    assert "grading the instructor's solution" in graded["stderr"]
 
 
 def test_forged_files_do_not_touch_the_real_grades(graded):

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import subprocess
 
+import nbformat
 import pytest
 
-from coursetools.notebooks import complete, write_notebook
+from course.notebook_format import complete, write_notebook
 from tests.conftest import NOTEBOOKS, PYTHON, release_path
 
 NOTEBOOK = "attention" if "attention" in NOTEBOOKS else NOTEBOOKS[0]
@@ -49,3 +50,28 @@ def test_a_malformed_notebook_gets_a_sentence_not_a_traceback(tmp_path, content)
     assert done.returncode != 0
     assert "is not a readable notebook" in (done.stdout + done.stderr)
     assert "Traceback" not in done.stderr
+
+
+def test_without_bubblewrap_a_learner_can_still_check_and_is_told(tmp_path, source_nb, release_nb, monkeypatch, capsys):
+    # A learner's own code needs no sandbox; only the class grader refuses to run without one.
+    from autograder import local, sandbox
+
+    monkeypatch.setattr(sandbox, "sandboxed", lambda: False)
+    monkeypatch.setattr(local, "sandboxed", lambda: False)
+    path = tmp_path / f"{NOTEBOOK}.ipynb"
+    write_notebook(complete(release_nb(NOTEBOOK), source_nb(NOTEBOOK)), path)
+    assert local.report(path) == 0
+    out = capsys.readouterr().out
+    assert "note: bubblewrap is not installed" in out and "FAIL" not in out
+
+
+def test_the_notebook_size_cap_is_the_graders(tmp_path, source_nb, release_nb):
+    from autograder.sandbox import Limits
+
+    nb = complete(release_nb(NOTEBOOK), source_nb(NOTEBOOK))
+    nb.cells.insert(0, nbformat.v4.new_code_cell("# " + "x" * ((Limits().notebook_mb << 20) + 1024)))
+    path = tmp_path / "huge.ipynb"
+    write_notebook(nb, path)
+    done = _check(path, tmp_path)
+    assert done.returncode != 0
+    assert f"over the {Limits().notebook_mb} MB limit" in done.stdout

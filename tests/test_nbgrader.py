@@ -11,8 +11,9 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from coursetools.notebooks import complete, to_nbgrader, write_notebook
-from coursetools.release import _stage, assignments, build, sources
+from course.layout import assignments, chapters
+from course.notebook_format import complete, to_nbgrader, write_notebook
+from coursetools.release import _stage, build
 from tests.conftest import REPO
 
 
@@ -20,11 +21,11 @@ from tests.conftest import REPO
 def course(tmp_path_factory) -> Path:
     root = _stage(REPO)
     build(root)
-    for src in sources(root):
-        release = nbformat.read(root / "exercises" / src.parent.name / f"{src.stem}.ipynb", as_version=4)
-        submitted = {"alice": complete(release, to_nbgrader(src)), "bob": release}
+    for chapter in chapters(root):
+        release = nbformat.read(chapter.release, as_version=4)
+        submitted = {"alice": complete(release, to_nbgrader(chapter.source)), "bob": release}
         for learner, nb in submitted.items():
-            write_notebook(nb, root / "submitted" / learner / src.parent.name / f"{src.stem}.ipynb")
+            write_notebook(nb, root / "submitted" / learner / chapter.assignment / f"{chapter.stem}.ipynb")
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     for assignment in assignments(root):
         done = subprocess.run(

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from coursetools.notebooks import secret_lines
+from course.notebook_format import secret_lines
 from coursetools.release import stale
 from tests.conftest import NOTEBOOKS, PYTHON, REPO, release_path
 

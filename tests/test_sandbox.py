@@ -1,5 +1,11 @@
-"""The sandbox on its own: output is capped, limits hold, and the fallback still grades."""
+"""The sandbox on its own: output is capped, limits hold, the learner's process cannot reach the
+worker's channel, only an allow-list of files is visible, and the fallback still grades."""
 from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -7,44 +13,170 @@ import pytest
 from autograder import sandbox
 from autograder.engine import Assignment, grade_cells
 from autograder.sandbox import Limits, Worker, WorkerTimeout
-from coursetools.notebooks import complete, to_nbgrader
+from course.notebook_format import complete, to_nbgrader
 from tests.conftest import REPO, release_path, source_path
 
 LIMITS = Limits(call_seconds=3, cell_seconds=3, submission_seconds=60, memory_mb=1024, output_kb=16)
+SETUP = {"op": "setup", "function": "f", "reference": "reference.none", "modules": {}, "forbidden": [], "inject": []}
+
+needs_bubblewrap = pytest.mark.skipif(not sandbox.sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
 
-def _worker() -> Worker:
-    worker = Worker(LIMITS, [REPO])
-    worker.request({"op": "setup", "forbidden": [], "modules": {}}, timeout=60)
-    return worker
+@pytest.fixture
+def worker():
+    w = Worker(LIMITS, [REPO])
+    yield w
+    w.stop()
 
 
-def test_output_is_capped_and_the_rest_discarded():
-    worker = _worker()
-    try:
-        reply = worker.request({"op": "cell", "index": 1, "source": "for _ in range(2000):\n    print('x' * 999)\n"}, timeout=30)
-        assert reply == {"ok": True}
-        worker.request({"op": "cell", "index": 2, "source": "import sys; sys.stdout.flush()"}, timeout=30)
-    finally:
-        worker.stop()
+def _learner(worker: Worker):
+    child = worker.fork()
+    assert child.request(SETUP, timeout=60) == {"ok": True}
+    return child
+
+
+def _cell(child, source: str, timeout: float = 60) -> str:
+    """What a cell reports: the message of the exception it raises at its end."""
+    reply = child.request({"op": "cell", "index": 1, "source": source}, timeout=timeout)
+    assert "error" in reply, reply
+    return reply["error"][1]
+
+
+def test_output_is_capped_and_the_rest_discarded(worker):
+    child = _learner(worker)
+    reply = child.request({"op": "cell", "index": 1, "source": "for _ in range(2000):\n    print('x' * 999)\n"}, timeout=30)
+    assert reply == {"ok": True}
+    child.request({"op": "cell", "index": 2, "source": "import sys; sys.stdout.flush()"}, timeout=30)
+    worker.stop()
     assert len(worker.output) <= LIMITS.output_kb << 10
     assert worker.output_dropped > 0
 
 
-def test_a_cell_past_its_time_stops_the_worker():
-    worker = _worker()
+def test_a_cell_past_its_time_costs_its_process_not_the_worker(worker):
+    child = _learner(worker)
     with pytest.raises(WorkerTimeout):
-        worker.request({"op": "cell", "index": 1, "source": "while True:\n    pass\n"}, timeout=LIMITS.cell_seconds)
-    assert worker.process.poll() is not None
+        child.request({"op": "cell", "index": 1, "source": "while True:\n    pass\n"}, timeout=LIMITS.cell_seconds)
+    child.close()
+    worker.end_children()
+    assert worker.process.poll() is None
+    assert _cell(_learner(worker), "raise ValueError('fresh')") == "fresh"
 
 
-def test_memory_beyond_the_limit_is_refused():
-    worker = _worker()
-    try:
-        reply = worker.request({"op": "cell", "index": 1, "source": "block = bytearray(4 << 30)\n"}, timeout=30)
-    finally:
-        worker.stop()
+def test_memory_beyond_the_limit_is_refused(worker):
+    reply = _learner(worker).request({"op": "cell", "index": 1, "source": "block = bytearray(4 << 30)\n"}, timeout=30)
     assert reply["error"][0] == "MemoryError"
+
+
+@needs_bubblewrap
+def test_scratch_space_is_bounded(worker):
+    # 4 GB in files of 1 MB: /tmp is memory, so its size is a memory limit of its own.
+    message = _cell(_learner(worker), (
+        "import os\nwritten = 0\ntry:\n    for i in range(4096):\n        with open(f'/tmp/fill{i}', 'wb') as f:\n"
+        "            f.write(b'x' * (1 << 20))\n        written += 1\nexcept OSError as exc:\n    error = exc.strerror\n"
+        "else:\n    error = None\nelsewhere = []\nfor path in ('/dev/shm/x', '/x', '/dev/x', '/usr/lib/x'):\n"
+        "    try:\n        open(path, 'wb').write(b'x')\n        elsewhere.append(path)\n    except OSError:\n        pass\n"
+        "raise RuntimeError(f'{written} {error} {elsewhere}')"))
+    written, *rest = message.split(" ", 1)
+    assert int(written) <= LIMITS.scratch_mb, message
+    assert "No space left" in rest[0] and rest[0].endswith("[]"), message
+
+
+def test_each_learner_process_starts_with_an_empty_scratch_space(worker):
+    child = _learner(worker)
+    _cell(child, "import os\nos.makedirs('hoard/closed')\nopen('hoard/closed/cases', 'w').write('x')\n"
+                 "os.chmod('hoard/closed', 0)\nopen('cases', 'w').write('x')\nraise RuntimeError(sorted(os.listdir('.')))")
+    child.close()
+    worker.end_children()
+    assert _cell(_learner(worker), "import os\nraise RuntimeError(os.listdir('.'))") == "[]"
+
+
+@needs_bubblewrap
+def test_shared_memory_does_not_outlive_its_learner_process(worker):
+    # System V segments outlive their processes: left alone, they could carry a hidden case from
+    # one function's process to the next, or hold memory beyond every limit.
+    child = _learner(worker)
+    created = _cell(child, "import ctypes\nlibc = ctypes.CDLL(None)\n"
+                           "raise RuntimeError(libc.shmget(0, 1 << 20, 0o1600), libc.msgget(0, 0o1600))")
+    assert all(int(i) >= 0 for i in created.strip("()").split(",")), created
+    child.close()
+    worker.end_children()
+    listed = _cell(_learner(worker), "raise RuntimeError([len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1"
+                                     " for k in ('shm', 'msg', 'sem')])")
+    assert listed == "[0, 0, 0]"
+
+
+@needs_bubblewrap
+def test_a_fork_storm_is_capped_and_ends_with_its_process(worker):
+    child = _learner(worker)
+    message = _cell(child, (
+        "import os\nstarted = 0\ntry:\n    for _ in range(3000):\n        if os.fork() == 0:\n"
+        "            os.execv('/bin/sleep', ['sleep', '3133'])\n        started += 1\nexcept OSError:\n    pass\n"
+        "raise RuntimeError(started)"), timeout=60)
+    assert 0 < int(message) < LIMITS.processes, message
+    child.close()
+    worker.end_children()
+    left = subprocess.run(["pgrep", "-f", "sleep 3133"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the fork storm are still running: {left}"
+    assert _cell(_learner(worker), "raise ValueError('fresh')") == "fresh"  # and the cap is not used up
+
+
+@needs_bubblewrap
+def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
+    copy = tmp_path / "another_copy" / "solutions" / "ch02_attention"
+    copy.mkdir(parents=True)
+    (copy / "attention.py").write_text("SECRET")
+    files = ["/etc/shadow", "/etc/passwd", "/root/.bashrc", str(copy / "attention.py"),
+             str(REPO / "solutions" / "ch02_attention" / "attention.py"), str(REPO / "reference" / "attention.py"),
+             str(REPO / "README.md")]
+    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path)]
+    message = _cell(_learner(worker), (
+        f"import os\nfound = [p for p in {files!r} if os.path.exists(p)]\n"
+        f"listed = {{d: sorted(os.listdir(d)) for d in {folders!r} if os.path.isdir(d)}}\n"
+        "raise RuntimeError(repr((found, listed)))"))
+    found, listed = eval(message)  # noqa: S307 (the cell's own repr of lists and dicts of strings)
+    assert found == [] and "SECRET" not in message
+    assert listed.pop("/etc") == ["ld.so.cache"]
+    # Every other folder it sees holds only the way to what it needs: the system, Python, autograder.
+    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths()
+    for folder, entries in listed.items():
+        for entry in entries:
+            path = Path(folder) / entry
+            on_the_way = any(path == n or path in n.parents or n in path.parents for n in needed)
+            assert on_the_way or entry in ("dev", "etc", "proc", "tmp", "run"), path
+
+
+@needs_bubblewrap
+def test_the_learner_process_cannot_reach_the_workers_channel(worker):
+    child = _learner(worker)
+    # pidfd_open and pidfd_getfd (434 and 438 on every architecture) copy another process's
+    # descriptor when ptrace would be allowed: the way to take over the worker's socket.
+    message = _cell(child, (
+        "import ctypes, os, stat\nlibc = ctypes.CDLL(None, use_errno=True)\nreached = []\n"
+        "for pid in range(1, 300):\n    if pid == os.getpid():\n        continue\n"
+        "    pidfd = libc.syscall(434, pid, 0)\n    if pidfd < 0:\n        continue\n"
+        "    for fd in range(64):\n        got = libc.syscall(438, pidfd, fd, 0)\n        if got >= 0:\n"
+        "            reached.append((pid, fd, stat.S_ISSOCK(os.fstat(got).st_mode)))\n            os.close(got)\n"
+        "    os.close(pidfd)\n"
+        "sockets = 0\nfor n in os.listdir('/proc/self/fd'):\n    try:\n"
+        "        sockets += stat.S_ISSOCK(os.fstat(int(n)).st_mode)\n    except OSError:\n        pass\n"
+        "raise RuntimeError(repr((reached, sockets, os.getppid())))"))
+    reached, sockets, parent = eval(message)  # noqa: S307
+    assert reached == [] and sockets == 1 and parent == 1, message
+    # Nor can it end the worker: the first process of a namespace ignores what comes from inside.
+    _cell(child, "import os, signal\nfor s in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):\n    os.kill(1, s)\n"
+                 "raise RuntimeError('sent')")
+    child.close()
+    worker.end_children()
+    assert worker.process.poll() is None
+
+
+def test_a_worker_that_cannot_start_is_reported_at_once(monkeypatch):
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "autograder.worker"])
+    start = time.monotonic()
+    with pytest.raises(sandbox.WorkerBroken, match="cannot import autograder") as broken:
+        Worker(Limits(startup_seconds=120), [REPO])
+    assert time.monotonic() - start < 30
+    assert "No module named" in str(broken.value)  # the worker's own words
 
 
 def _solved_cells():

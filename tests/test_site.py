@@ -17,8 +17,8 @@ import nbformat
 import pytest
 import yaml
 
-from coursetools.notebooks import secret_lines, to_nbgrader, write_notebook
-from coursetools.release import sources
+from course.layout import sources
+from course.notebook_format import secret_lines, to_nbgrader, write_notebook
 from tests.conftest import REPO
 
 DECOY = "DECOY-4b1d9e"

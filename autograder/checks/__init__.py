@@ -6,8 +6,10 @@ lists its check classes in ``CHECKS``.
 from __future__ import annotations
 
 import importlib
+from dataclasses import dataclass
+from typing import Any
 
-from ..framework import Check
+from ..framework import Check, Raised
 
 
 def chapter_checks(notebook: str) -> dict[str, Check]:
@@ -28,3 +30,25 @@ def get(check_id: str) -> Check:
     if function not in checks:
         raise KeyError(f"no check {check_id!r}; {notebook} has {sorted(checks)}")
     return checks[function]
+
+
+@dataclass(frozen=True)
+class Mismatch:
+    """Why a learner's module could not take the case's weights (a StateMismatch)."""
+
+    missing: tuple[str, ...]  # parameter names the exercise gives that the module lacks
+    unexpected: tuple[str, ...]  # parameters the module has that the exercise does not ask for
+    shared: tuple[tuple[str, str], ...]  # (alias, original): one object under two names
+
+
+def state_mismatch(result: Any) -> Mismatch | None:
+    """The parts of a StateMismatch result, or None when the result is something else.
+
+    The learner's side reports the mismatch as a :class:`Raised` whose ``details`` carry the
+    parameter names as data (they cross the grader's wire as fields, not as a sentence).
+    """
+    if not (isinstance(result, Raised) and result.type == "StateMismatch"):
+        return None
+    details = result.details or {}
+    return Mismatch(tuple(details.get("missing", ())), tuple(details.get("unexpected", ())),
+                    tuple(tuple(pair) for pair in details.get("shared", ())))

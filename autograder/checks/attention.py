@@ -139,6 +139,32 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
 
 
+RENORMALISED = (
+    "the mask was applied after the softmax and the rows divided by their new sums. In exact arithmetic that gives "
+    "the same weights, but not in floating point: here a masked key scores far above the allowed ones, so after "
+    "the softmax every allowed weight has underflowed to 0 and the division is 0/0. Mask the scores before the "
+    "softmax: scores.masked_fill(~mask, float('-inf')), then softmax."
+)
+
+
+def _renormalised_late(weights: torch.Tensor, scores: torch.Tensor, mask: torch.Tensor) -> bool:
+    """Whether ``weights`` are softmax, then mask, then renormalise, worked out in their own dtype.
+
+    That repair loses the allowed weights when a masked key dominates: they underflow, the division
+    gives 0/0 (NaN, or zero once NaN is replaced) or a few surviving digits. Only a case where this
+    differs from the right answer can tell the two apart.
+    """
+    late = torch.softmax(scores.to(weights.dtype), dim=-1) * mask  # (..., T_q, T_k)
+    renormalised = (late / late.sum(-1, keepdim=True)).double()
+    candidate = renormalised.nan_to_num(0.0)
+    if matches(candidate, masked_softmax(scores, mask), weights.dtype):
+        return False  # the same answer here: nothing to tell apart
+    lost = torch.isnan(renormalised).any(-1) & mask.any(-1)  # rows that see a key, all of whose weight underflowed
+    w = weights.double()
+    lost_rows_empty = bool(((torch.isnan(w) | (w == 0)).all(-1) | ~lost).all())
+    return lost_rows_empty and matches(w.nan_to_num(0.0), candidate, weights.dtype)
+
+
 class _AttentionCheck(Check):
     """Shared judging of (output, weights) for attention functions."""
 
@@ -172,11 +198,13 @@ class _AttentionCheck(Check):
         expect_shape(output, (*batch, t_q, v.shape[-1]), f"{name}'s output", case, "The output is weights @ v: (..., T_q, d_v).")
         expect_dtype(weights, q.dtype, f"{name}'s weights", case)
         expect_dtype(output, q.dtype, f"{name}'s output", case)
+        full_mask = None if mask is None else mask.expand(scores.shape)
+        if full_mask is not None and _renormalised_late(weights, scores, full_mask):
+            raise CheckFailed(f"{name}'s weights are wrong on the case {case.label}: {RENORMALISED}")
         expect_finite(weights, f"{name}'s weights", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else
                       "subtract the row maximum before exp (or use a stable softmax).")
         expect_finite(output, f"{name}'s output", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else "")
 
-        full_mask = None if mask is None else mask.expand(scores.shape)
         expected = masked_softmax(scores, full_mask)
         w = weights.double()
         atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
@@ -297,13 +325,34 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
     return out
 
 
+DOMINANT = "q (2, 4, 8), k and v (2, 6, 8), padding mask (2, 1, 6); in sequence 2 the padded keys score far above the real ones"
+DOMINANT_PADDING = torch.tensor([[True] * 4 + [False] * 2] * 2).view(2, 1, 6)  # (B, 1, T_k)
+
+
+def _dominant_gap(scores: torch.Tensor) -> float:
+    """How far sequence 2's padded keys score above its real ones, at the least, over its queries."""
+    real, padded = scores[1, :, :4], scores[1, :, 4:]  # (T_q, 4), (T_q, 2)
+    return (padded.min(-1).values - real.max(-1).values).min().item()
+
+
 class ScaledDotProductAttention(_AttentionCheck):
     function = "scaled_dot_product_attention"
     oracle = "torch.nn.functional.scaled_dot_product_attention"
     forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
 
     def cases(self, hidden: bool) -> list[Case]:
-        return _attention_cases(seeded(3 if not hidden else 30), hidden, lambda d_q, d_k, dtype: ())
+        g = seeded(3 if not hidden else 30)
+        return _attention_cases(g, hidden, lambda d_q, d_k, dtype: ()) + [self._dominant_case(g)]
+
+    @staticmethod
+    def _dominant_case(g: torch.Generator) -> Case:
+        """Float32 underflows below exp(-104): the padded keys of sequence 2 outscore its real ones by more."""
+        q = torch.randn(2, 4, 8, generator=g).abs() + 1.0  # positive features: q . k grows with k
+        k, v = torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 8, generator=g)
+        k[1, 4:] = 60.0
+        scores = q.double() @ k.double().transpose(-2, -1) / 8 ** 0.5  # (B, T_q, T_k)
+        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"
+        return Case(DOMINANT, (q, k, v), {"mask": DOMINANT_PADDING}, "dominant")
 
     def scores(self, case: Case) -> torch.Tensor:
         q, k, _ = (t.double() for t in case.args)
@@ -333,6 +382,14 @@ class ScaledDotProductAttention(_AttentionCheck):
         expect_close(result[0], expected, "`scaled_dot_product_attention`'s output", case, dtype=case.args[0].dtype)
 
 
+ADDITIVE_SHAPES = (
+    "Mind the shapes: q @ W_q is (..., T_q, d_a) and k @ W_k is (..., T_k, d_a). To pair every query with every key, "
+    "give the queries an axis for the keys and the keys an axis for the queries: (q @ W_q).unsqueeze(-2) is "
+    "(..., T_q, 1, d_a), (k @ W_k).unsqueeze(-3) is (..., 1, T_k, d_a), and their sum broadcasts to "
+    "(..., T_q, T_k, d_a); tanh, then @ w_v, gives the scores (..., T_q, T_k). A mask must broadcast to (..., T_q, T_k)."
+)
+
+
 class AdditiveAttention(_AttentionCheck):
     function = "additive_attention"
     oracle = "the additive score w_v · tanh(q W_q + k W_k)"
@@ -348,12 +405,31 @@ class AdditiveAttention(_AttentionCheck):
                 torch.randn(d_a, generator=g, dtype=torch.float64).to(dtype),
             )
 
-        return _attention_cases(g, hidden, params)
+        return _attention_cases(g, hidden, params) + [self._dominant_case(g)]
+
+    @staticmethod
+    def _dominant_case(g: torch.Generator) -> Case:
+        """A large positive w_v; the padded keys of sequence 2 push every tanh to +1, its real keys towards -1."""
+        d, d_a = 8, 8
+        q, v = torch.randn(2, 4, d, generator=g), torch.randn(2, 6, d, generator=g)
+        W_q = torch.randn(d, d_a, generator=g) / d ** 0.5
+        W_k = torch.randn(d, d_a, generator=g) / d ** 0.5
+        w_v = 30.0 + 10.0 * torch.rand(d_a, generator=g)  # (d_a,), every entry positive
+        k = 0.3 * torch.randn(2, 6, d, generator=g) + torch.linalg.solve(W_k.T, torch.full((d_a,), -2.0))
+        k[1, 4:] = torch.linalg.solve(W_k.T, torch.full((d_a,), 30.0))  # k @ W_k = 30 in every feature
+        scores = torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)).double() @ w_v.double()  # (B, T_q, T_k)
+        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"
+        return Case(DOMINANT, (q, k, v, W_q, W_k, w_v), {"mask": DOMINANT_PADDING}, "dominant")
 
     def scores(self, case: Case) -> torch.Tensor:
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
         hidden = torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3))  # (..., T_q, T_k, d_a)
         return hidden @ w_v  # (..., T_q, T_k)
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "RuntimeError":
+            raise CheckFailed(raised_message(f"`{self.function}`", case, result) + "\n" + ADDITIVE_SHAPES)
+        super().reject_non_results(case, result)
 
     def mistaken_scores(self, case: Case):
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
@@ -365,6 +441,10 @@ class AdditiveAttention(_AttentionCheck):
             (torch.tanh(pre).sum(-1), "the scores summed the hidden features; project them with w_v instead."),
             (torch.relu(pre) @ w_v, "the nonlinearity is tanh, not ReLU."),
         ]
+        if q.shape[-2] == k.shape[-2]:
+            out.append((torch.tanh(pre).transpose(-3, -2) @ w_v,
+                        "the weights are transposed: the queries were unsqueezed at -3 and the keys at -2. "
+                        + ADDITIVE_SHAPES))
         if W_q.shape == W_k.shape:
             swapped = (q @ W_k).unsqueeze(-2) + (k @ W_q).unsqueeze(-3)  # (..., T_q, T_k, d_a)
             out += [
@@ -409,7 +489,10 @@ class ScoreVariance(Check):
                     f"`score_variance` returned a tensor of shape {tuple(result.shape)} on the case {case.label}; "
                     "return one number: the variance of the n scores."
                 )
-            result = result.item()
+            raise CheckFailed(
+                f"`score_variance` returned a tensor ({result.item():.6g}) on the case {case.label}; the exercise asks "
+                "for a Python float: end with .item(), as in scores.var().item()."
+            )
         if isinstance(result, bool) or not isinstance(result, (int, float)):
             raise CheckFailed(f"`score_variance` returned {type(result).__name__} on the case {case.label}; return a number.")
         d_k = q.shape[-1]

@@ -3,9 +3,10 @@
 Oracles: the closed form j <= i, ``torch.tril`` and ``nn.Transformer.generate_square_subsequent_mask``
 for the mask; ``nn.TransformerDecoderLayer`` and ``nn.TransformerDecoder`` (post-norm, ReLU,
 dropout off) loaded with each case's weights, in float64, for the layers. To *name* a wrong
-answer, a functional decoder layer written with ``F.linear``, ``F.scaled_dot_product_attention``
-and ``F.layer_norm`` recomputes what each known mistake would have returned; its correct
-configuration is itself checked against PyTorch's layers on every case.
+answer, the functional decoder layer built from :mod:`autograder.oracles` recomputes what each
+known mistake would have returned; its correct configuration is itself checked against
+PyTorch's layers on every case. In training mode it is fed the very dropout masks the
+learner's modules draw (:class:`autograder.oracles.Dropout`).
 
 Properties, judged across pairs of cases: changing future target tokens never changes an
 earlier position's output, and padded target or memory positions never leak into real outputs.
@@ -13,13 +14,15 @@ earlier position's output, and padded target or memory positions never leak into
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any, Sequence
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from .. import oracles
+from . import state_mismatch
+from .encoder import fits_as_attn_mask, positional_padding_hint
 from ..framework import (
     raised_message,
     Case,
@@ -46,13 +49,6 @@ FORBIDDEN_LAYERS = (
 # ----------------------------------------------------------------------------------------
 # subsequent_mask
 # ----------------------------------------------------------------------------------------
-
-
-def _lower_triangle(size: int) -> torch.Tensor:
-    """The closed form: True where key j <= query i."""
-    i = torch.arange(size)[:, None]  # (size, 1) query positions
-    j = torch.arange(size)[None, :]  # (1, size) key positions
-    return j <= i  # (size, size)
 
 
 class SubsequentMask(Check):
@@ -111,7 +107,7 @@ class SubsequentMask(Check):
                 "Return (size, size); a (T_q, T_k) mask broadcasts against the (B, h, T_q, T_k) scores by itself."
             )
         expect_shape(m, (size, size), f"{name}'s result", case, "The mask has one row per query and one column per key.")
-        expected = _lower_triangle(size)
+        expected = oracles.causal_mask(size)
         # The closed form agrees with PyTorch's own ways of building the same mask.
         assert torch.equal(expected, torch.tril(torch.ones(size, size, dtype=torch.bool)))
         assert torch.equal(expected, nn.Transformer.generate_square_subsequent_mask(size) == 0)
@@ -133,7 +129,7 @@ class SubsequentMask(Check):
         diagnoses = [
             (expected.T, "this is the upper triangle (j >= i): row i is the query, and it may attend to the keys "
                          "j <= i, so the True entries lie on and below the diagonal (torch.tril, not torch.triu)."),
-            (_lower_triangle(size) & ~torch.eye(size, dtype=torch.bool),
+            (oracles.causal_mask(size) & ~torch.eye(size, dtype=torch.bool),
              "the diagonal is False, so a position cannot attend to itself. Position i may attend to every j <= i, "
              "itself included: keep the diagonal (torch.tril's default diagonal=0, or j <= i rather than j < i)."),
             (~expected, "the mask is inverted: True must mark the keys a query MAY attend to (the course's convention), "
@@ -154,93 +150,71 @@ class SubsequentMask(Check):
 
 
 # ----------------------------------------------------------------------------------------
-# A functional decoder layer in float64, able to make each known mistake on purpose
+# A functional decoder layer, able to make each known mistake on purpose
 # ----------------------------------------------------------------------------------------
-
-
-def _allowed(attn_mask: torch.Tensor | None, key_padding: torch.Tensor | None) -> torch.Tensor | None:
-    """One boolean mask, True = may attend, broadcastable to (B, h, T_q, T_k)."""
-    allow = None
-    if attn_mask is not None:
-        allow = attn_mask if attn_mask.dim() == 2 else attn_mask[:, None]  # (T_q, T_k) or (B, 1, T_q, T_k)
-    if key_padding is not None:
-        keep = ~key_padding[:, None, None, :]  # (B, 1, 1, T_k)
-        allow = keep if allow is None else allow & keep
-    return allow
-
-
-def _mha(state, prefix: str, h: int, query, key, value, allow) -> torch.Tensor:
-    """Multi-head attention with the course's parameter names; no visible key gives a zero output."""
-    b, t_q, d_model = query.shape
-    d_k = d_model // h
-
-    def heads(x, name):
-        y = F.linear(x, state[f"{prefix}{name}.weight"], state.get(f"{prefix}{name}.bias"))  # (B, T, d_model)
-        return y.view(b, -1, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
-
-    out = F.scaled_dot_product_attention(heads(query, "w_q"), heads(key, "w_k"), heads(value, "w_v"), attn_mask=allow)
-    out = out.transpose(1, 2).reshape(b, t_q, d_model)  # (B, T_q, d_model)
-    return F.linear(out, state[f"{prefix}w_o.weight"], state.get(f"{prefix}w_o.bias"))
-
-
-def _ffn(state, prefix: str, x) -> torch.Tensor:
-    return oracles.feed_forward(state, x, prefix)
-
-
-def _norm(state, prefix: str, x) -> torch.Tensor:
-    return oracles.layer_norm(state, x, prefix)
 
 
 def layer_forward(
     state,
-    prefix: str,
-    h: int,
-    x,
-    memory,
-    tgt_mask=None,
-    tgt_key_padding_mask=None,
-    memory_key_padding_mask=None,
+    x: torch.Tensor,
+    memory: torch.Tensor,
     *,
+    h: int,
+    prefix: str = "",
+    tgt_mask: torch.Tensor | None = None,
+    tgt_key_padding_mask: torch.Tensor | None = None,
+    memory_key_padding_mask: torch.Tensor | None = None,
+    dropout: oracles.Dropout | None = None,
     self_mask: str = "given",  # "given" | "none" | "inverted"
-    self_padding: bool = True,
+    self_padding: str = "given",  # "given" | "none" | "inverted" | "as-attn-mask"
     cross_q: str = "x",  # where the cross-attention's queries come from: "x" | "memory"
     cross_kv: str = "memory",  # where its keys and values come from: "memory" | "x"
-    cross_padding: bool = True,
+    cross_padding: str = "given",  # "given" | "none" | "inverted" | "as-attn-mask"
     cross_causal: bool = False,  # the mistake of giving tgt_mask to the cross-attention too
     cross_module: str = "cross_attn",
     order: tuple[str, ...] = ("self", "cross", "ffn"),
     norms: tuple[str, ...] = ("norm1", "norm2", "norm3"),
     wiring: str = "post",  # "post": norm(x + f(x)); "pre": x + f(norm(x)); "inner": x + norm(f(x)); "none": norm(f(x))
+    dropout_at: str = "sublayer",  # where the residual dropout goes: "sublayer" | "sum" | "norm" | "none"
 ) -> torch.Tensor:
-    """One decoder layer (float64); the keyword arguments reproduce the mistakes learners make."""
-    s = {k: v.double() for k, v in state.items() if k.startswith(prefix)}
+    """One decoder layer, computed in float64; the keyword arguments reproduce the mistakes learners make.
+
+    ``dropout`` (training mode) draws the masks of every nn.Dropout the layer reaches, in the order
+    the course's modules reach them: each attention's weights, then its residual dropout, and so on.
+    A padding mask "as-attn-mask" was handed to the attention's attn_mask, as passing it as the fourth
+    positional argument does: self_attn(x, x, x, tgt_key_padding_mask) loses tgt_mask on the way.
+    """
     p = prefix
     x, memory = x.double(), memory.double()
     own_mask = {"given": tgt_mask, "none": None, "inverted": None if tgt_mask is None else ~tgt_mask}[self_mask]
 
+    def masks(attn_mask, padding, rule):
+        """The attention's keyword masks once ``rule`` has acted on the padding mask."""
+        if rule == "as-attn-mask":
+            return {"attn_mask": padding}
+        kept = {"given": padding, "none": None, "inverted": None if padding is None else ~padding}[rule]
+        return {"attn_mask": attn_mask, "key_padding_mask": kept}
+
     def self_attention(y):
-        return _mha(s, f"{p}self_attn.", h, y, y, y, _allowed(own_mask, tgt_key_padding_mask if self_padding else None))
+        return oracles.multi_head_attention(
+            state, y, y, y, h=h, prefix=f"{p}self_attn.", dropout=dropout,
+            **masks(own_mask, tgt_key_padding_mask, self_padding))[0]
 
     def cross_attention(y):
         q = y if cross_q == "x" else memory
         kv = memory if cross_kv == "memory" else y
-        padding = memory_key_padding_mask if cross_padding and cross_kv == "memory" else None
-        return _mha(s, f"{p}{cross_module}.", h, q, kv, kv, _allowed(tgt_mask if cross_causal else None, padding))
+        padding = memory_key_padding_mask if cross_kv == "memory" else None
+        return oracles.multi_head_attention(
+            state, q, kv, kv, h=h, prefix=f"{p}{cross_module}.", dropout=dropout,
+            **masks(tgt_mask if cross_causal else None, padding, cross_padding))[0]
 
     def feed_forward(y):
-        return _ffn(s, f"{p}feed_forward.", y)
+        return oracles.feed_forward(state, y, prefix=f"{p}feed_forward.", dropout=dropout)
 
     blocks = {"self": self_attention, "cross": cross_attention, "ffn": feed_forward}
     for block, norm in zip(order, norms):
-        f = blocks[block]
-        if wiring == "post":
-            x = _norm(s, f"{p}{norm}.", x + f(x))
-        elif wiring == "pre":
-            x = x + f(_norm(s, f"{p}{norm}.", x))
-        elif wiring == "inner":
-            x = x + _norm(s, f"{p}{norm}.", f(x))
-        else:
-            x = _norm(s, f"{p}{norm}.", f(x))
+        x = oracles.sublayer(state, x, blocks[block], norm=f"{p}{norm}", wiring=wiring, dropout=dropout,
+                             dropout_at=dropout_at)
     return x
 
 
@@ -252,19 +226,25 @@ LAYER_MISTAKES: list[tuple[dict, str]] = [
     (dict(self_mask="inverted"),
      "tgt_mask was inverted before it reached the self-attention. The course's masks are already True where a "
      "query may attend, which is what MultiHeadAttention expects: pass tgt_mask as it is, without ~."),
-    (dict(self_padding=False),
+    (dict(self_padding="none"),
      "the self-attention ignored tgt_key_padding_mask, so padded target positions were attended to: pass "
      "key_padding_mask=tgt_key_padding_mask to self_attn."),
-    (dict(cross_padding=False),
+    (dict(cross_padding="none"),
      "the cross-attention ignored memory_key_padding_mask, so padded source positions were attended to: pass "
      "key_padding_mask=memory_key_padding_mask to cross_attn."),
+    (dict(self_padding="inverted"),
+     "tgt_key_padding_mask is inverted before it reaches the self-attention: it is True where a key IS padding, "
+     "which is what MultiHeadAttention's key_padding_mask expects, so pass it on as it is, without ~."),
+    (dict(cross_padding="inverted"),
+     "memory_key_padding_mask is inverted before it reaches the cross-attention: it is True where a key IS "
+     "padding, which is what MultiHeadAttention's key_padding_mask expects, so pass it on as it is, without ~."),
     (dict(cross_kv="x"),
      "the keys and values of the cross-attention came from the decoder (x) instead of the encoder's output: "
      "cross_attn(x, memory, memory, ...) takes its queries from x and its keys and values from memory."),
-    (dict(cross_kv="x", cross_padding=False),
+    (dict(cross_kv="x", cross_padding="none"),
      "the keys and values of the cross-attention came from the decoder (x) instead of the encoder's output: "
      "cross_attn(x, memory, memory, ...) takes its queries from x and its keys and values from memory."),
-    (dict(cross_q="memory", cross_kv="x", cross_padding=False),
+    (dict(cross_q="memory", cross_kv="x", cross_padding="none"),
      "the queries of the cross-attention came from memory and its keys and values from x: it is the other way "
      "round. The decoder asks (queries from x) and the encoder's output answers: cross_attn(x, memory, memory, ...)."),
     (dict(cross_causal=True),
@@ -297,6 +277,24 @@ LAYER_MISTAKES: list[tuple[dict, str]] = [
 ]
 
 
+# attn_mask is True where a query may attend; key_padding_mask is True at padding: the two are not interchangeable.
+CROSS_PADDING_AS_ATTN_MASK = (
+    "the padding mask reached `attn_mask` of the cross-attention (MultiHeadAttention's fourth positional argument "
+    "is attn_mask): pass it by name, cross_attn(x, memory, memory, key_padding_mask=memory_key_padding_mask). "
+    "attn_mask is True where a query may attend; key_padding_mask is True at padding."
+)
+
+
+def _padding_mistakes(case: Case) -> list[tuple[dict, str]]:
+    """memory_key_padding_mask handed to the cross-attention's attn_mask, where the case's shapes let that
+    run (B equal to T_tgt). The same slip in the self-attention, self_attn(x, x, x, tgt_key_padding_mask),
+    pushes tgt_mask out, and the cases without target padding name it as the ignored tgt_mask first.
+    """
+    if fits_as_attn_mask(case.kwargs.get("memory_key_padding_mask"), case.args[0].shape[1]):
+        return [(dict(cross_padding="as-attn-mask"), CROSS_PADDING_AS_ATTN_MASK)]
+    return []
+
+
 def _masks(case: Case) -> dict:
     return {k: case.kwargs.get(k) for k in ("tgt_mask", "tgt_key_padding_mask", "memory_key_padding_mask")}
 
@@ -315,13 +313,8 @@ def _torch_masks(case: Case, h: int) -> dict:
 # ----------------------------------------------------------------------------------------
 
 
-def _causal(t: int) -> torch.Tensor:
-    return _lower_triangle(t)  # (T, T)
-
-
-def _padding(lengths: Sequence[int], t: int) -> torch.Tensor:
-    """(B, T) key-padding mask, True where the position is padding (right padding)."""
-    return torch.arange(t)[None, :] >= torch.tensor(lengths)[:, None]
+_causal = oracles.causal_mask
+_padding = oracles.padding_mask
 
 
 def _module_cases(g: torch.Generator, hidden: bool, init: dict, make_state) -> list[Case]:
@@ -373,6 +366,12 @@ def _module_cases(g: torch.Generator, hidden: bool, init: dict, make_state) -> l
              "mempad-b", init=a.init, state=a.state)
     out += [a, b]
 
+    # As many examples as target positions: a (B, T) padding mask taken for a (T_q, T_k) attention mask
+    # then runs instead of raising, and the values it gives can be named.
+    out.append(case("x (3, 3, d_model), memory (3, 5, d_model), causal tgt_mask, target lengths [3, 2, 3], "
+                    "source lengths [5, 2, 4]", 3, 3, 5, tgt_mask=_causal(3),
+                    tgt_key_padding_mask=_padding([3, 2, 3], 3), memory_key_padding_mask=_padding([5, 2, 4], 5)))
+
     if hidden:
         per_example = _causal(5).repeat(3, 1, 1)  # (B, T, T): causal, and example 1 also hides key 0 from queries 2..
         per_example[1, 2:, 0] = False
@@ -408,23 +407,19 @@ class _DecoderCheck(Check):
         raise NotImplementedError
 
     def oracle_output(self, case: Case) -> torch.Tensor:
-        cache = self.__dict__.setdefault("_oracles", {})
-        if id(case.state) not in cache:
-            cache[id(case.state)] = self.oracle_module(case)
         x, memory = (t.double() for t in case.args)
         with torch.no_grad():
-            return cache[id(case.state)](x, memory, **_torch_masks(case, case.init["h"]))
+            return self.oracle_module(case)(x, memory, **_torch_masks(case, case.init["h"]))
 
     def variant(self, case: Case, **mistake) -> torch.Tensor:
         raise NotImplementedError
 
     def diagnoses(self, case: Case):
-        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in LAYER_MISTAKES]
+        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in _padding_mistakes(case) + LAYER_MISTAKES]
 
     def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
         # A wrong value on one case names a mistake more precisely than an exception the same mistake
         # causes on another case (a mask of the wrong length, say): judge the returned values first.
-        self._oracles: dict[int, nn.Module] = {}  # PyTorch's module per weight set: the pairs share one
 
         def deferred(result: Any) -> bool:
             return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
@@ -446,6 +441,7 @@ class _DecoderCheck(Check):
         if isinstance(result, Raised) and result.type == "RuntimeError":
             raise CheckFailed(
                 raised_message(name, case, result)
+                + positional_padding_hint(case, result, ("tgt_key_padding_mask", "memory_key_padding_mask"))
                 + "\n" + SHAPE_HINT
             )
         super().reject_non_results(case, result)
@@ -509,6 +505,33 @@ class _DecoderCheck(Check):
 # DecoderLayer
 # ----------------------------------------------------------------------------------------
 
+RESIDUAL_DROPOUT = (
+    "The paper applies dropout to the output of each sub-layer, before it is added to the sub-layer's input and "
+    "normalised: x = norm1(x + dropout1(self_attn(...))), x = norm2(x + dropout2(cross_attn(...))), "
+    "x = norm3(x + dropout3(feed_forward(x)))."
+)
+
+TRAINING_MISTAKES: list[tuple[dict, str]] = [
+    (dict(dropout_at="none"),
+     "in training mode the residual dropout is missing: dropout1, dropout2 and dropout3 are built but never used. "
+     + RESIDUAL_DROPOUT),
+    (dict(dropout_at="sum"),
+     "dropout was applied to the residual sum x + Sublayer(x); it belongs on the sub-layer's output alone, so that "
+     "the residual path x always gets through. " + RESIDUAL_DROPOUT),
+    (dict(dropout_at="norm"),
+     "dropout was applied after the LayerNorm; it belongs on the sub-layer's output, before the residual sum. "
+     + RESIDUAL_DROPOUT),
+]
+
+
+def _training_case(g: torch.Generator, init: dict, make_state) -> Case:
+    """A module in training mode: the learner's dropout masks are drawn from the seed the case runs with."""
+    x, memory = torch.randn(2, 5, init["d_model"], generator=g), torch.randn(2, 6, init["d_model"], generator=g)
+    label = (f"training mode, dropout={init['dropout']}, x (2, 5, {init['d_model']}), memory (2, 6, {init['d_model']}), "
+             "causal tgt_mask, source lengths [6, 4]")
+    return Case(label, (x, memory), {"tgt_mask": _causal(5), "memory_key_padding_mask": _padding([6, 4], 6)}, "train",
+                init=dict(init), state=make_state(g, init), train=True)
+
 
 def _layer_state(g: torch.Generator, init: dict):
     return oracles.decoder_layer_state(g, init["d_model"], init["d_ff"])
@@ -530,6 +553,7 @@ class DecoderLayer(_DecoderCheck):
         if hidden:
             init = {"d_model": 32, "h": 8, "d_ff": 24, "dropout": 0.1}
             out += _module_cases(g, False, init, _layer_state)[:3]
+        out.append(_training_case(g, {"d_model": 16, "h": 4, "d_ff": 32, "dropout": 0.3}, _layer_state))
         # Dropout with p = 1 drops every sub-layer's whole output: what is left is the three LayerNorms.
         init = {"d_model": 8, "h": 2, "d_ff": 16, "dropout": 1.0}
         x, memory = torch.randn(2, 3, 8, generator=g), torch.randn(2, 4, 8, generator=g)
@@ -543,19 +567,37 @@ class DecoderLayer(_DecoderCheck):
 
     def variant(self, case: Case, **mistake) -> torch.Tensor:
         x, memory = case.args
-        return layer_forward(case.state, "", case.init["h"], x, memory, **_masks(case), **mistake)
+        with torch.no_grad():
+            return layer_forward(case.state, x, memory, h=case.init["h"], **_masks(case), **mistake)
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        mismatch = state_mismatch(result)
+        if mismatch is not None and {"cross_attn", "self_attn"} <= {name for pair in mismatch.shared for name in pair}:
+            raise CheckFailed(
+                f"`DecoderLayer`'s cross_attn and self_attn are one and the same MultiHeadAttention object on the case "
+                f"{case.label}, so the two attentions share one set of weights (PyTorch then lists them once, as "
+                "self_attn). The names are right; the sharing is the fault. What a target position asks of the source "
+                "is not what it asks of the target: build two separate modules, self.self_attn = "
+                "MultiHeadAttention(d_model, h, dropout) and self.cross_attn = MultiHeadAttention(d_model, h, dropout)."
+            )
+        super().reject_non_results(case, result)
 
     def judge_training(self, case: Case, out: torch.Tensor) -> None:
-        s = oracles.double_state(case.state)
-        expected = _norm(s, "norm3.", _norm(s, "norm2.", _norm(s, "norm1.", case.args[0].double())))
-        if not matches(out, expected, torch.float32):
-            raise CheckFailed(
-                f"`DecoderLayer`'s output is wrong on the case {case.label}: with dropout=1.0 in training mode, every "
-                "sub-layer's output is dropped entirely, so the layer must return norm3(norm2(norm1(x))). Apply "
-                "dropout1, dropout2 and dropout3 to the outputs of the self-attention, the cross-attention and the "
-                "feed-forward network, before adding the residual: x = norm1(x + dropout1(self_attn(...))). "
-                f"{where_it_differs(out, expected)}."
-            )
+        p, dtype = case.init["dropout"], case.args[0].dtype
+
+        def drops() -> oracles.Dropout:
+            return oracles.Dropout(p, dtype)
+
+        diagnoses = [(lambda kw=kw: self.variant(case, dropout=drops(), **kw), message)
+                     for kw, message in TRAINING_MISTAKES]
+        diagnoses.append((lambda: self.variant(case), "no dropout was applied at all in training mode. " + RESIDUAL_DROPOUT))
+        diagnoses += [(lambda kw=kw: self.variant(case, dropout=drops(), **kw), message) for kw, message in LAYER_MISTAKES]
+        hint = RESIDUAL_DROPOUT
+        if p == 1:
+            hint = ("With dropout=1.0 every sub-layer's output is dropped entirely, so the layer must return "
+                    "norm3(norm2(norm1(x))). " + RESIDUAL_DROPOUT)
+        expect_close(out, self.variant(case, dropout=drops()), "`DecoderLayer`'s output", case, diagnoses, hint=hint,
+                     dtype=dtype)
 
 
 # ----------------------------------------------------------------------------------------
@@ -600,10 +642,21 @@ class Decoder(_DecoderCheck):
                              _stack_state)
         init = {"d_model": 8, "h": 2, "d_ff": 16, "N": 1, "dropout": 0.1}
         out += _module_cases(g, False, init, _stack_state)[:3]
+        out.append(_training_case(g, {"d_model": 16, "h": 4, "d_ff": 32, "N": 2, "dropout": 0.3}, _stack_state))
         if hidden:
             init = {"d_model": 16, "h": 4, "d_ff": 32, "N": 2, "dropout": 0.1}
             out += _module_cases(g, True, init, _stack_state)[-4:]
         return out
+
+    def judge_training(self, case: Case, out: torch.Tensor) -> None:
+        p, dtype = case.init["dropout"], case.args[0].dtype
+        hint = ("In training mode each layer drops with the decoder's dropout: build every layer with it, "
+                "DecoderLayer(d_model, h, d_ff, dropout).")
+        expect_close(out, self.variant(case, dropout=oracles.Dropout(p, dtype)), "`Decoder`'s output", case, [
+            (lambda: self.variant(case, dropout=oracles.Dropout(0.1, dtype)),
+             f"the layers drop with probability 0.1, not the decoder's dropout={p}. {hint}"),
+            (lambda: self.variant(case), "no dropout was applied in training mode. " + hint),
+        ], hint=hint, dtype=dtype)
 
     def oracle_module(self, case: Case) -> nn.Module:
         i = case.init
@@ -621,27 +674,28 @@ class Decoder(_DecoderCheck):
         for i in order:
             source = x if stack == "not-chained" else y
             mem = y if (stack == "memory-is-x" and i > 0) else memory
-            y = layer_forward(case.state, f"layers.{i}.", case.init["h"], source, mem, **masks, **mistake)
+            with torch.no_grad():
+                y = layer_forward(case.state, source, mem, h=case.init["h"], prefix=f"layers.{i}.", **masks, **mistake)
         return y
 
     def diagnoses(self, case: Case):
         return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in STACK_MISTAKES] + super().diagnoses(case)
 
     def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "StateMismatch":
-            message = result.message
-            if "no parameter named layers.1" in message and "does not ask for" not in message:
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
                 raise CheckFailed(
-                    f"`Decoder` has the parameters of only one layer on the case {case.label} (N = {case.init['N']}): "
-                    "every entry of `layers` is the same DecoderLayer object, so the N layers share one set of weights. "
-                    "Build N separate layers: nn.ModuleList([DecoderLayer(...) for _ in range(N)])."
+                    f"`Decoder`'s layers share their weights on the case {case.label} (N = {case.init['N']}): every "
+                    "entry of `layers` is the same DecoderLayer object, so the N layers are one. Build N separate "
+                    "layers: nn.ModuleList([DecoderLayer(...) for _ in range(N)])."
                 )
-            if "does not ask for: norm" in message:
-                extra = message.split("does not ask for: ")[1].split(". Use exactly")[0]
+            extra = [n for n in mismatch.unexpected if n.startswith("norm")]
+            if extra:
                 raise CheckFailed(
-                    f"`Decoder` has parameters the exercise does not ask for ({extra}) on the case {case.label}: "
-                    "in the paper's post-norm decoder each layer already ends with a LayerNorm (norm3), so there is "
-                    "no final LayerNorm after the stack; remove it."
+                    f"`Decoder` has parameters the exercise does not ask for ({', '.join(extra)}) on the case "
+                    f"{case.label}: in the paper's post-norm decoder each layer already ends with a LayerNorm (norm3), "
+                    "so there is no final LayerNorm after the stack; remove it."
                 )
         super().reject_non_results(case, result)
 

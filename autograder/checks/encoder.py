@@ -1,8 +1,10 @@
 """Chapter 4 checks: the position-wise feed-forward network, LayerNorm, the encoder layer, the encoder.
 
-Oracles: the closed form of the FFN, ``nn.LayerNorm``, ``nn.TransformerEncoderLayer`` and
-``nn.TransformerEncoder`` (post-norm, ReLU, dropout off), all in float64 and loaded with the
-weights the learner's module receives (names in :mod:`autograder.oracles`).
+Oracles: the closed form of the FFN and ``nn.Linear``/``nn.ReLU``, ``nn.LayerNorm``,
+``nn.TransformerEncoderLayer`` and ``nn.TransformerEncoder`` (post-norm, ReLU, dropout off), all
+in float64 and loaded with the weights the learner's module receives (names in
+:mod:`autograder.oracles`). In training mode the expected output is the functional layer of the
+toolkit fed with the very dropout masks the learner's modules draw (:class:`autograder.oracles.Dropout`).
 """
 from __future__ import annotations
 
@@ -12,9 +14,9 @@ from typing import Any, Callable, Sequence
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from .. import oracles
+from . import state_mismatch
 from ..framework import (
     raised_message,
     Case,
@@ -44,63 +46,6 @@ def _output(result: Any, name: str, case: Case) -> torch.Tensor:
     return expect_tensor(out, f"`{name}`'s output", case)
 
 
-def _padding(lengths: Sequence[int], T: int) -> torch.Tensor:
-    """(B, T) key-padding mask, True where a position is padding."""
-    return torch.arange(T)[None, :] >= torch.tensor(lengths)[:, None]
-
-
-def _names(message: str, intro: str) -> list[str]:
-    """Parameter names listed after ``intro`` in a StateMismatch message."""
-    found = re.search(re.escape(intro) + r" ([^;]*?)(?:;|\. Use exactly)", message)
-    return [n.strip() for n in found.group(1).split(",")] if found else []
-
-
-def _missing_and_unexpected(result: Raised) -> tuple[list[str], list[str]]:
-    return (
-        _names(result.message, "it has no parameter named"),
-        _names(result.message, "it has parameters the exercise does not ask for:"),
-    )
-
-
-# ----------------------------------------------------------------------------------------
-# float64 pieces built from the state the learner's module received
-# ----------------------------------------------------------------------------------------
-
-
-_linear = oracles.linear
-
-
-def _ffn(state: State, x: torch.Tensor, prefix: str = "") -> torch.Tensor:
-    return oracles.feed_forward(state, x, prefix)
-
-
-def _norm(state: State, prefix: str, x: torch.Tensor) -> torch.Tensor:
-    return oracles.layer_norm(state, x, prefix)
-
-
-def _attention(state: State, h: int, x: torch.Tensor, mask: torch.Tensor | None, prefix: str = "") -> torch.Tensor:
-    mha = oracles.torch_mha(state, x.shape[-1], h, f"{prefix}self_attn.")
-    return mha(x, x, x, key_padding_mask=mask, need_weights=False)[0]  # (B, T, d_model)
-
-
-def _dropout_mask(shape: Sequence[int], p: float, dtype: torch.dtype) -> torch.Tensor:
-    """The scaled mask nn.Dropout draws first after torch.manual_seed(0), as the case runs it."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        return F.dropout(torch.ones(tuple(shape), dtype=dtype), p, training=True).double()
-
-
-def _torch_ffn_half(state: State, d_model: int, d_ff: int) -> Callable[[torch.Tensor], torch.Tensor]:
-    """The feed-forward half of nn.TransformerEncoderLayer (eval mode) holding the FFN's weights."""
-    layer = nn.TransformerEncoderLayer(d_model, 1, d_ff, dropout=0.0, activation="relu", batch_first=True, dtype=torch.float64)
-    with torch.no_grad():
-        for mine, theirs in (("w_1", layer.linear1), ("w_2", layer.linear2)):
-            theirs.weight.copy_(state[f"{mine}.weight"])
-            theirs.bias.copy_(state[f"{mine}.bias"])
-    layer.eval()
-    return lambda x: layer.linear2(layer.dropout(layer.activation(layer.linear1(x))))
-
-
 # ----------------------------------------------------------------------------------------
 # PositionwiseFeedForward
 # ----------------------------------------------------------------------------------------
@@ -108,7 +53,7 @@ def _torch_ffn_half(state: State, d_model: int, d_ff: int) -> Callable[[torch.Te
 
 class PositionwiseFeedForward(Check):
     function = "PositionwiseFeedForward"
-    oracle = "max(0, x W_1 + b_1) W_2 + b_2 and the feed-forward half of nn.TransformerEncoderLayer"
+    oracle = "max(0, x W_1 + b_1) W_2 + b_2 and nn.Linear, nn.ReLU, nn.Linear with the same weights"
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(41 if not hidden else 410)
@@ -152,45 +97,53 @@ class PositionwiseFeedForward(Check):
         expect_dtype(y, x.dtype, name, case)
         expect_finite(y, name, case, "")
 
-        state = case.state
-        xd = x.double()
-        pre = _linear(state, "w_1.", xd)  # (..., d_ff)
-        hidden_shape = (*x.shape[:-1], d_ff)
+        state, xd = case.state, x.double()
 
-        def second(hidden: torch.Tensor) -> torch.Tensor:
-            return _linear(state, "w_2.", hidden)  # (..., d_model)
+        def drops(probability: float = p) -> oracles.Dropout:
+            """The masks the learner's module draws, in the order it draws them."""
+            return oracles.Dropout(probability, x.dtype)
 
-        evaluated = second(torch.relu(pre))
-        hidden_mask = _dropout_mask(hidden_shape, p, x.dtype)
-        if case.train:
-            expected = second(torch.relu(pre) * hidden_mask)
-        else:
-            expected = evaluated
-            # The independent oracle: PyTorch's encoder layer computes the same feed-forward half.
-            expect_close(y, _torch_ffn_half(state, d_model, d_ff)(xd), name, case, self._diagnoses(case, xd, pre, evaluated, hidden_mask))
+        pre = oracles.linear(state, xd, prefix="w_1.")  # (..., d_ff)
+        evaluated = oracles.feed_forward(state, xd)
+        diagnoses = self._diagnoses(case, xd, pre, evaluated)
+        if not case.train:
+            with torch.no_grad():  # the independent oracle: PyTorch's own layers with the same weights
+                expected = oracles.torch_feed_forward(state, d_model, d_ff)(xd)
+            diagnoses.append((lambda: oracles.feed_forward(state, xd, dropout=drops()),
+                              "dropout is active in eval mode: torch.nn.functional.dropout defaults to training=True; "
+                              "use the nn.Dropout submodule self.dropout, which follows model.eval()."))
+            expect_close(y, expected, name, case, diagnoses,
+                         hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
+            return
 
-        diagnoses = self._diagnoses(case, xd, pre, evaluated, hidden_mask)
-        if case.train:
-            out_mask = _dropout_mask(x.shape, p, x.dtype)
-            diagnoses = [
-                (lambda: evaluated, "in training mode no dropout was applied: use self.dropout on the hidden "
-                                    "activations, after the ReLU (and build it as nn.Dropout(dropout))."),
-                (lambda: evaluated * out_mask, "dropout was applied to the output of w_2; apply it to the hidden "
-                                               "activations, right after the ReLU, as nn.TransformerEncoderLayer does."),
-                (lambda: _ffn(state, xd * out_mask), "dropout was applied to the input x; apply it to the hidden "
-                                                     "activations, right after the ReLU."),
-                (lambda: second(torch.relu(pre) * hidden_mask) * _dropout_mask_second(hidden_shape, x.shape, p, x.dtype),
-                 "dropout was applied twice (after the ReLU and again at the output); once, after the ReLU, is enough."),
-            ] + diagnoses
+        def twice() -> torch.Tensor:
+            stream = drops()
+            return stream(oracles.feed_forward(state, xd, dropout=stream))
+
+        expected = oracles.feed_forward(state, xd, dropout=drops())
+        diagnoses = [
+            (lambda: evaluated, "in training mode no dropout was applied: use self.dropout on the hidden "
+                                "activations, after the ReLU (and build it as nn.Dropout(dropout))."),
+            (lambda: drops()(evaluated), "dropout was applied to the output of w_2; apply it to the hidden "
+                                         "activations, right after the ReLU, as nn.TransformerEncoderLayer does."),
+            (lambda: oracles.feed_forward(state, drops()(xd)), "dropout was applied to the input x; apply it to the "
+                                                               "hidden activations, right after the ReLU."),
+            (twice, "dropout was applied twice (after the ReLU and again at the output); once, after the ReLU, is enough."),
+        ] + [
+            (lambda q=q: oracles.feed_forward(state, xd, dropout=drops(q)),
+             f"the dropout probability is {q}, not the constructor's dropout={p}: build the submodule from the "
+             "argument, self.dropout = nn.Dropout(dropout).")
+            for q in (0.1, 0.5) if q != p
+        ] + diagnoses
         expect_close(y, expected, name, case, diagnoses,
                      hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
 
     @staticmethod
-    def _diagnoses(case: Case, xd, pre, evaluated, hidden_mask) -> Diagnoses:
+    def _diagnoses(case: Case, xd, pre, evaluated) -> Diagnoses:
         state = case.state
 
         def second(hidden):
-            return _linear(state, "w_2.", hidden)
+            return oracles.linear(state, hidden, prefix="w_2.")
 
         return [
             (lambda: second(pre), "the ReLU is missing: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; without it the "
@@ -202,14 +155,12 @@ class PositionwiseFeedForward(Check):
             (lambda: second(F.gelu(pre)), "this is GELU; the paper's FFN uses ReLU, max(0, ·)."),
             (lambda: xd + evaluated, "the FFN added its input x to its output: the residual connection belongs to "
                                      "the encoder layer, not to the FFN."),
-            (lambda: second(torch.relu(pre) * hidden_mask), "dropout is active in eval mode: torch.nn.functional.dropout "
-                                                            "defaults to training=True; use the nn.Dropout submodule "
-                                                            "self.dropout, which follows model.eval()."),
         ]
 
     def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "StateMismatch":
-            missing, unexpected = _missing_and_unexpected(result)
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            missing, unexpected = mismatch.missing, mismatch.unexpected
             if any(n.endswith(".bias") for n in missing) and not unexpected:
                 raise CheckFailed(
                     f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message} "
@@ -218,26 +169,9 @@ class PositionwiseFeedForward(Check):
         super().reject_non_results(case, result)
 
 
-def _dropout_mask_second(first_shape, second_shape, p, dtype) -> torch.Tensor:
-    """The second of two masks drawn one after the other after torch.manual_seed(0)."""
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(0)
-        F.dropout(torch.ones(tuple(first_shape), dtype=dtype), p, training=True)
-        return F.dropout(torch.ones(tuple(second_shape), dtype=dtype), p, training=True).double()
-
-
 # ----------------------------------------------------------------------------------------
 # LayerNorm
 # ----------------------------------------------------------------------------------------
-
-
-def _normalise(x: torch.Tensor, dims, unbiased: bool = False, eps: float = 1e-5, eps_outside: bool = False,
-               sqrt: bool = True) -> torch.Tensor:
-    mean = x.mean(dim=dims, keepdim=True)
-    var = x.var(dim=dims, keepdim=True, unbiased=unbiased)
-    if eps_outside:
-        return (x - mean) / (var.sqrt() + eps)
-    return (x - mean) / ((var + eps).sqrt() if sqrt else var + eps)
 
 
 class LayerNorm(Check):
@@ -298,63 +232,53 @@ class LayerNorm(Check):
                 "store the constructor's argument as self.eps (and use it in forward)."
             )
 
-        if case.state is None:
-            gamma, beta = torch.ones(d, dtype=torch.float64), torch.zeros(d, dtype=torch.float64)
-        else:
-            gamma, beta = case.state["gamma"].double(), case.state["beta"].double()
         xd = x.double()
-        oracle = nn.LayerNorm(d, eps=eps, dtype=torch.float64)
         with torch.no_grad():
-            oracle.weight.copy_(gamma)
-            oracle.bias.copy_(beta)
-            expected = oracle(xd)
+            expected = oracles.torch_layer_norm(case.state, d, eps)(xd)
 
-        def affine(z):
-            return gamma * z + beta
+        def norm(**mistake) -> torch.Tensor:
+            return oracles.layer_norm(case.state, xd, **({"eps": eps} | mistake))
 
-        last = (-1,)
         diagnoses: Diagnoses = [
-            (lambda: affine(_normalise(xd, last, unbiased=True, eps=eps)),
+            (lambda: norm(unbiased=True),
              "this uses the unbiased variance (dividing by d_model - 1, torch.var's default); LayerNorm divides by "
              "d_model: var(dim=-1, unbiased=False), or the mean of the squared deviations."),
-            (lambda: affine(_normalise(xd, last, eps=eps, eps_outside=True)),
+            (lambda: norm(eps_outside=True),
              "eps is outside the square root: divide by sqrt(var + eps), not by sqrt(var) + eps."),
-            (lambda: affine(_normalise(xd, last, eps=0.0)),
+            (lambda: norm(eps=0.0),
              "eps is missing: divide by sqrt(var + eps), with eps inside the square root."),
-            (lambda: affine(_normalise(xd, last, eps=eps, sqrt=False)),
+            (lambda: norm(sqrt=False),
              "you divided by the variance; divide by the standard deviation, sqrt(var + eps)."),
         ]
         if not math.isclose(eps, 1e-5):
-            diagnoses.append((lambda: affine(_normalise(xd, last, eps=1e-5)),
+            diagnoses.append((lambda: norm(eps=1e-5),
                               "the eps argument is ignored (1e-5 is used whatever eps is): store it as self.eps and "
                               "use it in forward."))
         diagnoses += [
-            (lambda o=o: affine(_normalise(xd, (o,), eps=eps)),
+            (lambda o=o: norm(dims=(o,)),
              f"you normalised over dim={o}; LayerNorm normalises each position over its own d_model features, "
              "the last axis (dim=-1, keepdim=True).")
             for o in range(x.dim() - 1)
         ]
         if x.dim() >= 2:
             diagnoses += [
-                (lambda: affine(_normalise(xd, tuple(range(x.dim())), eps=eps)),
+                (lambda: norm(dims=range(x.dim())),
                  "the mean and the variance were taken over the whole tensor; take them per position, over the last "
                  "axis only (dim=-1, keepdim=True)."),
             ]
         if x.dim() >= 3:
             diagnoses += [
-                (lambda: affine(_normalise(xd, tuple(range(1, x.dim())), eps=eps)),
+                (lambda: norm(dims=range(1, x.dim())),
                  "the mean and the variance were taken over a whole sequence (every axis but the batch); LayerNorm "
                  "normalises each position separately, over its d_model features (dim=-1)."),
             ]
-        xhat = _normalise(xd, last, eps=eps)
-        naive_mean = x.mean(dim=-1, keepdim=True)
-        naive_var = (x * x).mean(dim=-1, keepdim=True) - naive_mean * naive_mean  # in the case's own dtype
         diagnoses += [
-            (lambda: xhat + beta, "gamma (the scale) is not applied: the output is gamma * x_hat + beta."),
-            (lambda: gamma * xhat, "beta (the shift) is not added: the output is gamma * x_hat + beta."),
-            (lambda: xhat, "gamma and beta are not applied: the output is gamma * x_hat + beta."),
-            (lambda: beta * xhat + gamma, "gamma and beta are swapped: gamma multiplies, beta is added."),
-            (lambda: affine(((x - naive_mean) / torch.sqrt(naive_var + eps)).double()),
+            (lambda: norm(scale=False), "gamma (the scale) is not applied: the output is gamma * x_hat + beta."),
+            (lambda: norm(shift=False), "beta (the shift) is not added: the output is gamma * x_hat + beta."),
+            (lambda: norm(scale=False, shift=False), "gamma and beta are not applied: the output is gamma * x_hat + beta."),
+            (lambda: norm(swap_affine=True), "gamma and beta are swapped: gamma multiplies, beta is added."),
+            # In the case's own dtype: the cancellation happens where the learner's arithmetic happens.
+            (lambda: oracles.layer_norm(case.state, x, eps=eps, naive_variance=True).double(),
              "the variance was computed as E[x^2] - E[x]^2, which loses its digits when the features sit far from "
              "zero; compute it from the centred values: ((x - mean) ** 2).mean(dim=-1, keepdim=True)."),
         ]
@@ -386,9 +310,9 @@ class LayerNorm(Check):
                 "keepdim=True), which every input has"
                 + (f"; you normalised over dim={got.group(1)}." if got else ".")
             )
-        if isinstance(result, Raised) and result.type == "StateMismatch":
-            _, unexpected = _missing_and_unexpected(result)
-            if {"weight", "bias"} & set(unexpected):
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            if {"weight", "bias"} & set(mismatch.unexpected):
                 raise CheckFailed(
                     f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message} "
                     "Name the scale `gamma` and the shift `beta`, as in the formula: "
@@ -407,10 +331,67 @@ PADDING_LEAK = (
     "self.self_attn(x, x, x, key_padding_mask=key_padding_mask), so that no position attends to padding."
 )
 
+# MultiHeadAttention.forward(query, key, value, attn_mask=None, key_padding_mask=None): a padding mask given
+# as the fourth positional argument lands in attn_mask, where its (B, T_k) lines up with (T_q, T_k).
+MASK_AS_ATTN_MASK = (
+    "the padding mask reached `attn_mask`: pass it by name, `key_padding_mask=key_padding_mask` (attn_mask is "
+    "True where a query may attend; key_padding_mask is True at padding)."
+)
+PADDING_INVERTED = (
+    "key_padding_mask is inverted before it reaches the self-attention: it is True where a key IS padding, which "
+    "is what MultiHeadAttention's key_padding_mask expects, so pass it on as it is, without ~."
+)
+
+
+def positional_padding_hint(case: Case, result: Raised, names: Sequence[str]) -> str:
+    """A hint for a size error on a case with padding: the mask was probably passed positionally.
+
+    A (B, T_k) padding mask taken for a (T_q, T_k) attention mask breaks broadcasting against the
+    scores (B, h, T_q, T_k) whenever B differs from T_q, which is the size error seen here.
+    """
+    if result.type != "RuntimeError" or "must match the size" not in result.message:
+        return ""
+    if not any(case.kwargs.get(name) is not None for name in names):
+        return ""
+    return ("\nIf you gave a padding mask to MultiHeadAttention positionally, as its fourth argument, "
+            + MASK_AS_ATTN_MASK.replace("the padding mask reached", "it reached", 1))
+
+
+def fits_as_attn_mask(padding: torch.Tensor | None, T_q: int) -> bool:
+    """Whether a (B, T_k) padding mask taken for an attention mask broadcasts against (B, h, T_q, T_k)."""
+    return padding is not None and padding.shape[0] in (1, T_q)
+
 
 class _StackCheck(Check):
     forbidden = LAYER_BUILTINS
     N: int | None = None  # None for the single layer
+
+    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
+        # A wrong value names a mistake more precisely than the exception the same mistake raises on
+        # another case (a padding mask taken for an attention mask, say): judge the returned values first.
+
+        def deferred(result: Any) -> bool:
+            return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
+
+        def reject(case: Case, result: Any) -> None:
+            try:
+                self.reject_non_results(case, result)
+            except CheckFailed as failure:
+                if isinstance(result, Raised):
+                    failure.learner_frames = result.frames  # the learner's traceback goes with the message
+                raise
+
+        for case, result in zip(cases, results):
+            if not deferred(result):
+                reject(case, result)
+        for case, result in zip(cases, results):
+            if not deferred(result):
+                self.judge(case, result)
+        for case, result in zip(cases, results):
+            if deferred(result):
+                reject(case, result)
+        self.judge_all(cases, results)
+        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
 
     def state(self, g: torch.Generator, d_model: int, d_ff: int, N: int | None) -> State:
         if N is None:
@@ -420,15 +401,19 @@ class _StackCheck(Check):
     def make_cases(self, g: torch.Generator, specs) -> list[Case]:
         out = []
         for spec in specs:
-            B, T, d_model, h, d_ff, lengths, N, tag = spec
-            init = {"d_model": d_model, "h": h, "d_ff": d_ff} | ({} if N is None else {"N": N}) | {"dropout": 0.1}
+            # The training specs end with their dropout probability; the others run in eval mode.
+            B, T, d_model, h, d_ff, lengths, N, tag, *train = spec
+            p = train[0] if train else 0.1
+            init = {"d_model": d_model, "h": h, "d_ff": d_ff} | ({} if N is None else {"N": N}) | {"dropout": p}
             x = torch.randn(B, T, d_model, generator=g)
-            kwargs = {} if lengths is None else {"key_padding_mask": _padding(lengths, T)}
+            kwargs = {} if lengths is None else {"key_padding_mask": oracles.padding_mask(lengths, T)}
             where = "" if N is None else f"N={N}, "
             label = (f"{where}d_model={d_model}, h={h}, d_ff={d_ff}, x {(B, T, d_model)}"
-                     + ("" if lengths is None else f", sequences of lengths {list(lengths)} padded to {T}"))
+                     + ("" if lengths is None else f", sequences of lengths {list(lengths)} padded to {T}")
+                     + (f", training mode, dropout={p}" if train else ""))
             collect = ("dropout1", "dropout2") if N is None else ()
-            case = Case(label, (x,), kwargs, tag=tag, init=init, state=self.state(g, d_model, d_ff, N), collect=collect)
+            case = Case(label, (x,), kwargs, tag=tag, init=init, state=self.state(g, d_model, d_ff, N), collect=collect,
+                        train=bool(train))
             out.append(case)
             if tag == "pair-a":
                 garbage = x.clone()
@@ -451,8 +436,13 @@ class _StackCheck(Check):
                 )
 
     def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "StateMismatch":
-            missing, unexpected = _missing_and_unexpected(result)
+        if isinstance(result, Raised):
+            hint = positional_padding_hint(case, result, ("key_padding_mask",))
+            if hint:
+                raise CheckFailed(raised_message(f"`{self.function}`", case, result) + hint)
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            unexpected = mismatch.unexpected
             name, msg = self.function, result.message
             if any(re.search(r"norm\d\.(weight|bias)$", n) for n in unexpected):
                 raise CheckFailed(
@@ -479,82 +469,130 @@ class _StackCheck(Check):
 # ----------------------------------------------------------------------------------------
 
 
-def _layer_variants(state: State, h: int, x: torch.Tensor, mask: torch.Tensor | None, prefix: str = ""):
-    """What a correct layer and several wrong ones compute, float64."""
+def encoder_layer(
+    state: State,
+    x: torch.Tensor,
+    *,
+    h: int,
+    prefix: str = "",
+    key_padding_mask: torch.Tensor | None = None,
+    dropout: oracles.Dropout | None = None,
+    attn_dropout: oracles.Dropout | None | str = "same",
+    ffn_dropout: oracles.Dropout | None | str = "same",
+    wiring: tuple[str, str] = ("post", "post"),
+    dropout_at: tuple[str, str] = ("sublayer", "sublayer"),
+    order: tuple[str, str] = ("attn", "ffn"),
+    norms: tuple[str, str] = ("norm1", "norm2"),
+    ffn_reads: str = "previous",
+    residual_from: str = "previous",
+    padding: str = "given",
+) -> torch.Tensor:
+    """One encoder layer as a function (in the dtype of x); the keywords reproduce learners' mistakes.
 
-    def attn(z, m=mask):
-        return _attention(state, h, z, m, prefix)
+    ``dropout`` draws the residual dropout's masks (training mode) and, unless told otherwise, those
+    of the attention weights and the FFN's hidden layer: the learner's modules draw them in the same
+    order, from one generator. ``ffn_reads``/``residual_from`` = "input" make the second sub-layer
+    read, or add back, the layer's input instead of the first sub-layer's output. ``padding`` says
+    what became of the key_padding_mask: "given" (right), "none", "inverted" or "as-attn-mask" (handed
+    to the attention's attn_mask, as passing it positionally does).
+    """
+    attn_dropout = dropout if attn_dropout == "same" else attn_dropout
+    ffn_dropout = dropout if ffn_dropout == "same" else ffn_dropout
+    masks = {
+        "given": {"key_padding_mask": key_padding_mask},
+        "none": {},
+        "inverted": {"key_padding_mask": None if key_padding_mask is None else ~key_padding_mask},
+        "as-attn-mask": {"attn_mask": key_padding_mask},
+    }[padding]
 
-    def ffn(z):
-        return _ffn(state, z, f"{prefix}feed_forward.")
+    def attn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.multi_head_attention(state, z, z, z, h=h, prefix=f"{prefix}self_attn.", dropout=attn_dropout,
+                                            **masks)[0]
 
-    def n1(z):
-        return _norm(state, f"{prefix}norm1.", z)
+    def ffn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.feed_forward(state, z, prefix=f"{prefix}feed_forward.", dropout=ffn_dropout)
 
-    def n2(z):
-        return _norm(state, f"{prefix}norm2.", z)
+    blocks = {"attn": attn, "ffn": ffn}
+    y = x
+    for step, (block, norm, wire, where) in enumerate(zip(order, norms, wiring, dropout_at)):
+        f, base = blocks[block], y
+        if step == 1 and (ffn_reads == "input" or residual_from == "input"):
+            source = x if ffn_reads == "input" else y
+            base = x if residual_from == "input" else y
+            f = (lambda _, f=f, source=source: f(source))  # post-norm wiring only
+        y = oracles.sublayer(state, base, f, norm=f"{prefix}{norm}", wiring=wire, dropout=dropout, dropout_at=where)
+    return y
 
-    def right():
-        y = n1(x + attn(x))
-        return n2(y + ffn(y))
 
-    def pre_norm():
-        y = x + attn(n1(x))
-        return y + ffn(n2(y))
-
-    def residual_after_norm():
-        y = n1(attn(x)) + x
-        return n2(ffn(y)) + y
-
-    def no_residual():
-        return n2(ffn(n1(attn(x))))
-
-    def no_residual_ffn():
-        return n2(ffn(n1(x + attn(x))))
-
-    def no_residual_attn():
-        y = n1(attn(x))
-        return n2(y + ffn(y))
-
-    def no_mask():
-        y = n1(x + attn(x, None))
-        return n2(y + ffn(y))
-
-    def norms_swapped():
-        y = n2(x + attn(x))
-        return n1(y + ffn(y))
-
-    def ffn_first():
-        y = n1(x + ffn(x))
-        return n2(y + attn(y))
-
-    def second_residual_from_input():
-        y = n1(x + attn(x))
-        return n2(x + ffn(y))
-
-    def ffn_on_input():
-        y = n1(x + attn(x))
-        return n2(y + ffn(x))
-
-    wrong: Diagnoses = [
-        (pre_norm, "this is the pre-norm layer x + Sublayer(LayerNorm(x)); the paper's layer, asked for here, "
-                   "normalises after the residual sum: LayerNorm(x + Sublayer(x))."),
-        (residual_after_norm, "the residual was added after the normalisation, LayerNorm(Sublayer(x)) + x; add the "
-                              "sub-layer's input first, then normalise: LayerNorm(x + Sublayer(x))."),
-        (no_residual, "there is no residual connection: add each sub-layer's input to its output before "
-                      "normalising, LayerNorm(x + Sublayer(x))."),
-        (no_residual_ffn, "the feed-forward sub-layer has no residual connection: norm2(x + dropout2(feed_forward(x)))."),
-        (no_residual_attn, "the self-attention sub-layer has no residual connection: norm1(x + dropout1(self_attn(x, x, x, ...)))."),
-        (norms_swapped, "norm1 and norm2 are swapped: norm1 follows the self-attention, norm2 the feed-forward network."),
-        (ffn_first, "the sub-layers are in the wrong order: self-attention comes first, then the feed-forward network."),
-        (second_residual_from_input, "the second residual adds the layer's input; it must add the input of the "
-                                     "feed-forward sub-layer, which is the output of the first sub-layer."),
-        (ffn_on_input, "the feed-forward network was applied to the layer's input; it takes the output of the first "
-                       "sub-layer (after norm1)."),
+def _layer_mistakes(mask: torch.Tensor | None, T: int) -> list[tuple[dict, str]]:
+    """The wrong wirings of an encoder layer, as keywords of :func:`encoder_layer`, and their names."""
+    wrong = [
+        (dict(wiring=("pre", "pre")),
+         "this is the pre-norm layer x + Sublayer(LayerNorm(x)); the paper's layer, asked for here, normalises after "
+         "the residual sum: LayerNorm(x + Sublayer(x))."),
+        (dict(wiring=("inner", "inner")),
+         "the residual was added after the normalisation, LayerNorm(Sublayer(x)) + x; add the sub-layer's input "
+         "first, then normalise: LayerNorm(x + Sublayer(x))."),
+        (dict(wiring=("none", "none")),
+         "there is no residual connection: add each sub-layer's input to its output before normalising, "
+         "LayerNorm(x + Sublayer(x))."),
+        (dict(wiring=("post", "none")),
+         "the feed-forward sub-layer has no residual connection: norm2(x + dropout2(feed_forward(x)))."),
+        (dict(wiring=("none", "post")),
+         "the self-attention sub-layer has no residual connection: norm1(x + dropout1(self_attn(x, x, x, ...)))."),
+        (dict(norms=("norm2", "norm1")),
+         "norm1 and norm2 are swapped: norm1 follows the self-attention, norm2 the feed-forward network."),
+        (dict(order=("ffn", "attn")),
+         "the sub-layers are in the wrong order: self-attention comes first, then the feed-forward network."),
+        (dict(residual_from="input"),
+         "the second residual adds the layer's input; it must add the input of the feed-forward sub-layer, which is "
+         "the output of the first sub-layer."),
+        (dict(ffn_reads="input"),
+         "the feed-forward network was applied to the layer's input; it takes the output of the first sub-layer "
+         "(after norm1)."),
     ]
     if mask is not None:
-        wrong.insert(0, (no_mask, PADDING_LEAK))
-    return right, wrong
+        wrong[:0] = [(dict(padding="none"), PADDING_LEAK), (dict(padding="inverted"), PADDING_INVERTED)]
+        if fits_as_attn_mask(mask, T):
+            wrong.insert(0, (dict(padding="as-attn-mask"), MASK_AS_ATTN_MASK))
+    return wrong
+
+
+RESIDUAL_DROPOUT = (
+    "The paper applies dropout to the output of each sub-layer, before it is added to the sub-layer's input and "
+    "normalised: x = norm1(x + dropout1(self_attn(x, x, x, ...))), then x = norm2(x + dropout2(feed_forward(x)))."
+)
+
+TRAINING_MISTAKES: list[tuple[dict, str]] = [
+    (dict(dropout_at=("none", "none")),
+     "in training mode the residual dropout is missing: dropout1 and dropout2 are built but never used. "
+     + RESIDUAL_DROPOUT),
+    (dict(dropout_at=("sum", "sum")),
+     "dropout was applied to the residual sum x + Sublayer(x); it belongs on the sub-layer's output alone, so that "
+     "the residual path x always gets through. " + RESIDUAL_DROPOUT),
+    (dict(dropout_at=("norm", "norm")),
+     "dropout was applied after the LayerNorm; it belongs on the sub-layer's output, before the residual sum. "
+     + RESIDUAL_DROPOUT),
+    (dict(dropout_at=("sublayer", "none")),
+     "dropout2 is never applied: the feed-forward sub-layer needs its dropout too. " + RESIDUAL_DROPOUT),
+    (dict(dropout_at=("none", "sublayer")),
+     "dropout1 is never applied: the self-attention sub-layer needs its dropout too. " + RESIDUAL_DROPOUT),
+]
+
+
+def _training_mistakes(p: float) -> list[tuple[Callable[[oracles.Dropout], dict], str]]:
+    """Mistakes of the dropout probabilities: keywords built from the case's stream of masks."""
+    return [
+        (lambda d: dict(attn_dropout=None),
+         "the self-attention drops no attention weights: build it with the layer's dropout, "
+         "MultiHeadAttention(d_model, h, dropout)."),
+        (lambda d: dict(ffn_dropout=d.at(0.1)),
+         f"the feed-forward network drops with probability 0.1, not the layer's dropout={p}: build it with the "
+         "layer's dropout, PositionwiseFeedForward(d_model, d_ff, dropout)."),
+        (lambda d: dict(dropout=d.at(0.1), attn_dropout=d, ffn_dropout=d),
+         f"dropout1 and dropout2 drop with probability 0.1, not the layer's dropout={p}: build them from the "
+         "argument, nn.Dropout(dropout)."),
+    ] if p != 0.1 else []
 
 
 class EncoderLayer(_StackCheck):
@@ -563,16 +601,20 @@ class EncoderLayer(_StackCheck):
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(43 if not hidden else 430)
-        specs = [  # B, T, d_model, h, d_ff, lengths, N, tag
+        specs = [  # B, T, d_model, h, d_ff, lengths, N, tag[, dropout in training mode]
             (2, 5, 16, 4, 32, None, None, ""),
             (2, 6, 16, 2, 24, (6, 4), None, "pair-a"),
             (3, 4, 8, 2, 16, (4, 2, 3), None, ""),
+            # B == T: a padding mask taken for an attention mask broadcasts, so the mistake has values to name.
+            (4, 4, 16, 4, 32, (4, 2, 3, 1), None, ""),
+            (2, 5, 16, 4, 32, (5, 3), None, "train", 0.3),
         ]
         if hidden:
             specs += [
                 (1, 7, 32, 8, 64, None, None, ""),
                 (4, 6, 12, 3, 20, (6, 1, 3, 5), None, ""),
                 (3, 5, 24, 4, 16, (2, 5, 4), None, "pair-a"),
+                (3, 6, 24, 3, 48, None, None, "train", 0.5),
             ]
         return self.make_cases(g, specs)
 
@@ -591,17 +633,39 @@ class EncoderLayer(_StackCheck):
                     "the paper applies dropout to each sub-layer's output before the residual sum; build "
                     f"self.{attr} = nn.Dropout(dropout)."
                 )
-        d_model, h, d_ff = (case.init[k] for k in ("d_model", "h", "d_ff"))
+        d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
+        xd = x.double()
+
+        def layer(stream: oracles.Dropout | None = None, **mistake) -> torch.Tensor:
+            with torch.no_grad():
+                return encoder_layer(case.state, xd, h=h, key_padding_mask=mask, **({"dropout": stream} | mistake))
+
+        def drops() -> oracles.Dropout:
+            return oracles.Dropout(p, x.dtype)
+
+        if case.train:
+            # The learner's nn.Dropout modules draw their masks from the seed the case runs with; PyTorch's
+            # layers cannot be given those masks, so the functional layer, checked against nn.TransformerEncoderLayer
+            # on every eval case, computes the expected output with them.
+            diagnoses = [(lambda kw=kw: layer(drops(), **kw), message) for kw, message in TRAINING_MISTAKES]
+            diagnoses += [(lambda f=f: (lambda d: layer(d, **f(d)))(drops()), message)
+                          for f, message in _training_mistakes(p)]
+            diagnoses.append((lambda: layer(None), "no dropout was applied at all in training mode. " + RESIDUAL_DROPOUT))
+            diagnoses += [(lambda kw=kw: layer(drops(), **kw), message) for kw, message in _layer_mistakes(mask, x.shape[1])]
+            self.expect_layer(y, layer(drops()), case, diagnoses)
+            return
         with torch.no_grad():
-            expected = oracles.torch_encoder_layer(case.state, d_model, h, d_ff)(x.double(), src_key_padding_mask=mask)
-        _, wrong = _layer_variants(case.state, h, x.double(), mask)
-        self.expect_layer(y, expected, case, [(lambda f=f: _no_grad(f), m) for f, m in wrong])
-
-
-def _no_grad(f: Callable[[], torch.Tensor]) -> torch.Tensor:
-    with torch.no_grad():
-        return f()
+            expected = oracles.torch_encoder_layer(case.state, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
+        if not matches(y, expected, x.dtype):
+            # The functional twin that names the mistakes must agree with PyTorch, or its names mean nothing.
+            assert matches(layer(), expected, torch.float64), "grader error: the functional encoder layer disagrees"
+        diagnoses = [(lambda kw=kw: layer(**kw), message) for kw, message in _layer_mistakes(mask, x.shape[1])]
+        if p > 0:
+            diagnoses.append((lambda: layer(drops(), attn_dropout=None, ffn_dropout=None),
+                              "dropout is active in eval mode: use the submodules dropout1 and dropout2 (nn.Dropout, "
+                              "which follows module.eval()) rather than torch.nn.functional.dropout."))
+        self.expect_layer(y, expected, case, diagnoses)
 
 
 # ----------------------------------------------------------------------------------------
@@ -615,10 +679,11 @@ class Encoder(_StackCheck):
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(44 if not hidden else 440)
-        specs = [  # B, T, d_model, h, d_ff, lengths, N, tag
+        specs = [  # B, T, d_model, h, d_ff, lengths, N, tag[, dropout in training mode]
             (2, 5, 16, 4, 32, None, 1, ""),
             (2, 6, 16, 2, 24, (6, 4), 2, "pair-a"),
             (3, 4, 8, 2, 16, None, 3, ""),
+            (2, 5, 16, 4, 32, (5, 2), 2, "train", 0.3),
         ]
         if hidden:
             specs += [
@@ -635,21 +700,31 @@ class Encoder(_StackCheck):
         expect_shape(y, x.shape, name, case, "The encoder keeps the shape (B, T, d_model) of its input.")
         expect_dtype(y, x.dtype, name, case)
         expect_finite(y, name, case, "")
-        d_model, h, d_ff, N = (case.init[k] for k in ("d_model", "h", "d_ff", "N"))
+        d_model, h, d_ff, N, p = (case.init[k] for k in ("d_model", "h", "d_ff", "N", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
         xd = x.double()
-        with torch.no_grad():
-            expected = oracles.torch_encoder(case.state, N, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
 
-        def layer(i: int, z: torch.Tensor, m=mask) -> torch.Tensor:
+        def layer(i: int, z: torch.Tensor, m=mask, stream: oracles.Dropout | None = None) -> torch.Tensor:
             with torch.no_grad():
-                return _layer_variants(case.state, h, z, m, f"layers.{i}.")[0]()
+                return encoder_layer(case.state, z, h=h, prefix=f"layers.{i}.", key_padding_mask=m, dropout=stream)
 
-        def run(order, m=mask, first_mask_only=False):
+        def run(order, m=mask, first_mask_only=False, stream: oracles.Dropout | None = None):
             z = xd
             for step, i in enumerate(order):
-                z = layer(i, z, m if (step == 0 or not first_mask_only) else None)
+                z = layer(i, z, m if (step == 0 or not first_mask_only) else None, stream)
             return z
+
+        if case.train:
+            hint = ("In training mode each layer drops with the encoder's dropout: build every layer with it, "
+                    "EncoderLayer(d_model, h, d_ff, dropout).")
+            expect_close(y, run(range(N), stream=oracles.Dropout(p, x.dtype)), name, case, [
+                (lambda: run(range(N), stream=oracles.Dropout(0.1, x.dtype)),
+                 f"the layers drop with probability 0.1, not the encoder's dropout={p}. {hint}"),
+                (lambda: run(range(N)), "no dropout was applied in training mode. " + hint),
+            ], hint=hint)
+            return
+        with torch.no_grad():
+            expected = oracles.torch_encoder(case.state, N, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
 
         diagnoses: Diagnoses = []
         if mask is not None:
@@ -677,9 +752,9 @@ class Encoder(_StackCheck):
                           "for every layer in self.layers, in order, and return x.")
 
     def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "StateMismatch":
-            missing, unexpected = _missing_and_unexpected(result)
-            N = case.init["N"]
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            missing, unexpected, N = mismatch.missing, mismatch.unexpected, case.init["N"]
             outside = [n for n in unexpected if not n.startswith("layers.")]
             head = f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message}"
             if outside:
@@ -690,19 +765,18 @@ class Encoder(_StackCheck):
                        "LayerNorm (a final norm belongs to pre-norm stacks)." if extra else
                        " Everything the encoder holds lives in its N layers.")
                 )
+            if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
+                raise CheckFailed(
+                    f"`{self.function}`'s layers share their weights on the case {case.label}: the same EncoderLayer "
+                    f"object was repeated ([layer] * N), so all N={N} entries of `layers` are one layer. Create a new "
+                    "EncoderLayer for each of the N layers: nn.ModuleList(EncoderLayer(...) for _ in range(N))."
+                )
             layers = sorted({int(m.group(1)) for n in missing if (m := re.match(r"layers\.(\d+)\.", n))})
             if missing and not unexpected and layers:
                 if layers[0] == 0:
                     raise CheckFailed(
                         f"{head} PyTorch sees no layer at all: a plain Python list hides its modules (use "
                         "nn.ModuleList), and the stack needs N layers, for _ in range(N)."
-                    )
-                if layers[0] == 1:
-                    raise CheckFailed(
-                        f"{head} Only layers.0 has parameters, although N={N}: the same EncoderLayer object was "
-                        "probably repeated ([layer] * N), so every layer shares one set of weights, and PyTorch lists "
-                        "shared parameters once. (Or fewer than N layers were built.) Create a new EncoderLayer for "
-                        "each of the N layers: nn.ModuleList(EncoderLayer(...) for _ in range(N))."
                     )
                 raise CheckFailed(
                     f"{head} Your stack has only {layers[0]} of the N={N} layers: build N layers, for _ in range(N)."

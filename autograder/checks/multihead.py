@@ -7,7 +7,6 @@ have returned, so that a wrong answer can be named.
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Sequence
 
 import torch
@@ -27,6 +26,7 @@ from ..framework import (
     matches,
     seeded,
 )
+from .. import oracles
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
 
 # ----------------------------------------------------------------------------------------
@@ -225,75 +225,21 @@ def _expect_value_error(result: Any, name: str, case: Case, d_model: int, h: int
 # MultiHeadAttention
 # ----------------------------------------------------------------------------------------
 
+EVAL_DROPOUT = (
+    "In eval mode dropout must do nothing: apply self.dropout (an nn.Dropout, which follows module.eval()), not "
+    "torch.nn.functional.dropout without training=self.training."
+)
+AFTER_DROPOUT = (
+    "self.attn_weights holds the weights after dropout (some are 0, the others divided by 1 - p). Store the "
+    "softmax weights before dropout, as the exercise asks: they are what a plot of the attention should show, "
+    "and the dropped copy only serves the product with V in training mode."
+)
 MHA_BUILTINS = (
     "torch.nn.MultiheadAttention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.functional.scaled_dot_product_attention",
 )
 DROPOUT_P = 0.5
-
-
-def _linear(state, name: str, x: torch.Tensor) -> torch.Tensor:
-    y = x @ state[f"{name}.weight"].double().T
-    bias = state.get(f"{name}.bias")
-    return y if bias is None else y + bias.double()
-
-
-def _mha_math(
-    state,
-    h: int,
-    query: torch.Tensor,
-    key: torch.Tensor,
-    value: torch.Tensor,
-    attn_mask: torch.Tensor | None,
-    key_padding_mask: torch.Tensor | None,
-    *,
-    split: str = "right",
-    merge: str = "right",
-    use_w_o: bool = True,
-    scale: str = "d_k",
-    projections: tuple[str, str, str] = ("w_q", "w_k", "w_v"),
-    attn_rule: str = "right",
-    padding_rule: str = "right",
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Multi-head attention in float64, right or with one named mistake; (output, weights)."""
-    query, key, value = query.double(), key.double(), value.double()
-    B, T_q, d_model = query.shape
-    d_k = d_model // h
-
-    def cut(x):
-        T = x.shape[1]
-        if split == "no-transpose":
-            return x.reshape(B, h, T, d_k)
-        return x.reshape(B, T, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
-
-    q = cut(_linear(state, projections[0], query))  # (B, h, T_q, d_k)
-    k = cut(_linear(state, projections[1], key))  # (B, h, T_k, d_k)
-    v = cut(_linear(state, projections[2], value))  # (B, h, T_k, d_k)
-    divisor = {"d_k": math.sqrt(d_k), "d_model": math.sqrt(d_model), "d_model-linear": d_model, "d_k-linear": d_k,
-               "none": 1.0}[scale]
-    scores = q @ k.transpose(-2, -1) / divisor  # (B, h, T_q, T_k)
-
-    allowed = torch.ones(scores.shape, dtype=torch.bool)
-    if attn_mask is not None and attn_rule != "ignored":
-        am = ~attn_mask if attn_rule == "inverted" else attn_mask
-        if am.dim() == 3 and attn_rule != "no-head-axis":
-            am = am.unsqueeze(1)  # (B, 1, T_q, T_k)
-        allowed = allowed & am  # a 3-D mask without its head axis lines the batch up with the heads
-    if key_padding_mask is not None and padding_rule != "ignored":
-        kpm = key_padding_mask if padding_rule == "inverted" else ~key_padding_mask
-        kpm = kpm[:, None, :] if padding_rule == "head-axis" else kpm[:, None, None, :]
-        allowed = allowed & kpm
-    weights = torch.softmax(scores.masked_fill(~allowed, float("-inf")), dim=-1).nan_to_num(nan=0.0)
-    context = weights @ v  # (B, h, T_q, d_k)
-    if merge == "no-transpose":
-        merged = context.reshape(B, T_q, d_model)
-    elif merge == "interleaved":
-        merged = context.permute(0, 2, 3, 1).reshape(B, T_q, d_model)
-    else:
-        merged = context.transpose(1, 2).reshape(B, T_q, d_model)  # (B, T_q, d_model)
-    out = _linear(state, "w_o", merged) if use_w_o else merged
-    return out, weights
 
 
 MISTAKEN = [
@@ -405,7 +351,7 @@ class MultiHeadAttentionCheck(Check):
             init = {"d_model": d_model, "h": h, "dropout": dropout, "bias": bias}
             extra = f", {str(dtype)[6:]}" + ("" if bias else ", bias=False") + (f", dropout={dropout}" if dropout else "")
             return Case(f"{label} (d_model={d_model}, h={h}{extra})", inputs, kwargs, tag, init=init, state=state,
-                        collect=("attn_weights",), train=tag == "dropout")
+                        collect=("attn_weights", "h", "d_k"), train=tag == "dropout")
 
         def causal(T):
             return torch.tril(torch.ones(T, T, dtype=torch.bool))
@@ -441,6 +387,9 @@ class MultiHeadAttentionCheck(Check):
                  (query, key, value), pair.kwargs, "pair-b", init=pair.init, state=pair.state, collect=pair.collect),
         ]
         out.append(self._dropout_case(g, case, rand, B=2, T=6, d_model=32, h=2, dtype=float64))
+        # Built with dropout but called in eval mode: the dropout must then do nothing.
+        out.append(case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
+                        attn_mask=causal(5)))
         out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, INDIVISIBLE, init={"d_model": 12, "h": 5}, method="extra_repr"))
         if hidden:
             out += [
@@ -453,8 +402,6 @@ class MultiHeadAttentionCheck(Check):
                      4, 3, 5, 16, 4, kind="qkv", attn_mask=random_mask(4, 3, 5), kpm=padding(4, 5, [5, 2, 4, 3]), bias=False),
                 case("self-attention, x (2, 7, 16), causal attn_mask (7, 7) and key_padding_mask (2, 7)", 2, 7, 7, 16, 2,
                      attn_mask=causal(7), kpm=padding(2, 7, [7, 5]), dtype=float64, bias=False),
-                case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
-                     attn_mask=causal(5)),
             ]
             dead = random_mask(2, 4, 6)
             dead[1, 2] = False  # this query may attend to no key at all
@@ -500,7 +447,7 @@ class MultiHeadAttentionCheck(Check):
             raise CheckFailed(f"{name} returned an unexpected {type(result).__name__} on the case {case.label}.")
         query, key, value = case.args
         B, T_q, d_model = query.shape
-        T_k, h = key.shape[1], case.init["h"]
+        h = case.init["h"]
         out = expect_tensor(result.output, f"{name}'s output", case)
         expect_shape(out, (B, T_q, d_model), f"{name}'s output", case,
                      "The output has one d_model vector per query: merge the heads and apply w_o.")
@@ -511,19 +458,36 @@ class MultiHeadAttentionCheck(Check):
         expected_out, expected_w = _oracle(case)
         if case.tag == "dropout":
             self._judge_dropout(case, out, expected_out, expected_w)
+            # The mask nn.Dropout drew on the weights, which the layer must not store.
+            dropped = oracles.Dropout(case.init["dropout"], query.dtype).mask(expected_w.shape) * expected_w
+            self._judge_weights(case, result, expected_w, [(lambda: dropped, AFTER_DROPOUT)])
+            self._judge_attributes(case, result)
             return
         state, am, kpm = case.state, case.kwargs.get("attn_mask"), case.kwargs.get("key_padding_mask")
 
         def mistaken(kwargs):
-            return _mha_math(state, h, query, key, value, am, kpm, **kwargs)
+            return oracles.multi_head_attention(state, query.double(), key.double(), value.double(), h=h,
+                                                attn_mask=am, key_padding_mask=kpm, **kwargs)
 
         diagnoses = [(lambda kw=kw: mistaken(kw)[0], message) for kw, message in MISTAKEN]
         hint = ""
         if case.init.get("dropout"):
-            hint = ("In eval mode dropout must do nothing: apply self.dropout (an nn.Dropout, which follows "
-                    "module.eval()), not torch.nn.functional.dropout without training=self.training.")
+            hint = EVAL_DROPOUT
+            # What dropout left on would have drawn: the same masks, from the same seed.
+            diagnoses.insert(0, (lambda: mistaken({"dropout": oracles.Dropout(case.init["dropout"], query.dtype)})[0],
+                                 "dropout is active although the layer is in eval mode. " + EVAL_DROPOUT))
         expect_close(out, expected_out, f"{name}'s output", case, diagnoses, hint=hint, dtype=query.dtype)
 
+        self._judge_weights(case, result, expected_w,
+                            [(lambda kw=kw: mistaken(kw)[1], message) for kw, message in MISTAKEN])
+        self._judge_attributes(case, result)
+
+    def _judge_weights(self, case: Case, result: ModuleResult, expected_w: torch.Tensor, diagnoses) -> None:
+        """self.attn_weights: every head's softmax weights, (B, h, T_q, T_k), before dropout."""
+        name = "`MultiHeadAttention`"
+        query, key, _ = case.args
+        B, T_q, _ = query.shape
+        T_k, h = key.shape[1], case.init["h"]
         weights = result.attributes.get("attn_weights")
         if weights is None:
             raise CheckFailed(
@@ -541,12 +505,28 @@ class MultiHeadAttentionCheck(Check):
         alive = expected_w.sum(-1) > 0.5  # (B, h, T_q) queries that see at least one key
         sums = weights.double().sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=1e-4):
+            for mistaken, message in diagnoses:
+                if matches(weights, mistaken(), query.dtype):
+                    raise CheckFailed(f"{name}'s attn_weights are wrong on the case {case.label}: {message}")
             raise CheckFailed(
                 f"{name}'s attn_weights rows do not sum to 1 on the case {case.label}: store the softmax weights "
                 "themselves (before dropout), not the scores or the dropped-out weights."
             )
-        expect_close(weights, expected_w, f"{name}'s attn_weights", case,
-                     [(lambda kw=kw: mistaken(kw)[1], message) for kw, message in MISTAKEN], dtype=query.dtype)
+        expect_close(weights, expected_w, f"{name}'s attn_weights", case, diagnoses, dtype=query.dtype)
+
+    def _judge_attributes(self, case: Case, result: ModuleResult) -> None:
+        d_model, h = case.init["d_model"], case.init["h"]
+        for attribute, expected in (("h", h), ("d_k", d_model // h)):
+            got = result.attributes.get(attribute)
+            if isinstance(got, torch.Tensor) and got.numel() == 1:
+                got = got.item()
+            if isinstance(got, bool) or got != expected:
+                found = "is missing" if got is None else f"is {got!r}"
+                raise CheckFailed(
+                    f"`MultiHeadAttention`'s attribute {attribute} {found} on the case {case.label}, where {expected} "
+                    "was expected: store the number of heads as self.h and the size of each head as "
+                    "self.d_k = d_model // h in __init__, as the exercise asks."
+                )
 
     def _judge_dropout(self, case: Case, out: torch.Tensor, eval_out: torch.Tensor, eval_w: torch.Tensor) -> None:
         """In training mode every weight is dropped (0) or scaled by 1/(1-p), and the output follows from them."""

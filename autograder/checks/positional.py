@@ -26,6 +26,7 @@ from ..framework import (
     expect_tensor,
     seeded,
 )
+from . import state_mismatch
 
 BASE = 10000.0
 
@@ -344,6 +345,15 @@ class PositionalEmbeddingCheck(Check):
             case(13, 32, B=4, T=24, max_len=50, dropout=0.5, train=True),
             case(9, 8, B=2, T=10, max_len=8, tag="too-long"),
         ]
+        # How the table is kept: a buffer (it follows the module's .to()), left out of state_dict().
+        built = {"vocab_size": 11, "d_model": 16, "dropout": 0.1, "max_len": 40}
+        weight = {"embedding.weight": torch.randn(11, 16, generator=g) / 4.0}
+        out += [
+            Case("PositionalEmbedding(vocab_size=11, d_model=16, max_len=40).get_buffer('pe')", ("pe",), {}, "buffer",
+                 init=built, state=weight, method="get_buffer"),
+            Case("state_dict() of PositionalEmbedding(vocab_size=11, d_model=16, max_len=40)", (),
+                 {"destination": {}}, "state-dict", init=built, state=weight, method="state_dict"),
+        ]
         if hidden:
             out += [
                 case(30, 9, B=5, T=17, max_len=100),
@@ -365,7 +375,21 @@ class PositionalEmbeddingCheck(Check):
                 "than max_len. Check the length yourself at the start of forward and raise ValueError with a clear "
                 "message (say which T and which max_len), instead of letting a shape error happen later."
             )
-        if isinstance(result, Raised) and result.type == "StateMismatch" and "does not ask for: pe" in result.message:
+        if case.tag == "buffer" and isinstance(result, Raised) and result.type == "AttributeError":
+            if "not a buffer" in result.message:
+                raise CheckFailed(
+                    f"{name}'s `pe` is not a buffer ({case.label} raised AttributeError: {result.message}): a tensor "
+                    "stored as a plain attribute stays behind when the module moves, so model.to('cuda') or "
+                    "model.double() would leave the table on the CPU in float32. Register it: "
+                    "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."
+                )
+            raise CheckFailed(
+                f"{name} has no buffer named `pe` ({case.label} raised AttributeError: {result.message}): register "
+                "the table in __init__ with self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), "
+                "persistent=False)."
+            )
+        mismatch = state_mismatch(result)
+        if mismatch is not None and "pe" in mismatch.unexpected:
             raise CheckFailed(
                 f"{name}'s parameters do not match the exercise on the case {case.label}: it has parameters the "
                 "exercise does not ask for: pe. The table is fixed, not learned: register it with "
@@ -385,6 +409,9 @@ class PositionalEmbeddingCheck(Check):
         init = case.init
         d_model, p = init["d_model"], init["dropout"]
         max_len = init.get("max_len", 5000)
+        if case.tag in ("buffer", "state-dict"):
+            self._judge_storage(case, result, max_len, d_model)
+            return
         (tokens,) = case.args
         B, T = tokens.shape
         if case.tag == "too-long":
@@ -529,6 +556,34 @@ class PositionalEmbeddingCheck(Check):
                 f"{name} on the case {case.label}: {fraction:.1%} of the entries were dropped, but with dropout={p} "
                 f"about {p:.0%} should be. Build the dropout layer from the constructor's argument, "
                 "nn.Dropout(dropout), rather than a fixed probability."
+            )
+
+    def _judge_storage(self, case: Case, result: Any, max_len: int, d_model: int) -> None:
+        """The table is a buffer, and a non-persistent one: the embedding's weight is all state_dict() holds."""
+        output = result.output if isinstance(result, ModuleResult) else result
+        if case.tag == "buffer":
+            table = expect_tensor(output, "`PositionalEmbedding`'s buffer pe", case)
+            if tuple(table.shape) != (max_len, d_model):
+                raise CheckFailed(
+                    f"`PositionalEmbedding`'s buffer pe has shape {tuple(table.shape)} on the case {case.label}; keep "
+                    f"the table as sinusoidal_encoding returns it, (max_len, d_model) = {(max_len, d_model)}."
+                )
+            return
+        if not isinstance(output, dict):
+            raise CheckFailed(f"`PositionalEmbedding`'s state_dict() returned {type(output).__name__} on the case "
+                              f"{case.label}: do not override state_dict.")
+        names = sorted(output)
+        if "pe" in names:
+            raise CheckFailed(
+                f"`PositionalEmbedding`'s state_dict() holds `pe` on the case {case.label}: the table was registered "
+                "as a persistent buffer, so every checkpoint would carry a table that can always be recomputed (and "
+                "loading a checkpoint made with another max_len would fail). Register it with "
+                "self.register_buffer('pe', ..., persistent=False)."
+            )
+        if names != ["embedding.weight"]:
+            raise CheckFailed(
+                f"`PositionalEmbedding`'s state_dict() holds {names} on the case {case.label}; the embedding's "
+                "weight, embedding.weight, is all it should hold."
             )
 
     def _judge_table(self, case: Case, result: ModuleResult, max_len: int, d_model: int) -> None:

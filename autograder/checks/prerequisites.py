@@ -13,6 +13,7 @@ from typing import Any, Callable, Sequence
 import torch
 
 from .. import toys  # noqa: F401  (registers the "toy_translator" provider)
+from ..oracles import blank
 from ..framework import (
     raised_message,
     Case,
@@ -54,7 +55,7 @@ def _measured(kernels: Sequence[int], strides: Sequence[int], dilations: Sequenc
     if not kernels:
         return 1
     layers = [
-        torch.nn.Conv1d(1, 1, k, stride=s, dilation=d, bias=False, dtype=torch.float64)
+        blank(torch.nn.Conv1d, 1, 1, k, stride=s, dilation=d, bias=False, dtype=torch.float64)
         for k, s, d in zip(kernels, strides, dilations)
     ]
     for layer in layers:
@@ -218,7 +219,7 @@ RNN_SHAPES_HINT = (
 def _torch_rnn(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor):
     """torch.nn.RNN with the given weights, in float64: (outputs (B, T, d_h), h_T (B, d_h))."""
     d_in, d_h = W_xh.shape
-    rnn = torch.nn.RNN(d_in, d_h, nonlinearity="tanh", batch_first=True, dtype=torch.float64)
+    rnn = blank(torch.nn.RNN, d_in, d_h, nonlinearity="tanh", batch_first=True, dtype=torch.float64)
     with torch.no_grad():
         # nn.RNN computes x W_ih^T + h W_hh^T + b_ih + b_hh: row vectors times transposed weights.
         rnn.weight_ih_l0.copy_(W_xh.double().T)  # (d_h, d_in)

@@ -5,7 +5,12 @@
 #
 # 1. `split_heads`, which cuts the `d_model` features of every position into `h` heads of `d_k` features;
 # 2. `merge_heads`, its inverse, which puts the heads back side by side;
-# 3. `MultiHeadAttention`, the layer itself: project, split, attend in every head at once, merge, project.
+# 3. `MultiHeadAttention`, the layer itself, built on the two.
+#
+# This notebook fixes the interface that the tests and the later chapters rely on: the functions'
+# signatures and shapes, the layer's parameter names, the attributes it keeps and the masks it
+# takes. How to compute each result is yours to work out from the chapter's page, *Multi-head
+# attention* (`book/ch03_multihead.md`), and from the paper; every section below says where to look.
 #
 # Each piece has a cell for your code (replace `raise NotImplementedError()`) and a test cell right
 # after it. Run the test cell: it prints one line when your code is right and otherwise tells you
@@ -34,10 +39,12 @@ from reference.attention import scaled_dot_product_attention
 # then cut into $h$ consecutive blocks of $d_k$ features: features `0 .. d_k-1` belong to head 0,
 # the next $d_k$ to head 1, and so on.
 #
-# Write `split_heads(x, h)`: `x` has shape `(B, T, d_model)`; return shape `(B, h, T, d_k)`, so that
-# `x_split[b, i, t]` is the block of head `i` at position `t`. Two steps: a reshape that gives the
-# feature axis its two factors, `(B, T, h, d_k)`, then a transpose that brings the head axis in
-# front of the positions. Raise `ValueError` when `d_model` is not a multiple of `h`.
+# The page's section *All heads at once: one matrix per role, then split* explains this layout, and
+# its subsection *The transpose you must not forget* shows what can go wrong in cutting it.
+#
+# Write `split_heads(x, h)`: `x` has shape `(B, T, d_model)`; return shape `(B, h, T, d_k)`, where
+# `x_split[b, i, t]` is the block of head `i` at position `t`, that is `x[b, t, i*d_k:(i+1)*d_k]`.
+# When `d_model` is not a multiple of `h`, raise `ValueError` with a message that names both numbers.
 
 # %% tags=["solution"] grade_id="split_heads"
 def split_heads(x: torch.Tensor, h: int) -> torch.Tensor:
@@ -67,9 +74,8 @@ check("multihead.split_heads", split_heads, hidden=True)
 # $\operatorname{Concat}(\text{head}_1, \dots, \text{head}_h)$, which gives back `h * d_k = d_model`
 # features per position, in the same order `split_heads` cut them.
 #
-# Write `merge_heads(x)`: `(B, h, T, d_k)` to `(B, T, h * d_k)`, the exact inverse of `split_heads`.
-# Undo the two steps in reverse order. A transposed tensor is no longer laid out contiguously in
-# memory, so `.view` refuses it: use `.reshape` (or `.contiguous().view`).
+# Write `merge_heads(x)`: `(B, h, T, d_k)` to `(B, T, h * d_k)`, the exact inverse of `split_heads`,
+# so that `merge_heads(split_heads(x, h))` gives `x` back.
 
 # %% tags=["solution"] grade_id="merge_heads"
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
@@ -104,35 +110,45 @@ print("round trip exact:", torch.equal(merge_heads(heads), x))
 # with $W_i^Q, W_i^K \in \mathbb{R}^{d_{\text{model}} \times d_k}$, $W_i^V \in \mathbb{R}^{d_{\text{model}} \times d_v}$,
 # $W^O \in \mathbb{R}^{h d_v \times d_{\text{model}}}$ and, as in the paper, $d_k = d_v = d_{\text{model}} / h$.
 #
-# Stacking the $h$ matrices $W_i^Q$ side by side gives one $d_{\text{model}} \times d_{\text{model}}$ matrix, so
-# `w_q = nn.Linear(d_model, d_model)` computes every head's query at once and `split_heads` hands each
-# head its block. The same holds for `w_k` and `w_v`. `w_o` is $W^O$. (`nn.Linear` also adds a bias,
-# as PyTorch's layer does; `bias=False` removes it.)
+# Stacked side by side, the $h$ matrices $W_i^Q$ form one $d_{\text{model}} \times d_{\text{model}}$
+# matrix $W^Q$ (the page's section *All heads at once*), so a single `nn.Linear(d_model, d_model)`
+# holds every head's query projection, head 0's block first. The same holds for $W^K$ and $W^V$.
 #
-# Your layer, step by step:
+# Write `MultiHeadAttention(d_model, h, dropout=0.0, bias=True)`, an `nn.Module` with
 #
-# 1. In `__init__`: raise `ValueError` if `d_model % h != 0` (name both numbers in the message); store
-#    `self.h` and `self.d_k`; create `self.w_q`, `self.w_k`, `self.w_v`, `self.w_o`, each
-#    `nn.Linear(d_model, d_model, bias=bias)`, and `self.dropout = nn.Dropout(dropout)`. The grader loads
-#    its weights by exactly these names.
-# 2. In `forward`: project `query`, `key` and `value`, split them into heads, build one boolean mask
-#    from `attn_mask` and `key_padding_mask`, run `scaled_dot_product_attention` on all heads at once
-#    (it accepts any leading dimensions), apply the dropout to the attention **weights** (as PyTorch
-#    does: dropping a weight means that this query ignores that key for this step), multiply by the
-#    values, merge the heads and apply `w_o`. Store the weights, detached, in `self.attn_weights`
-#    (shape `(B, h, T_q, T_k)`, before dropout) so that you can plot them.
+# * `w_q`, `w_k`, `w_v`, `w_o`: each an `nn.Linear(d_model, d_model, bias=bias)`, holding $W^Q$,
+#   $W^K$, $W^V$ and $W^O$ (`nn.Linear` adds a bias, as PyTorch's layer does; `bias=False` leaves
+#   it out). The grader loads its weights by exactly these names.
+# * `dropout`: an `nn.Dropout(dropout)`;
+# * `h` and `d_k`: the number of heads and the width of each;
+# * `attn_weights`: after every call, the attention weights of every head, shape
+#   `(B, h, T_q, T_k)`, detached from the graph and taken before dropout, so that you can plot them.
 #
-# Masks follow the course's rule. `attn_mask` is `True` where a query **may** attend, of shape
-# `(T_q, T_k)` (the same for every sequence) or `(B, T_q, T_k)`; give it a head axis so it broadcasts
-# over `(B, h, T_q, T_k)`. `key_padding_mask` is `True` where a key **is padding**, shape `(B, T_k)`:
-# a key may be attended only if the attention mask allows it **and** it is not padding.
+# The constructor raises `ValueError` when `d_model` is not a multiple of `h`, with a message that
+# names both numbers.
+#
+# `forward(query, key, value, attn_mask=None, key_padding_mask=None)` accepts `query` of shape
+# `(B, T_q, d_model)` and `key` and `value` of shape `(B, T_k, d_model)`, and returns
+# `(B, T_q, d_model)`. The attention inside each head is chapter 2's `scaled_dot_product_attention`.
+# In training mode the dropout acts on the attention weights, as in PyTorch's layer: a dropped
+# weight means that this query ignores that key for this step. In eval mode dropout does nothing.
+#
+# Masks follow the course's rule:
+#
+# * `attn_mask`: boolean, `True` where a query **may** attend to a key; shape `(T_q, T_k)`, the
+#   same for every sequence, or `(B, T_q, T_k)`, one per sequence;
+# * `key_padding_mask`: boolean, shape `(B, T_k)`, `True` where a key **is padding**.
+#
+# A query may attend to a key only where the attention mask allows it **and** the key is not
+# padding. A query that may attend to no key at all gets zero weights, as in chapter 2.
 
 # %% tags=["solution"] grade_id="MultiHeadAttention"
 class MultiHeadAttention(nn.Module):
     """Multi-head attention: h scaled dot-product attentions over learned projections, then W^O.
 
     Parameters: w_q, w_k, w_v, w_o (each nn.Linear(d_model, d_model)); attributes h, d_k,
-    dropout (on the attention weights) and, after each forward, attn_weights (B, h, T_q, T_k).
+    dropout (on the attention weights) and, after each forward, attn_weights (B, h, T_q, T_k),
+    detached and taken before dropout.
     """
 
     def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True) -> None:

@@ -5,9 +5,14 @@
 #
 # 1. `PositionwiseFeedForward`: the feed-forward network applied to every position on its own;
 # 2. `LayerNorm`: layer normalisation, written with basic tensor operations;
-# 3. `EncoderLayer`: multi-head self-attention and the feed-forward network, each wrapped in a
-#    residual connection followed by layer normalisation (the paper's post-norm layer);
+# 3. `EncoderLayer`: one layer of the paper's encoder, multi-head self-attention followed by the
+#    feed-forward network;
 # 4. `Encoder`: a stack of `N` such layers, each with its own weights.
+#
+# This notebook fixes the interface that the tests and the later chapters rely on: each module's
+# constructor, the names of its submodules and parameters, its shapes and its masks. How each
+# module computes its output is yours to work out from the chapter's page, *The encoder*
+# (`book/ch04_encoder.md`), and from the paper; every section below says where to look.
 #
 # Each class has a cell for your code (replace every `raise NotImplementedError()`) and a test cell
 # right after it. Run the test cell: it prints one line when your class is right, and otherwise
@@ -33,23 +38,21 @@ from reference.multihead import MultiHeadAttention
 # %% [markdown]
 # ## 1. The position-wise feed-forward network
 #
+# Equation (2) of the paper, the subject of the page's section *Sub-layer 2: the position-wise
+# feed-forward network*:
+#
 # $$\operatorname{FFN}(x) = \max(0,\; x W_1 + b_1)\, W_2 + b_2$$
 #
-# Two linear maps with a ReLU between them, $d_\text{model} \to d_\text{ff} \to d_\text{model}$
-# (512 → 2048 → 512 in the paper). "Position-wise" means the same network, with the same
-# weights, is applied to the vector of every position on its own; positions never mix here.
-# `nn.Linear` acts on the last axis and treats all leading axes as a batch, which is exactly
-# that.
+# Write `PositionwiseFeedForward(d_model, d_ff, dropout=0.1)` with three submodules:
 #
-# Write `PositionwiseFeedForward(d_model, d_ff, dropout=0.1)` with the submodules
+# * `w_1`: an `nn.Linear` from `d_model` to `d_ff` features, holding $W_1$ and $b_1$;
+# * `w_2`: an `nn.Linear` from `d_ff` to `d_model` features, holding $W_2$ and $b_2$;
+# * `dropout`: an `nn.Dropout(dropout)`. The paper mentions no dropout inside this network; the
+#   course follows PyTorch's `nn.TransformerEncoderLayer`, which applies one to the hidden
+#   activations, right after the ReLU.
 #
-# * `w_1`: an `nn.Linear` from `d_model` to `d_ff` features (it holds $W_1$ and $b_1$),
-# * `w_2`: an `nn.Linear` from `d_ff` back to `d_model` features (it holds $W_2$ and $b_2$),
-# * `dropout`: an `nn.Dropout` with probability `dropout`, applied to the hidden activations right
-#   after the ReLU, as PyTorch's `nn.TransformerEncoderLayer` does;
-#
-# and a `forward(x)` that maps `(..., d_model)` to `(..., d_model)`. No residual connection here:
-# that belongs to the encoder layer.
+# `forward(x)` accepts `x` of shape `(..., d_model)`, with any number of leading axes, and returns
+# a tensor of the same shape.
 
 # %% tags=["solution"] grade_id="PositionwiseFeedForward"
 class PositionwiseFeedForward(nn.Module):
@@ -97,27 +100,26 @@ print("whole sequence == position by position:", torch.allclose(whole, one_by_on
 # %% [markdown]
 # ## 2. Layer normalisation
 #
-# For the vector $x \in \mathbb{R}^{d_\text{model}}$ of **one position**,
+# The page's section *Layer normalisation* defines the operation,
 #
-# $$\mu = \frac{1}{d_\text{model}} \sum_{i=1}^{d_\text{model}} x_i, \qquad
-# \sigma^2 = \frac{1}{d_\text{model}} \sum_{i=1}^{d_\text{model}} (x_i - \mu)^2, \qquad
-# \operatorname{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta .$$
+# $$\operatorname{LayerNorm}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \epsilon}} + \beta ,$$
 #
-# * The mean and the variance run over the **last axis** only (the features of one position), so
-#   every position of every sequence is normalised on its own.
-# * $\sigma^2$ divides by $d_\text{model}$, not $d_\text{model} - 1$ (the *biased* variance, as
-#   `nn.LayerNorm` uses), and $\epsilon$ sits **inside** the square root.
-# * $\gamma$ (initialised to ones) and $\beta$ (initialised to zeros) are learnable vectors of
-#   shape `(d_model,)`, applied feature by feature.
-# * Compute the variance from $x - \mu$, not as $E[x^2] - E[x]^2$: when the features sit far from
-#   zero (say near 1000), the two large terms cancel and float32 loses almost every digit.
+# and says what $x$, $\mu$, $\sigma^2$, $\epsilon$, $\gamma$ and $\beta$ are; its subsection
+# *Computing the variance safely* is about computing them in floating point.
 #
-# Write `LayerNorm(d_model, eps=1e-5)` with the parameters `self.gamma` and `self.beta`
-# (`nn.Parameter`s) and the attribute `self.eps`. Its `forward(x)` keeps the shape `(..., d_model)`.
+# Write `LayerNorm(d_model, eps=1e-5)` with
+#
+# * `gamma` and `beta`: `nn.Parameter`s of shape `(d_model,)`, the scale $\gamma$ and the shift
+#   $\beta$, which start at ones and zeros;
+# * `eps`: the constructor's $\epsilon$, kept as an attribute.
+#
+# `forward(x)` accepts `x` of shape `(..., d_model)` and returns a tensor of the same shape. It
+# must agree with `nn.LayerNorm(d_model, eps=eps)` holding the same $\gamma$ and $\beta$, whatever
+# the size and the offset of the features.
 
 # %% tags=["solution"] grade_id="LayerNorm"
 class LayerNorm(nn.Module):
-    """gamma * (x - mean) / sqrt(var + eps) + beta over the last axis, biased variance.
+    """Layer normalisation of each position's d_model features, with a learnable scale and shift.
 
     Parameters ``gamma`` (ones) and ``beta`` (zeros), both of shape (d_model,); attribute ``eps``.
     """
@@ -162,32 +164,35 @@ print("unbiased variances:", y.var(dim=-1).flatten()[:4])
 # %% [markdown]
 # ## 3. The encoder layer
 #
-# Each encoder layer has two sub-layers. The paper wraps each one in a residual connection and
-# normalises the sum (section 3.1, with dropout on the sub-layer's output from section 5.4):
+# Section 3.1 of the paper gives the layer two sub-layers, multi-head self-attention first and
+# the feed-forward network second, and wraps each of them in a residual connection followed by
+# layer normalisation:
 #
-# $$x \leftarrow \operatorname{LayerNorm}\big(x + \operatorname{Dropout}(\operatorname{Sublayer}(x))\big).$$
+# $$\operatorname{LayerNorm}\big(x + \operatorname{Sublayer}(x)\big).$$
 #
-# The first sub-layer is multi-head **self**-attention (queries, keys and values all come from
-# `x`), the second is the feed-forward network:
+# Section 5.4 of the paper says where dropout goes. On the page, *The wrapper: post-norm, as in
+# the paper* puts these together, and *Sub-layer 1: self-attention over the whole sentence* says
+# where the self-attention's queries, keys and values come from and what it may look at.
 #
-# $$x \leftarrow \operatorname{LayerNorm}_1\big(x + \operatorname{Dropout}_1(\operatorname{MultiHead}(x, x, x))\big), \qquad
-# x \leftarrow \operatorname{LayerNorm}_2\big(x + \operatorname{Dropout}_2(\operatorname{FFN}(x))\big).$$
+# Write `EncoderLayer(d_model, h, d_ff, dropout=0.1)` with these submodules:
 #
-# Write `EncoderLayer(d_model, h, d_ff, dropout=0.1)` with the submodules
+# * `self_attn`: chapter 3's `MultiHeadAttention`, built with `d_model`, `h` and `dropout`;
+# * `feed_forward`: your `PositionwiseFeedForward`, built with `d_model`, `d_ff` and `dropout`;
+# * `norm1` and `norm2`: your `LayerNorm` of width `d_model`, each with its own $\gamma$ and $\beta$;
+# * `dropout1` and `dropout2`: `nn.Dropout(dropout)` modules.
 #
-# * `self_attn`: chapter 3's `MultiHeadAttention`, built with `d_model`, `h` and `dropout`,
-# * `feed_forward`: your `PositionwiseFeedForward`, built with `d_model`, `d_ff` and `dropout`,
-# * `norm1`, `norm2`: two separate instances of your `LayerNorm` of width `d_model`,
-# * `dropout1`, `dropout2`: two `nn.Dropout` modules with probability `dropout`;
+# The number in a name is the sub-layer's: `norm1` and `dropout1` serve the self-attention,
+# `norm2` and `dropout2` the feed-forward network.
 #
-# and `forward(x, key_padding_mask=None)`, where `x` is `(B, T, d_model)` and `key_padding_mask`,
-# when given, is a boolean `(B, T)` tensor that is **True where a position is padding**. Pass it
-# to the self-attention (`self.self_attn(x, x, x, key_padding_mask=key_padding_mask)`), so that no
-# position attends to padding. The output has the shape of `x`.
+# `forward(x, key_padding_mask=None)` accepts `x` of shape `(B, T, d_model)` and returns a tensor
+# of the same shape. `key_padding_mask`, when given, is a boolean `(B, T)` tensor that is **True
+# where a position is padding**, the convention of chapter 3's `MultiHeadAttention` (run
+# `help(MultiHeadAttention)` to see its arguments). Whatever sits at a padded position must never
+# change the output at a real one.
 
 # %% tags=["solution"] grade_id="EncoderLayer"
 class EncoderLayer(nn.Module):
-    """One post-norm encoder layer: self-attention, then the FFN, each as LayerNorm(x + Dropout(sublayer(x))).
+    """One encoder layer of the paper (post-norm): multi-head self-attention, then the feed-forward network.
 
     Submodules: ``self_attn``, ``feed_forward``, ``norm1``, ``norm2``, ``dropout1``, ``dropout2``.
     """
@@ -236,19 +241,17 @@ print("real positions unchanged by what sits in the padding:", same)
 # %% [markdown]
 # ## 4. The encoder: a stack of N layers
 #
-# The encoder is $N$ encoder layers applied one after the other ($N = 6$ in the paper). They all
-# have the same shapes, but each has **its own** weights: build $N$ separate `EncoderLayer`
-# objects. (The list `[layer] * N` would hold one object $N$ times, so all "layers" would share
-# one set of weights.) The paper's post-norm stack ends with the last layer's own `norm2`: add no
-# extra normalisation at the end.
+# The page's section *The stack: N = 6 layers, each with its own weights* describes the stack.
 #
-# Write `Encoder(d_model, h, d_ff, N, dropout=0.1)` with
-# `self.layers = nn.ModuleList(...)` holding the `N` layers, and `forward(x, key_padding_mask=None)`
-# that passes `x` through the layers in order, giving every layer the same `key_padding_mask`.
+# Write `Encoder(d_model, h, d_ff, N, dropout=0.1)` with one submodule, `layers`: an
+# `nn.ModuleList` of `N` encoder layers, each an `EncoderLayer` built with `d_model`, `h`, `d_ff`
+# and `dropout`, with weights of its own. `forward(x, key_padding_mask=None)` takes the arguments
+# of `EncoderLayer.forward`, with the same shapes and conventions, and the encoder's output is the
+# output of its last layer, as in the paper.
 
 # %% tags=["solution"] grade_id="Encoder"
 class Encoder(nn.Module):
-    """N encoder layers with separate weights, applied in order; no final normalisation.
+    """A stack of N encoder layers, each with its own weights; its output is the last layer's.
 
     Submodule: ``layers``, an ``nn.ModuleList`` of N ``EncoderLayer``.
     """

@@ -4,10 +4,15 @@
 # You will build the Transformer's decoder from the parts of chapters 3 and 4:
 #
 # 1. `subsequent_mask`: the causal mask that stops a target position from seeing the ones after it;
-# 2. `DecoderLayer`: masked self-attention, cross-attention over the encoder's output and the
-#    feed-forward network, each wrapped in a residual connection followed by layer normalisation;
+# 2. `DecoderLayer`: one layer of the paper's decoder, with masked self-attention, cross-attention
+#    over the encoder's output and the feed-forward network;
 # 3. `Decoder`: a stack of `N` such layers, each with its own weights, all reading the same
 #    encoder output.
+#
+# This notebook fixes the interface that the tests and the later chapters rely on: each module's
+# constructor, the names of its submodules, its shapes and its masks. How each module computes its
+# output is yours to work out from the chapter's page, *The decoder* (`book/ch05_decoder.md`), and
+# from the paper; every section below says where to look.
 #
 # Each part has a cell for your code (replace every `raise NotImplementedError()`) and a test cell
 # right after it. Run the test cell: it prints one line when your code is right, and otherwise
@@ -43,7 +48,8 @@ from reference.multihead import MultiHeadAttention
 #
 # $$\operatorname{mask}_{ij} = \begin{cases} \text{True} & j \le i \\ \text{False} & j > i \end{cases}$$
 #
-# a lower triangle, diagonal included: a position may always look at itself.
+# where $i$ is the query's position and $j$ the key's. The page's section *Masked self-attention*
+# shows the same mask in PyTorch's additive form.
 #
 # Write `subsequent_mask(size)`. It returns a boolean tensor of shape `(size, size)`, with no batch
 # axis (a `(T, T)` mask broadcasts against `(B, h, T, T)` scores by itself). An empty sequence is
@@ -84,47 +90,46 @@ print("same mask:", torch.equal(subsequent_mask(4), nn.Transformer.generate_squa
 # %% [markdown]
 # ## 2. The decoder layer
 #
-# Each decoder layer has three sub-layers, and each is wrapped the way chapter 4 wrapped the
-# encoder's two: a residual connection, then layer normalisation of the sum (post-norm, as in the
-# paper), with dropout on the sub-layer's output:
+# A decoder layer has three sub-layers: masked multi-head self-attention over the target,
+# multi-head cross-attention over the encoder's output (`memory`), and the feed-forward network.
+# Each is wrapped as in the encoder, following section 3.1 of the paper,
 #
-# $$x \leftarrow \operatorname{LayerNorm}\big(x + \operatorname{Dropout}(\operatorname{Sublayer}(x))\big).$$
+# $$\operatorname{LayerNorm}\big(x + \operatorname{Sublayer}(x)\big),$$
 #
-# With $M$ the encoder's output (`memory`), the three steps are
+# with dropout where section 5.4 of the paper puts it. The page takes the sub-layers one by one in
+# *Masked self-attention* and *Cross-attention: the target asks, the source answers*, and wraps
+# them in *Three sub-layers, each with a residual connection and LayerNorm*.
 #
-# $$\begin{aligned}
-# x &\leftarrow \operatorname{LayerNorm}_1\big(x + \operatorname{Dropout}_1(\operatorname{MultiHead}_\text{self}(x, x, x;\ \text{tgt\_mask}))\big) && \text{masked self-attention}\\
-# x &\leftarrow \operatorname{LayerNorm}_2\big(x + \operatorname{Dropout}_2(\operatorname{MultiHead}_\text{cross}(x, M, M))\big) && \text{cross-attention}\\
-# x &\leftarrow \operatorname{LayerNorm}_3\big(x + \operatorname{Dropout}_3(\operatorname{FFN}(x))\big) && \text{feed-forward}
-# \end{aligned}$$
+# Write `DecoderLayer(d_model, h, d_ff, dropout=0.1)` with these submodules:
 #
-# In the cross-attention the **queries come from the decoder** (`x`) and the **keys and values
-# from the encoder** (`memory`): every target position asks which source positions it needs.
-# The causal mask belongs to the self-attention only; the whole source is known, so only the
-# padding of `memory` is hidden from the cross-attention.
+# * `self_attn` and `cross_attn`: chapter 3's `MultiHeadAttention`, each built with `d_model`, `h`
+#   and `dropout`, each with weights of its own;
+# * `feed_forward`: chapter 4's `PositionwiseFeedForward`, built with `d_model`, `d_ff` and `dropout`;
+# * `norm1`, `norm2` and `norm3`: chapter 4's `LayerNorm` of width `d_model`, each with its own
+#   $\gamma$ and $\beta$;
+# * `dropout1`, `dropout2` and `dropout3`: `nn.Dropout(dropout)` modules.
 #
-# Write `DecoderLayer(d_model, h, d_ff, dropout=0.1)` with the submodules
+# The number in a name is the sub-layer's: `norm1` and `dropout1` serve the self-attention, `norm2`
+# and `dropout2` the cross-attention, `norm3` and `dropout3` the feed-forward network.
 #
-# * `self.self_attn = MultiHeadAttention(d_model, h, dropout)` and
-#   `self.cross_attn = MultiHeadAttention(d_model, h, dropout)` (two separate sets of weights),
-# * `self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)`,
-# * `self.norm1`, `self.norm2`, `self.norm3`: `LayerNorm(d_model)`,
-# * `self.dropout1`, `self.dropout2`, `self.dropout3`: `nn.Dropout(dropout)`;
+# `forward(x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None)`:
 #
-# and `forward(x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None)`:
-#
-# * `x` is `(B, T_tgt, d_model)`, `memory` is `(B, T_src, d_model)`; the output has the shape of `x`;
+# * `x` is the target, `(B, T_tgt, d_model)`, and `memory` the encoder's output,
+#   `(B, T_src, d_model)`; the output has the shape of `x`;
 # * `tgt_mask`: bool `(T_tgt, T_tgt)` or `(B, T_tgt, T_tgt)`, True where a target position may
-#   attend (usually `subsequent_mask(T_tgt)`);
+#   attend to another target position (usually `subsequent_mask(T_tgt)`);
 # * `tgt_key_padding_mask`: bool `(B, T_tgt)`, True where a target position is padding;
 # * `memory_key_padding_mask`: bool `(B, T_src)`, True where a source position is padding.
 #
-# `MultiHeadAttention` takes `(query, key, value, attn_mask=None, key_padding_mask=None)` with the
-# same conventions, so each mask goes straight to the attention that needs it.
+# These are the conventions of chapter 3's `MultiHeadAttention` (run `help(MultiHeadAttention)` to
+# see its arguments). Your layer must keep the promises that the page's section *The mask's
+# promise, measured* describes: with a causal `tgt_mask`, a target token never changes the output at
+# an earlier position, and whatever sits at a padded position, of the target or of the memory,
+# never changes the output at a real one.
 
 # %% tags=["solution"] grade_id="DecoderLayer"
 class DecoderLayer(nn.Module):
-    """One post-norm decoder layer: masked self-attention, cross-attention, FFN, each as LayerNorm(x + Dropout(sublayer)).
+    """One decoder layer of the paper (post-norm): masked self-attention, cross-attention over memory, then the FFN.
 
     Submodules: ``self_attn``, ``cross_attn``, ``feed_forward``, ``norm1``, ``norm2``, ``norm3``,
     ``dropout1``, ``dropout2``, ``dropout3``.
@@ -186,19 +191,18 @@ with torch.no_grad():
 # %% [markdown]
 # ## 3. The decoder: a stack of N layers
 #
-# The decoder is $N$ decoder layers applied one after the other ($N = 6$ in the paper), each with
-# **its own** weights. Every layer's cross-attention reads the **same** `memory`, the output of the
-# encoder's last layer; only `x` changes from layer to layer. As in the encoder, the post-norm
-# stack ends with the last layer's own `norm3`: add no extra normalisation at the end.
+# The page's section *A stack of N identical layers* describes the stack, and what each of its
+# layers reads.
 #
-# Write `Decoder(d_model, h, d_ff, N, dropout=0.1)` with `self.layers = nn.ModuleList(...)` holding
-# `N` separate `DecoderLayer`s (not `[layer] * N`, which holds one layer $N$ times), and
-# `forward(x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None)`
-# that passes `x` through the layers in order, giving every layer the same `memory` and masks.
+# Write `Decoder(d_model, h, d_ff, N, dropout=0.1)` with one submodule, `layers`: an
+# `nn.ModuleList` of `N` decoder layers, each a `DecoderLayer` built with `d_model`, `h`, `d_ff`
+# and `dropout`, with weights of its own. Its `forward` takes the arguments of
+# `DecoderLayer.forward`, with the same names, shapes and conventions, and the decoder's output is
+# the output of its last layer, as in the paper.
 
 # %% tags=["solution"] grade_id="Decoder"
 class Decoder(nn.Module):
-    """N decoder layers with separate weights, applied in order to the same memory; no final normalisation.
+    """A stack of N decoder layers, each with its own weights; its output is the last layer's.
 
     Submodule: ``layers``, an ``nn.ModuleList`` of N ``DecoderLayer``.
     """

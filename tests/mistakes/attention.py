@@ -120,6 +120,18 @@ def sdpa_mask_after_softmax(q, k, v, mask=None):
     return weights @ v, weights
 
 
+def _renormalised(scores, v, mask):
+    weights = _stable_softmax(scores)
+    if mask is not None:
+        weights = weights * mask  # the mask applied late, then the rows repaired
+        weights = (weights / weights.sum(dim=-1, keepdim=True)).nan_to_num(0.0)  # 0/0 for a query that sees nothing
+    return weights @ v, weights
+
+
+def sdpa_mask_then_renormalise(q, k, v, mask=None):
+    return _renormalised(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), v, mask)
+
+
 def sdpa_nan_on_fully_masked_rows(q, k, v, mask=None):
     return _finish(q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1]), v, mask, zero_dead_rows=False)
 
@@ -180,6 +192,15 @@ def additive_inverted_mask(q, k, v, W_q, W_k, w_v, mask=None):
     return _finish(torch.tanh(_features(q, k, W_q, W_k)) @ w_v, v, None if mask is None else ~mask)
 
 
+def additive_mask_then_renormalise(q, k, v, W_q, W_k, w_v, mask=None):
+    return _renormalised(torch.tanh(_features(q, k, W_q, W_k)) @ w_v, v, mask)
+
+
+def additive_unsqueeze_swapped(q, k, v, W_q, W_k, w_v, mask=None):
+    features = (q @ W_q).unsqueeze(-3) + (k @ W_k).unsqueeze(-2)  # (..., T_k, T_q, d_a): keys first
+    return _finish(torch.tanh(features) @ w_v, v, mask)
+
+
 def additive_nan_on_fully_masked_rows(q, k, v, W_q, W_k, w_v, mask=None):
     return _finish(torch.tanh(_features(q, k, W_q, W_k)) @ w_v, v, mask, zero_dead_rows=False)
 
@@ -232,6 +253,10 @@ def variance_elementwise(q, k, scaled=False):
     return (s / math.sqrt(q.shape[-1]) if scaled else s).var().item()
 
 
+def variance_returns_tensor(q, k, scaled=False):
+    return _scores(q, k, scaled).var()  # a 0-dimensional tensor, not a float
+
+
 def variance_mean(q, k, scaled=False):
     return _scores(q, k, scaled).mean().item()
 
@@ -254,6 +279,7 @@ MISTAKES = [
     Mistake(SDPA, "softmax over the queries", sdpa_softmax_over_queries, "over the queries (dim=-2)"),
     Mistake(SDPA, "inverted mask", sdpa_inverted_mask, "mask is inverted"),
     Mistake(SDPA, "mask applied after the softmax", sdpa_mask_after_softmax, "after the softmax"),
+    Mistake(SDPA, "softmax, then mask, then renormalise", sdpa_mask_then_renormalise, "divided by their new sums"),
     Mistake(SDPA, "NaN for a fully masked query", sdpa_nan_on_fully_masked_rows, "all-zero weights"),
     Mistake(SDPA, "-1e9 instead of -inf", sdpa_minus_1e9, "-1e9 instead of -inf"),
     Mistake(SDPA, "weights @ k", sdpa_multiplies_k, "multiplied k instead of v"),
@@ -266,6 +292,8 @@ MISTAKES = [
     Mistake(ADDITIVE, "tanh after projecting with w_v", additive_tanh_after_projection, "after projecting with w_v"),
     Mistake(ADDITIVE, "sums features instead of projecting with w_v", additive_sum_instead_of_w_v, "project them with w_v"),
     Mistake(ADDITIVE, "inverted mask", additive_inverted_mask, "mask is inverted"),
+    Mistake(ADDITIVE, "softmax, then mask, then renormalise", additive_mask_then_renormalise, "divided by their new sums"),
+    Mistake(ADDITIVE, "unsqueeze axes swapped", additive_unsqueeze_swapped, "(q @ W_q).unsqueeze(-2) is"),
     Mistake(ADDITIVE, "NaN for a fully masked query", additive_nan_on_fully_masked_rows, "all-zero weights"),
     Mistake(ADDITIVE, "W_q used for the keys", additive_W_q_for_keys, "W_k"),
     Mistake(ADDITIVE, "mask applied after the softmax", additive_mask_after_softmax, "after the softmax"),
@@ -277,4 +305,5 @@ MISTAKES = [
     Mistake(VARIANCE, "divides by d_k", variance_divides_by_d_k, "divided by d_k"),
     Mistake(VARIANCE, "variance of the element-wise products", variance_elementwise, "element-wise products"),
     Mistake(VARIANCE, "mean instead of variance", variance_mean, "mean of the scores"),
+    Mistake(VARIANCE, "returns a 0-dimensional tensor", variance_returns_tensor, "for a Python float"),
 ]

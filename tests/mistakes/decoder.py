@@ -123,6 +123,38 @@ class LayerNoMemoryPadding(_Layer):
         return self.norm3(x + self.ff(x))
 
 
+class LayerTgtPaddingPositional(_Layer):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        # The fourth positional argument is attn_mask: the padding mask takes tgt_mask's place.
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, tgt_key_padding_mask)))
+        x = self.norm2(x + self.ca(x, memory, memory_key_padding_mask))
+        return self.norm3(x + self.ff(x))
+
+
+class LayerMemoryPaddingPositional(_Layer):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        x = self.norm1(x + self.sa(x, tgt_mask, tgt_key_padding_mask))
+        looked_up = self.cross_attn(x, memory, memory, memory_key_padding_mask)  # lands in attn_mask
+        x = self.norm2(x + self.dropout2(looked_up))
+        return self.norm3(x + self.ff(x))
+
+
+class LayerInvertedTgtPadding(_Layer):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        keep = None if tgt_key_padding_mask is None else ~tgt_key_padding_mask
+        x = self.norm1(x + self.sa(x, tgt_mask, keep))
+        x = self.norm2(x + self.ca(x, memory, memory_key_padding_mask))
+        return self.norm3(x + self.ff(x))
+
+
+class LayerInvertedMemoryPadding(_Layer):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        keep = None if memory_key_padding_mask is None else ~memory_key_padding_mask
+        x = self.norm1(x + self.sa(x, tgt_mask, tgt_key_padding_mask))
+        x = self.norm2(x + self.ca(x, memory, keep))
+        return self.norm3(x + self.ff(x))
+
+
 class LayerCrossKVFromDecoder(_Layer):
     def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
         x = self.norm1(x + self.sa(x, tgt_mask, tgt_key_padding_mask))
@@ -144,6 +176,17 @@ class LayerCausalCross(_Layer):
         x = self.norm1(x + self.sa(x, tgt_mask, tgt_key_padding_mask))
         looked_up = self.cross_attn(x, memory, memory, attn_mask=tgt_mask, key_padding_mask=memory_key_padding_mask)
         x = self.norm2(x + self.dropout2(looked_up))
+        return self.norm3(x + self.ff(x))
+
+
+class LayerCrossIsSelf(_Layer):
+    def __init__(self, d_model: int, h: int, d_ff: int, dropout: float = 0.1) -> None:
+        super().__init__(d_model, h, d_ff, dropout)
+        self.cross_attn = self.self_attn  # "the same kind of layer": one object under two names
+
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        x = self.norm1(x + self.sa(x, tgt_mask, tgt_key_padding_mask))
+        x = self.norm2(x + self.ca(x, memory, memory_key_padding_mask))
         return self.norm3(x + self.ff(x))
 
 
@@ -197,6 +240,14 @@ class LayerNoDropout(_Layer):
         return self.norm3(x + self.feed_forward(x))
 
 
+class LayerDropoutAfterNorm(_Layer):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        attended = self.self_attn(x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)
+        x = self.dropout1(self.norm1(x + attended))
+        x = self.dropout2(self.norm2(x + self.cross_attn(x, memory, memory, key_padding_mask=memory_key_padding_mask)))
+        return self.dropout3(self.norm3(x + self.feed_forward(x)))
+
+
 class LayerDropoutAfterAdd(_Layer):
     def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
         attended = self.self_attn(x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)
@@ -220,6 +271,17 @@ class StackSameLayer(nn.Module):
     def __init__(self, d_model: int, h: int, d_ff: int, N: int, dropout: float = 0.1) -> None:
         super().__init__()
         self.layers = nn.ModuleList([DecoderLayer(d_model, h, d_ff, dropout)] * N)  # one layer, N times
+
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask, tgt_key_padding_mask, memory_key_padding_mask)
+        return x
+
+
+class StackLayersWithoutDropout(_Stack):
+    def __init__(self, d_model: int, h: int, d_ff: int, N: int, dropout: float = 0.1) -> None:
+        super().__init__(d_model, h, d_ff, N, dropout)
+        self.layers = nn.ModuleList(DecoderLayer(d_model, h, d_ff) for _ in range(N))  # dropout left at 0.1
 
     def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
         for layer in self.layers:
@@ -301,22 +363,33 @@ MISTAKES = [
     Mistake(LAYER, "tgt_mask inverted", LayerInvertedTgtMask, "tgt_mask was inverted"),
     Mistake(LAYER, "target padding ignored", LayerNoTgtPadding, "ignored tgt_key_padding_mask"),
     Mistake(LAYER, "memory padding ignored", LayerNoMemoryPadding, "ignored memory_key_padding_mask"),
+    # Caught first as the tgt_mask it pushes out, on a case without target padding.
+    Mistake(LAYER, "self_attn(x, x, x, tgt_key_padding_mask): padding in attn_mask's place", LayerTgtPaddingPositional,
+            "ignored tgt_mask"),
+    Mistake(LAYER, "cross_attn(x, memory, memory, memory_key_padding_mask): padding as attn_mask",
+            LayerMemoryPaddingPositional, "the padding mask reached `attn_mask` of the cross-attention"),
+    Mistake(LAYER, "target padding inverted", LayerInvertedTgtPadding, "tgt_key_padding_mask is inverted"),
+    Mistake(LAYER, "memory padding inverted", LayerInvertedMemoryPadding, "memory_key_padding_mask is inverted"),
     Mistake(LAYER, "K and V from the decoder: cross_attn(x, x, x)", LayerCrossKVFromDecoder,
             "keys and values of the cross-attention came from the decoder"),
     Mistake(LAYER, "Q from memory: cross_attn(memory, x, x)", LayerCrossQueryFromMemory,
             "queries of the cross-attention came from memory"),
     Mistake(LAYER, "causal mask given to the cross-attention", LayerCausalCross, "given tgt_mask too"),
     Mistake(LAYER, "self_attn reused for the cross-attention", LayerSharedAttention, "used self_attn's weights"),
+    Mistake(LAYER, "cross_attn = self_attn: one module under two names", LayerCrossIsSelf, "the sharing is the fault"),
     Mistake(LAYER, "FFN before the cross-attention", LayerFfnBeforeCross, "feed-forward network came before"),
     Mistake(LAYER, "pre-norm", LayerPreNorm, "pre-norm"),
     Mistake(LAYER, "LayerNorm before the residual addition", LayerNormBeforeAdd, "before adding the residual"),
     Mistake(LAYER, "norm1 and norm3 swapped", LayerNormsSwapped, "LayerNorms are used in the wrong places"),
     Mistake(LAYER, "no residual connections", LayerNoResidual, "residual connections are missing"),
-    Mistake(LAYER, "dropout1..3 never applied", LayerNoDropout, "dropout=1.0 in training mode"),
-    Mistake(LAYER, "dropout applied to the residual sum", LayerDropoutAfterAdd, "dropout=1.0 in training mode"),
+    Mistake(LAYER, "dropout1..3 never applied", LayerNoDropout, "the residual dropout is missing"),
+    Mistake(LAYER, "dropout applied to the residual sum", LayerDropoutAfterAdd, "dropout was applied to the residual sum"),
+    Mistake(LAYER, "dropout applied after the LayerNorm", LayerDropoutAfterNorm, "dropout was applied after the LayerNorm"),
     # Decoder
-    Mistake(STACK, "the same layer repeated N times", StackSameLayer, "same DecoderLayer object"),
+    Mistake(STACK, "the same layer repeated N times", StackSameLayer, "the same DecoderLayer object"),
     Mistake(STACK, "a final LayerNorm", StackFinalNorm, "no final LayerNorm"),
+    Mistake(STACK, "layers built without the dropout argument", StackLayersWithoutDropout,
+            "the layers drop with probability 0.1, not the decoder's dropout=0.3"),
     Mistake(STACK, "every layer applied to the input", StackNotChained, "previous layer's output"),
     Mistake(STACK, "later layers attend to the previous layer instead of memory", StackMemoryIsPreviousOutput,
             "did not attend to the encoder's output"),

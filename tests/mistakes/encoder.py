@@ -14,6 +14,7 @@ from reference.encoder import Encoder as RightEncoder
 from reference.encoder import EncoderLayer as RightLayer
 from reference.encoder import LayerNorm as RightNorm
 from reference.encoder import PositionwiseFeedForward as RightFFN
+from reference.multihead import MultiHeadAttention
 
 from . import Mistake
 
@@ -72,6 +73,12 @@ class FFNFunctionalDropout(RightFFN):
 class FFNReturnsHidden(RightFFN):
     def forward(self, x):
         return self.dropout(torch.relu(self.w_1(x)))
+
+
+class FFNFixedDropout(RightFFN):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__(d_model, d_ff, dropout)
+        self.dropout = nn.Dropout(0.1)  # the argument is ignored
 
 
 class FFNNoBias(nn.Module):
@@ -231,6 +238,20 @@ class LayerNoMask(RightLayer):
         return self.norm2(x + self.dropout2(self.feed_forward(x)))
 
 
+class LayerMaskPositional(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        # MultiHeadAttention's fourth positional argument is attn_mask, not key_padding_mask.
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
+class LayerMaskInverted(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        keep = None if key_padding_mask is None else ~key_padding_mask  # "the mask says which keys to keep"
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=keep)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+
+
 class LayerNormsSwapped(RightLayer):
     def forward(self, x, key_padding_mask=None):
         x = self.norm2(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
@@ -247,6 +268,56 @@ class LayerSecondResidualFromInput(RightLayer):
     def forward(self, x, key_padding_mask=None):
         y = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
         return self.norm2(x + self.dropout2(self.feed_forward(y)))
+
+
+class LayerDropoutNeverUsed(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        # dropout1 and dropout2 are built in __init__ but never called
+        x = self.norm1(x + self.self_attn(x, x, x, key_padding_mask=key_padding_mask))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class LayerDropoutOnResidualSum(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(self.dropout1(x + self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm2(self.dropout2(x + self.feed_forward(x)))
+
+
+class LayerDropoutAfterNorm(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.dropout1(self.norm1(x + self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.dropout2(self.norm2(x + self.feed_forward(x)))
+
+
+class LayerOnlyFirstDropout(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm2(x + self.feed_forward(x))
+
+
+class LayerAttentionWithoutDropout(RightLayer):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__(d_model, h, d_ff, dropout)
+        self.self_attn = MultiHeadAttention(d_model, h)  # its dropout defaults to 0.0
+
+
+class LayerFixedDropout(RightLayer):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__(d_model, h, d_ff, dropout)
+        self.dropout1, self.dropout2 = nn.Dropout(0.1), nn.Dropout(0.1)
+
+
+class LayerFunctionalDropout(RightLayer):
+    def forward(self, x, key_padding_mask=None):
+        p = self.dropout1.p  # F.dropout's training argument defaults to True: it drops in eval mode too
+        x = self.norm1(x + F.dropout(self.self_attn(x, x, x, key_padding_mask=key_padding_mask), p))
+        return self.norm2(x + F.dropout(self.feed_forward(x), p))
+
+
+class LayerSharedNorm(RightLayer):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__(d_model, h, d_ff, dropout)
+        self.norm2 = self.norm1  # one LayerNorm for both sub-layers
 
 
 class LayerTorchNorms(RightLayer):
@@ -338,6 +409,12 @@ class EncoderReversed(RightEncoder):
         return x
 
 
+class EncoderLayersWithoutDropout(RightEncoder):
+    def __init__(self, d_model, h, d_ff, N, dropout=0.1):
+        nn.Module.__init__(self)
+        self.layers = nn.ModuleList(RightLayer(d_model, h, d_ff) for _ in range(N))  # dropout left at 0.1
+
+
 class EncoderPlainList(RightEncoder):
     def __init__(self, d_model, h, d_ff, N, dropout=0.1):
         nn.Module.__init__(self)
@@ -360,6 +437,7 @@ MISTAKES = [
     Mistake(FFN, "dropout on the input", FFNDropoutOnInput, "dropout was applied to the input x"),
     Mistake(FFN, "F.dropout, active in eval mode", FFNFunctionalDropout, "dropout is active in eval mode"),
     Mistake(FFN, "returns the hidden layer", FFNReturnsHidden, "the hidden width d_ff"),
+    Mistake(FFN, "dropout probability fixed at 0.1", FFNFixedDropout, "not the constructor's dropout=0.5"),
     Mistake(FFN, "linear maps without bias", FFNNoBias, "keep nn.Linear's default bias=True"),
     # LayerNorm
     Mistake(NORM, "unbiased variance", NormUnbiased, "unbiased variance"),
@@ -382,14 +460,28 @@ MISTAKES = [
     Mistake(LAYER, "residual added after the norm", LayerResidualAfterNorm, "the residual was added after the normalisation"),
     Mistake(LAYER, "no residual connection", LayerNoResidual, "there is no residual connection"),
     Mistake(LAYER, "padding mask not passed to the self-attention", LayerNoMask, "did not reach the self-attention"),
+    Mistake(LAYER, "padding mask passed positionally, so it lands in attn_mask", LayerMaskPositional,
+            "the padding mask reached `attn_mask`"),
+    Mistake(LAYER, "padding mask inverted", LayerMaskInverted, "key_padding_mask is inverted"),
     Mistake(LAYER, "norm1 and norm2 swapped", LayerNormsSwapped, "norm1 and norm2 are swapped"),
     Mistake(LAYER, "feed-forward before self-attention", LayerFFNFirst, "the sub-layers are in the wrong order"),
     Mistake(LAYER, "second residual from the layer's input", LayerSecondResidualFromInput, "the second residual adds the layer's input"),
     Mistake(LAYER, "nn.LayerNorm for norm1 and norm2", LayerTorchNorms, "must be your LayerNorm"),
+    Mistake(LAYER, "norm2 is norm1: one LayerNorm for both sub-layers", LayerSharedNorm,
+            "norm2 and norm1 are one and the same object"),
     Mistake(LAYER, "no dropout1/dropout2 submodules", LayerOneDropout, "has no submodule dropout1"),
+    Mistake(LAYER, "dropout1/dropout2 built, never called", LayerDropoutNeverUsed, "the residual dropout is missing"),
+    Mistake(LAYER, "dropout on the residual sum", LayerDropoutOnResidualSum, "dropout was applied to the residual sum"),
+    Mistake(LAYER, "dropout after the LayerNorm", LayerDropoutAfterNorm, "dropout was applied after the LayerNorm"),
+    Mistake(LAYER, "dropout2 never applied", LayerOnlyFirstDropout, "dropout2 is never applied"),
+    Mistake(LAYER, "self-attention built without dropout", LayerAttentionWithoutDropout,
+            "the self-attention drops no attention weights"),
+    Mistake(LAYER, "dropout1/dropout2 with a fixed probability", LayerFixedDropout,
+            "dropout1 and dropout2 drop with probability 0.1"),
+    Mistake(LAYER, "F.dropout, active in eval mode", LayerFunctionalDropout, "dropout is active in eval mode"),
     Mistake(LAYER, "calls nn.TransformerEncoderLayer", LayerUsesTorchLayer, "which this exercise asks you to build yourself"),
     # Encoder
-    Mistake(ENCODER, "the same layer object N times", EncoderSharedLayer, "the same EncoderLayer object was probably repeated"),
+    Mistake(ENCODER, "the same layer object N times", EncoderSharedLayer, "the same EncoderLayer object was repeated"),
     Mistake(ENCODER, "a final LayerNorm module", EncoderFinalNorm, "add no final LayerNorm"),
     Mistake(ENCODER, "a final functional layer_norm", EncoderFunctionalFinalNorm, "add no final LayerNorm"),
     Mistake(ENCODER, "padding mask not passed to the layers", EncoderNoMask, "did not reach the layers"),
@@ -398,5 +490,7 @@ MISTAKES = [
     Mistake(ENCODER, "return inside the loop", EncoderReturnInLoop, "only the first layer ran"),
     Mistake(ENCODER, "layers in reverse order", EncoderReversed, "reverse order"),
     Mistake(ENCODER, "plain Python list of layers", EncoderPlainList, "use nn.ModuleList"),
+    Mistake(ENCODER, "layers built without the dropout argument", EncoderLayersWithoutDropout,
+            "the layers drop with probability 0.1, not the encoder's dropout=0.3"),
     Mistake(ENCODER, "N - 1 layers", EncoderOneLayerShort, "range(N)"),
 ]

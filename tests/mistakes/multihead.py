@@ -285,6 +285,27 @@ class MHAFunctionalDropoutAlwaysOn(_Layer):
         return F.dropout(weights, self.dropout.p)  # training=True by default, even after .eval()
 
 
+class MHAStoresDroppedWeights(_Layer):
+    def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
+        q, k, v = (self.split(t) for t in self.project(query, key, value))
+        weights = self.dropout(_attention(q, k, v, self.mask(attn_mask, key_padding_mask), self.scale()))
+        self.attn_weights = weights.detach()  # kept after the dropout
+        return self.output(self.merge(weights @ v))
+
+
+class MHAOtherAttributeNames(_Layer):
+    def __init__(self, d_model: int, h: int, dropout: float = 0.0, bias: bool = True):
+        super().__init__(d_model, h, dropout, bias)
+        self.num_heads, self.head_dim = self.h, self.d_k
+        del self.h, self.d_k
+
+    def split(self, x):
+        return _split(x, self.num_heads)
+
+    def scale(self):
+        return math.sqrt(self.head_dim)
+
+
 class MHANoAttnWeights(_Layer):
     def keep_weights(self, weights):
         pass
@@ -344,7 +365,10 @@ MISTAKES = [
     Mistake(MHA, "3-D attn_mask without a head axis", MHAMaskWithoutHeadAxis, "a head axis, attn_mask.unsqueeze(1)"),
     Mistake(MHA, "dropout on the output instead of the weights", MHADropoutOnOutput, "applied dropout to the output"),
     Mistake(MHA, "dropout never used", MHADropoutNeverUsed, "ignored dropout in training mode"),
-    Mistake(MHA, "functional dropout left on in eval mode", MHAFunctionalDropoutAlwaysOn, "In eval mode dropout must do nothing", hidden_only=True),
+    Mistake(MHA, "functional dropout left on in eval mode", MHAFunctionalDropoutAlwaysOn, "dropout is active although the layer is in eval mode"),
+    Mistake(MHA, "attn_weights stored after dropout", MHAStoresDroppedWeights, "holds the weights after dropout"),
+    Mistake(MHA, "self.num_heads and self.head_dim instead of self.h and self.d_k", MHAOtherAttributeNames,
+            "store the number of heads as self.h"),
     Mistake(MHA, "attn_weights not stored", MHANoAttnWeights, "did not set self.attn_weights"),
     Mistake(MHA, "attn_weights averaged over the heads", MHAAveragedAttnWeights, "rather than averaging them"),
     Mistake(MHA, "attn_weights hold log-weights", MHAStoresScores, "do not sum to 1"),

@@ -246,6 +246,27 @@ class LayerTableAsParameter(_Base):
         return self.dropout(self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:T])
 
 
+class LayerPersistentTable(_Base):
+    def __init__(self, vocab_size, d_model, dropout=0.1, max_len=5000):
+        super().__init__(vocab_size, d_model, dropout, max_len)
+        self.register_buffer("pe", _right(max_len, d_model))  # persistent by default: saved with every checkpoint
+
+    def forward(self, tokens):
+        T = self._length(tokens)
+        return self.dropout(self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:T])
+
+
+class LayerTableAsAttribute(_Base):
+    def __init__(self, vocab_size, d_model, dropout=0.1, max_len=5000):
+        super().__init__(vocab_size, d_model, dropout, max_len)
+        del self.pe
+        self.pe = _right(max_len, d_model)  # a plain tensor: .to(device) leaves it behind
+
+    def forward(self, tokens):
+        T = self._length(tokens)
+        return self.dropout(self.embedding(tokens) * math.sqrt(self.d_model) + self.pe[:T])
+
+
 class LayerBatchedTable(_Base):
     """The table stored as (1, max_len, d_model) and sliced pe[:, :T]: right numbers, wrong buffer."""
 
@@ -298,5 +319,7 @@ MISTAKES = [
     Mistake(LAYER, "no check of T > max_len", LayerNoLengthCheck, "raise ValueError"),
     Mistake(LAYER, "table as a parameter", LayerTableAsParameter, "register it with self.register_buffer"),
     Mistake(LAYER, "table stored as (1, max_len, d_model)", LayerBatchedTable, "keep the table as sinusoidal_encoding returns it"),
+    Mistake(LAYER, "table registered as a persistent buffer", LayerPersistentTable, "persistent=False"),
+    Mistake(LAYER, "table kept as a plain tensor attribute", LayerTableAsAttribute, "`pe` is not a buffer"),
     Mistake(LAYER, "float64 table", LayerFloat64Table, "float32"),
 ]

@@ -1,0 +1,882 @@
+"""Chapter 8 checks: edit distance, label-smoothed cross-entropy, the learning-rate schedule,
+batching by length and beam search.
+
+Oracles: the recursive definition of the edit distance, evaluated with memoisation;
+``F.cross_entropy(label_smoothing=..., ignore_index=...)``; equation 3 of the paper in closed
+form; properties every right batching has (each example once, no batch over budget, padding
+against random batches, reproducible shuffling); greedy decoding and an exhaustive search over
+every sequence of a small model, and a beam search run here on the grader's own copy of it.
+Every case draws its inputs from its own ``torch.Generator``.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from .. import toys  # noqa: F401  (registers the "toy_translator" provider)
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    Provided,
+    Raised,
+    expect_close,
+    expect_dtype,
+    expect_finite,
+    expect_tensor,
+    expect_tuple,
+    materialize,
+    raised_message,
+    seeded,
+)
+
+
+def _as_int(value: Any) -> Any:
+    """A 0-d integer tensor counts as an int; anything else is returned as it is."""
+    if isinstance(value, torch.Tensor) and value.numel() == 1 and not value.is_floating_point() and value.dtype != torch.bool:
+        return int(value.item())
+    return value
+
+
+# ----------------------------------------------------------------------------------------
+# edit_distance
+# ----------------------------------------------------------------------------------------
+
+
+def levenshtein(a: Sequence, b: Sequence) -> int:
+    """The recursive definition, memoised: d(a, b) over the prefixes of both sequences."""
+
+    @functools.lru_cache(maxsize=None)
+    def d(i: int, j: int) -> int:
+        if i == 0 or j == 0:
+            return i + j
+        return min(d(i - 1, j) + 1, d(i, j - 1) + 1, d(i - 1, j - 1) + (a[i - 1] != b[j - 1]))
+
+    return d(len(a), len(b))
+
+
+def _damerau(a: Sequence, b: Sequence) -> int:
+    """Edit distance in which swapping two neighbours costs 1 (optimal string alignment)."""
+    D = [[i + j if i == 0 or j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            D[i][j] = min(D[i - 1][j] + 1, D[i][j - 1] + 1, D[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+            if i > 1 and j > 1 and a[i - 1] == b[j - 2] and a[i - 2] == b[j - 1]:
+                D[i][j] = min(D[i][j], D[i - 2][j - 2] + 1)
+    return D[-1][-1]
+
+
+def _lcs(a: Sequence, b: Sequence) -> int:
+    L = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            L[i][j] = L[i - 1][j - 1] + 1 if a[i - 1] == b[j - 1] else max(L[i - 1][j], L[i][j - 1])
+    return L[-1][-1]
+
+
+def _zero_borders(a: Sequence, b: Sequence) -> int:
+    """The recurrence with D[i, 0] = D[0, j] = 0."""
+    D = [[0] * (len(b) + 1) for _ in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            D[i][j] = min(D[i - 1][j] + 1, D[i][j - 1] + 1, D[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    return D[-1][-1]
+
+
+PHONEMES = ("AA", "AE", "AH", "AO", "B", "CH", "D", "EH", "ER", "IY", "K", "L", "N", "R", "S", "T", "TH", "Z")
+
+
+class EditDistance(Check):
+    function = "edit_distance"
+    oracle = "the recursive definition of the Levenshtein distance"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(81 if not hidden else 810)
+
+        def phonemes(n: int, alphabet: int = len(PHONEMES)) -> list[str]:
+            return [PHONEMES[i] for i in torch.randint(alphabet, (n,), generator=g).tolist()]
+
+        def ids(n: int, alphabet: int) -> list[int]:
+            return torch.randint(alphabet, (n,), generator=g).tolist()
+
+        def case(a, b, tag=""):
+            return Case(f"a={a!r}, b={b!r}", (a, b), {}, tag)
+
+        out = [
+            case(["TH", "AO", "T"], ["T", "AO", "T"]),
+            case(["K", "AE", "T"], ["K", "AE", "T", "S"]),
+            case([], ["K", "AE", "T"], "empty"),
+            case(["D", "AO", "G", "Z"], [], "empty"),
+            case(["ER"], ["EH", "R"], "symbols"),
+            case(["K", "S", "AE"], ["S", "K", "AE"], "swap"),
+            case(phonemes(7, 5), phonemes(9, 5)),
+            case(ids(8, 3), ids(6, 3)),
+            case(("AH", "B", "AW", "T"), ("AH", "B", "AW", "T")),
+        ]
+        if hidden:
+            out += [
+                case([], []),
+                case(["AA", "R", "T"], ["AA", "R", "T", "AH", "S", "T"]),
+                case(phonemes(14, 4), phonemes(11, 4)),
+                case(phonemes(20), phonemes(18)),
+                case(ids(12, 2), ids(15, 2)),
+                case(["CH", "ER", "CH"], ["SH", "ER", "CH"], "symbols"),
+                case(["EH", "R", "IY"], ["ER", "IY"], "symbols"),
+                case(["T", "S", "K", "S"], ["S", "T", "S", "K"], "swap"),
+                case(ids(1, 3), ids(9, 3)),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        result = _as_int(result)
+        if isinstance(result, float) and result.is_integer():
+            raise CheckFailed(
+                f"`edit_distance` returned the float {result!r} on the case {case.label}; return an int: "
+                "a number of edits."
+            )
+        if isinstance(result, bool) or not isinstance(result, int):
+            raise CheckFailed(
+                f"`edit_distance` returned {result!r} ({type(result).__name__}) on the case {case.label}; return an int."
+            )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        # Judged together: on one pair of sequences several mistakes can give the same number, but a
+        # mistake is named only when it explains every result.
+        results = [_as_int(r) for r in results]
+        wrong = [(c, r) for c, r in zip(cases, results) if r != levenshtein(*c.args)]
+        if not wrong:
+            return
+        diagnoses: list[tuple[Callable[[Sequence, Sequence], int], str]] = [
+            (_zero_borders,
+             "the first row and column of the table must be D[i, 0] = i and D[0, j] = j (the cost of deleting or "
+             "inserting a whole prefix), not 0."),
+            (lambda a, b: sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)),
+             "you compared the sequences position by position; an insertion or a deletion shifts everything after "
+             "it, so use the recurrence D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j])."),
+            (lambda a, b: len(a) + len(b) - 2 * _lcs(a, b),
+             "a substitution costs 1, not 2 (a deletion plus an insertion): D[i-1, j-1] + 1 when a_i != b_j."),
+            (_lcs, "this is the length of the longest common subsequence, not the edit distance."),
+            (lambda a, b: levenshtein("".join(map(str, a)), "".join(map(str, b))),
+             "you compared letters, not phonemes: a symbol is a whole element of the sequence (\"TH\" is one "
+             "phoneme), so do not join or split the sequences into characters."),
+            (_damerau,
+             "swapping two neighbours is two edits here (Levenshtein distance), not one (that is Damerau's variant)."),
+        ]
+        case, result = wrong[0]
+        expected = levenshtein(*case.args)
+        for mistaken, message in diagnoses:
+            if all(mistaken(*c.args) == r for c, r in zip(cases, results)):
+                raise CheckFailed(f"`edit_distance` returned {result} on the case {case.label}: {message}")
+        if case.tag == "empty":
+            raise CheckFailed(
+                f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: turning a "
+                "sequence into an empty one (or the other way round) takes one deletion (insertion) per symbol, so "
+                "start from D[i, 0] = i and D[0, j] = j."
+            )
+        raise CheckFailed(
+            f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: fill the table "
+            "D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]) for every prefix and return "
+            "D[len(a), len(b)]."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# label_smoothed_cross_entropy
+# ----------------------------------------------------------------------------------------
+
+
+def _smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: int, *, others_only: bool = False,
+              one_minus: bool = True, uniform_sum: bool = False, log_probs: torch.Tensor | None = None) -> torch.Tensor:
+    """Per-position losses (...,) of a smoothed target, with the variants known mistakes use."""
+    lp = torch.log_softmax(logits, dim=-1) if log_probs is None else log_probs  # (..., V)
+    V = lp.shape[-1]
+    nll = -lp.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...,)
+    if others_only:  # eps spread over the V - 1 wrong tokens only
+        rest = (-lp.sum(-1) - nll) / (V - 1)
+        return (1 - eps) * nll + eps * rest
+    uniform = -lp.sum(-1) if uniform_sum else -lp.mean(-1)  # (...,)
+    return ((1 - eps) if one_minus else 1.0) * nll + eps * uniform
+
+
+class LabelSmoothedCrossEntropy(Check):
+    function = "label_smoothed_cross_entropy"
+    oracle = "F.cross_entropy(label_smoothing=..., ignore_index=pad_id)"
+    forbidden = ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(82 if not hidden else 820)
+
+        def case(shape, eps, pad_id=0, dtype=torch.float32, scale=2.0, pad_share=0.3, tag=""):
+            V = shape[-1]
+            logits = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
+            target = torch.randint(V, shape[:-1], generator=g)
+            target[target == pad_id] = (pad_id + 1) % V  # padding only where it is put below
+            if pad_share and len(shape) == 3:
+                B, T = shape[:2]
+                keep = torch.randint(max(1, int(T * (1 - pad_share))), T + 1, (B,), generator=g)  # (B,) real lengths
+                keep[0] = T  # one full row
+                target[torch.arange(T).unsqueeze(0) >= keep.unsqueeze(1)] = pad_id  # (B, T) padded at the end
+            elif pad_share:
+                target[torch.rand(shape[:-1], generator=g) < pad_share] = pad_id
+                target.view(-1)[0] = (pad_id + 1) % V  # at least one real position
+            extra = " with entries near ±1000" if tag == "large" else ""
+            label = (f"logits {tuple(shape)} {str(dtype)[6:]}{extra}, target {tuple(shape[:-1])} with "
+                     f"{int((target == pad_id).sum())} padding positions, smoothing={eps}, pad_id={pad_id}")
+            return Case(label, (logits, target), {"smoothing": eps, "pad_id": pad_id}, tag)
+
+        out = [
+            case((3, 5, 7), 0.1),
+            case((6, 11), 0.1, pad_share=0.0),
+            case((2, 6, 9), 0.2, pad_id=3, dtype=torch.float64),
+            case((4, 4, 5), 0.0),
+            case((2, 3, 6), 0.1, scale=500.0, tag="large"),
+        ]
+        if hidden:
+            out += [
+                case((5, 9, 42), 0.1, dtype=torch.float64),
+                case((3, 8, 13), 0.5, pad_id=12, pad_share=0.6),
+                case((7, 4), 0.3, pad_id=1, dtype=torch.float64),
+                case((2, 2, 3, 8), 0.1),
+                case((4, 6, 20), 0.1, scale=2000.0, dtype=torch.float64, tag="large"),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        logits, target = case.args
+        eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
+        name = "`label_smoothed_cross_entropy`'s result"
+        if isinstance(result, (float, int)) and not isinstance(result, bool):
+            raise CheckFailed(
+                f"{name} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
+                "itself (no .item()), so that loss.backward() can reach the model."
+            )
+        loss = expect_tensor(result, name, case)
+        if loss.dim() != 0:
+            raise CheckFailed(
+                f"{name} has shape {tuple(loss.shape)} on the case {case.label}: return one number, the mean over the "
+                "positions that are not padding, as a 0-dimensional tensor."
+            )
+        expect_dtype(loss, logits.dtype, name, case)
+        expect_finite(loss, name, case, "log(softmax(x)) underflows to log(0) = -inf for large logits: use "
+                                        "torch.log_softmax, which computes it stably.")
+        V = logits.shape[-1]
+        x = logits.double()
+        expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
+        real = target != pad_id
+        n_real, n_all = int(real.sum()), target.numel()
+
+        def mean_real(per_position: torch.Tensor) -> torch.Tensor:
+            return per_position[real].sum() / n_real
+
+        diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = []
+        if n_real < n_all:
+            diagnoses += [
+                (lambda: F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps),
+                 "padding positions were counted: leave out every position where target == pad_id, from the sum and "
+                 "from the count."),
+                (lambda: _smoothed(x, target, eps, pad_id)[real].sum() / n_all,
+                 "the padding was left out of the sum but not out of the count: divide by the number of non-padding "
+                 "positions, (target != pad_id).sum()."),
+            ]
+            if target.dim() >= 2:
+                diagnoses.append((
+                    lambda: torch.stack([
+                        _smoothed(x[b], target[b], eps, pad_id)[real[b]].mean()
+                        for b in range(target.shape[0]) if real[b].any()
+                    ]).mean(),
+                    "this is the mean of per-sentence means; the loss is the mean over all non-padding positions "
+                    "together, so that every token weighs the same.",
+                ))
+        diagnoses += [
+            (lambda: _smoothed(x, target, eps, pad_id)[real].sum(),
+             "this is the sum over positions; return the mean over the non-padding positions."),
+            (lambda: mean_real(_smoothed(x, target, eps, pad_id, others_only=True)),
+             "the smoothing mass was spread over the V - 1 wrong tokens only; spread epsilon evenly over all V "
+             "tokens, the right one included: q = (1 - eps) one_hot + eps / V."),
+            (lambda: mean_real(_smoothed(x, target, 0.0, pad_id)),
+             "the smoothing was ignored: this is the plain cross-entropy; mix in eps times the cross-entropy against "
+             "the uniform distribution."),
+            (lambda: mean_real(_smoothed(x, target, eps, pad_id, one_minus=False)),
+             "the right token's term must be weighted by (1 - smoothing): q puts 1 - eps on it, plus its share eps / V."),
+            (lambda: mean_real(_smoothed(x, target, eps, pad_id, uniform_sum=True)),
+             "the smoothing term summed -log p over the vocabulary; the uniform target gives each token eps / V, "
+             "so average it over the V tokens (mean, not sum)."),
+            (lambda: mean_real(_smoothed(x, target, eps, pad_id, log_probs=x)),
+             "the logits were used as log-probabilities: take torch.log_softmax(logits, dim=-1) first."),
+            (lambda: mean_real(_smoothed(x, target, eps, pad_id, log_probs=torch.softmax(x, -1))),
+             "the softmax probabilities were used where log-probabilities belong: use torch.log_softmax."),
+        ]
+        expect_close(loss, expected, name, case, diagnoses, dtype=logits.dtype,
+                     hint="The loss is (1 - eps) * (-log p_y) + eps * mean_v(-log p_v), averaged over non-padding positions.")
+
+
+# ----------------------------------------------------------------------------------------
+# noam_rate
+# ----------------------------------------------------------------------------------------
+
+
+def _rate(step: float, d_model: int, warmup: int, factor: float = 1.0) -> float:
+    """Equation 3 of the paper, times factor."""
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
+class NoamRate(Check):
+    function = "noam_rate"
+    oracle = "equation 3 of the paper in closed form"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(83 if not hidden else 830)
+
+        def case(step, d_model, warmup, factor=None, tag=""):
+            kwargs = {} if factor is None else {"factor": factor}
+            label = f"step={step}, d_model={d_model}, warmup={warmup}" + ("" if factor is None else f", factor={factor}")
+            return Case(label, (step, d_model, warmup), kwargs, tag)
+
+        out = [
+            case(1, 512, 4000),
+            case(1000, 512, 4000),
+            case(4000, 512, 4000),
+            case(4001, 512, 4000),
+            case(100_000, 512, 4000),
+            case(250, 128, 500, factor=2.0),
+            case(int(torch.randint(501, 5000, (1,), generator=g)), 128, 500, factor=2.0),
+            case(0, 512, 4000, tag="invalid"),
+        ]
+        if hidden:
+            out += [
+                case(2, 64, 10),
+                case(10, 64, 10, factor=0.5),
+                case(11, 64, 10, factor=0.5),
+                case(int(torch.randint(1, 300, (1,), generator=g)), 256, 300),
+                case(1_000_000, 1024, 8000, factor=3.0),
+                case(-5, 512, 4000, tag="invalid"),
+                case(10, 512, 0, tag="invalid"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if case.tag == "invalid" and isinstance(result, Raised) and result.type != "NotImplementedError":
+            if result.type == "ValueError":
+                return  # raising is the right answer here
+            raise CheckFailed(
+                f"`noam_rate` raised {result.type} ({result.message}) on the case {case.label}; raise ValueError with "
+                "a message that says what is wrong (steps are counted from 1, warmup is at least 1)."
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        step, d_model, warmup = case.args
+        factor = case.kwargs.get("factor", 1.0)
+        if case.tag == "invalid":
+            if not isinstance(result, Raised):
+                raise CheckFailed(
+                    f"`noam_rate` returned {result!r} on the case {case.label}: raise ValueError instead. Steps are "
+                    "counted from 1 (the first update), where the formula is defined; warmup must be at least 1."
+                )
+            return
+        if isinstance(result, torch.Tensor) and result.numel() == 1:
+            result = result.item()
+        if isinstance(result, bool) or not isinstance(result, (int, float)):
+            raise CheckFailed(f"`noam_rate` returned {result!r} on the case {case.label}; return the rate as a float.")
+        expected = _rate(step, d_model, warmup, factor)
+
+        def close(x: float) -> bool:
+            return math.isclose(result, x, rel_tol=1e-9, abs_tol=1e-15)
+
+        if close(expected):
+            return
+        diagnoses = [
+            (lambda: factor * d_model ** -0.5 * max(step ** -0.5, step * warmup ** -1.5),
+             "the schedule takes the smaller of the two terms: min(step ** -0.5, step * warmup ** -1.5), not max."),
+            (lambda: factor * min(step ** -0.5, step * warmup ** -1.5), "the factor d_model ** -0.5 is missing."),
+            (lambda: factor * d_model ** 0.5 * min(step ** -0.5, step * warmup ** -1.5),
+             "multiply by d_model ** -0.5 (one over its square root), not by its square root."),
+            (lambda: _rate(step - 1, d_model, warmup, factor) if step > 1 else math.nan,
+             "steps are counted from 1: the first update uses step=1, so do not subtract 1."),
+            (lambda: _rate(step + 1, d_model, warmup, factor),
+             "steps are counted from 1 already: use step itself, not step + 1."),
+            (lambda: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -0.5),
+             "the warm-up term is step * warmup ** -1.5 (it meets step ** -0.5 at step = warmup), not warmup ** -0.5."),
+            (lambda: factor * d_model ** -0.5 * min(step ** 0.5, step * warmup ** -1.5),
+             "after the warm-up the rate decays as step ** -0.5; step ** 0.5 would grow."),
+            (lambda: _rate(step, d_model, warmup), "the factor argument was ignored: multiply the whole rate by it."),
+        ]
+        for value, message in diagnoses:
+            candidate = value()
+            if not math.isnan(candidate) and close(candidate) and not math.isclose(candidate, expected, rel_tol=1e-9):
+                raise CheckFailed(f"`noam_rate` returned {result:.6g} on the case {case.label}: {message}")
+        raise CheckFailed(
+            f"`noam_rate` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
+            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# length_batches
+# ----------------------------------------------------------------------------------------
+
+
+def _greedy_packing(lengths: Sequence[int], order: Sequence[int], max_tokens: int) -> list[list[int]]:
+    """Cut ``order`` into consecutive batches whose padded size stays within max_tokens."""
+    batches, batch, longest = [], [], 0
+    for i in order:
+        if batch and (len(batch) + 1) * max(longest, lengths[i]) > max_tokens:
+            batches.append(batch)
+            batch, longest = [], 0
+        batch.append(i)
+        longest = max(longest, lengths[i])
+    if batch:
+        batches.append(batch)
+    return batches
+
+
+def _padding(lengths: Sequence[int], batches: Sequence[Sequence[int]]) -> int:
+    return sum(len(b) * max(lengths[i] for i in b) - sum(lengths[i] for i in b) for b in batches)
+
+
+def _word_like_lengths(g: torch.Generator, n: int, low: int, high: int) -> list[int]:
+    """Lengths bunched in the middle with long tails, as word lengths are."""
+    middle, spread = (low + high) / 2, (high - low) / 5
+    raw = torch.randn(n, generator=g, dtype=torch.float64) * spread + middle
+    return raw.round().clamp(low, high).long().tolist()
+
+
+class LengthBatches(Check):
+    function = "length_batches"
+    oracle = "the properties of batching by length (each example once, budget, padding, reproducible shuffling)"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(84 if not hidden else 840)
+
+        def case(lengths, max_tokens, seed=0, epoch=0, tag="", what=""):
+            what = what or f"{len(lengths)} lengths from {min(lengths, default=0)} to {max(lengths, default=0)}"
+            return Case(f"{what}, max_tokens={max_tokens}, seed={seed}, epoch={epoch}",
+                        (list(lengths), max_tokens), {"seed": seed, "epoch": epoch}, tag)
+
+        main = _word_like_lengths(g, 600, 2, 24)
+        out = [
+            case(main, 256, tag="main"),
+            case(main, 256, tag="again"),
+            case(main, 256, epoch=1, tag="next-epoch"),
+            case(main, 256, seed=1, tag="other-seed"),
+            case([3, 5, 2, 7, 4], 8, what="lengths [3, 5, 2, 7, 4]"),
+            case([5] * 100, 50, what="100 lengths all equal to 5"),
+            case([], 64, what="no lengths"),
+            case([4, 9, 30, 2], 16, tag="invalid", what="lengths [4, 9, 30, 2]"),
+        ]
+        if hidden:
+            big = _word_like_lengths(g, 3000, 3, 40)
+            out += [
+                case(big, 1024, seed=7, epoch=2, tag="main"),
+                case(big, 1024, seed=7, epoch=2, tag="again"),
+                case(big, 1024, seed=7, epoch=3, tag="next-epoch"),
+                case(big, 1024, seed=8, epoch=2, tag="other-seed"),
+                case(_word_like_lengths(g, 400, 1, 12), 12, seed=3),
+                case([7, 7, 3, 7], 7, what="lengths [7, 7, 3, 7]"),
+                case([1], 1, what="lengths [1]"),
+                case([3, 3, 41], 40, tag="invalid", what="lengths [3, 3, 41]"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if case.tag == "invalid" and isinstance(result, Raised) and result.type != "NotImplementedError":
+            if result.type == "ValueError":
+                return
+            raise CheckFailed(
+                f"`length_batches` raised {result.type} ({result.message}) on the case {case.label}; an example longer "
+                "than max_tokens fits in no batch: raise ValueError with a message that says which one."
+            )
+        super().reject_non_results(case, result)
+
+    def _batches(self, case: Case, result: Any) -> list[list[int]]:
+        if not isinstance(result, (list, tuple)):
+            raise CheckFailed(
+                f"`length_batches` returned a {type(result).__name__} on the case {case.label}; return a list of "
+                "batches, each a list of example indices."
+            )
+        batches = []
+        for b in result:
+            if isinstance(b, torch.Tensor) and b.dim() == 1 and not b.is_floating_point():
+                b = b.tolist()
+            if not isinstance(b, (list, tuple)) or not all(isinstance(_as_int(i), int) and not isinstance(i, bool) for i in b):
+                raise CheckFailed(
+                    f"`length_batches` returned a batch that is not a list of ints ({b!r:.80}) on the case {case.label}."
+                )
+            batches.append([_as_int(i) for i in b])
+        return batches
+
+    def judge(self, case: Case, result: Any) -> None:
+        lengths, max_tokens = case.args
+        if case.tag == "invalid":
+            if not isinstance(result, Raised):
+                raise CheckFailed(
+                    f"`length_batches` returned a result on the case {case.label}, although one example is longer than "
+                    "max_tokens and fits in no batch: raise ValueError instead."
+                )
+            return
+        batches = self._batches(case, result)
+        n = len(lengths)
+        if any(len(b) == 0 for b in batches):
+            raise CheckFailed(f"`length_batches` returned an empty batch on the case {case.label}: drop empty batches.")
+        seen = [i for b in batches for i in b]
+        if sorted(seen) != list(range(n)):
+            counts: dict[int, int] = {}
+            for i in seen:
+                counts[i] = counts.get(i, 0) + 1
+            missing = [i for i in range(n) if i not in counts]
+            twice = [i for i, c in counts.items() if c > 1]
+            strange = [i for i in counts if not 0 <= i < n]
+            detail = []
+            if missing:
+                detail.append(f"{len(missing)} indices are missing (for example {missing[:5]}); did you forget to "
+                              "keep the last, partly filled batch?")
+            if twice:
+                detail.append(f"{len(twice)} indices appear more than once (for example {twice[:5]})")
+            if strange:
+                detail.append(f"indices outside 0..{n - 1}: {strange[:5]}")
+            raise CheckFailed(
+                f"`length_batches` must put every example in exactly one batch, on the case {case.label}: "
+                + "; ".join(detail) + "."
+            )
+        for b in batches:
+            longest = max(lengths[i] for i in b)
+            cost = len(b) * longest
+            if cost > max_tokens:
+                if sum(lengths[i] for i in b) <= max_tokens:
+                    raise CheckFailed(
+                        f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
+                        f"{case.label}: padded, it holds {cost} tokens, over the budget. A batch's cost is its padded "
+                        "size, len(batch) * (its longest length), not the sum of its lengths."
+                    )
+                raise CheckFailed(
+                    f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
+                    f"{case.label}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
+                    "budget before adding an example, with the longest length the batch would then have."
+                )
+        if n < 50:
+            return
+        rng = seeded(1_000 + n)  # the grader's own random batches, for comparison
+        random_batches = _greedy_packing(lengths, torch.randperm(n, generator=rng).tolist(), max_tokens)
+        sorted_batches = _greedy_packing(lengths, sorted(range(n), key=lambda i: lengths[i]), max_tokens)
+        mine, random_padding = _padding(lengths, batches), _padding(lengths, random_batches)
+        if mine > 0.25 * random_padding:
+            raise CheckFailed(
+                f"`length_batches`'s batches hold {mine} padding tokens on the case {case.label}, against "
+                f"{random_padding} for random batches under the same budget: put examples of similar length together "
+                "(sort the examples by length, then cut the sorted list into batches)."
+            )
+        if len(batches) > 1.15 * len(sorted_batches) + 1:
+            raise CheckFailed(
+                f"`length_batches` made {len(batches)} batches on the case {case.label}, where {len(sorted_batches)} "
+                "are enough: fill each batch up to the budget before starting the next one."
+            )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag in ("main", "again", "next-epoch", "other-seed")}
+        if "main" not in by_tag:
+            return
+        main_case, main = by_tag["main"]
+        main = self._batches(main_case, main)
+        lengths = main_case.args[0]
+        if "again" in by_tag and self._batches(*by_tag["again"]) != main:
+            raise CheckFailed(
+                f"`length_batches` gave different batches for the same arguments ({main_case.label}) when called twice: "
+                "the shuffling must come from your own torch.Generator seeded from seed and epoch "
+                "(torch.randperm(n, generator=g)), never from the global random generator."
+            )
+        if "next-epoch" in by_tag and self._batches(*by_tag["next-epoch"]) == main:
+            raise CheckFailed(
+                f"`length_batches` gave the same batches in the same order for another epoch ({by_tag['next-epoch'][0].label}): "
+                "each epoch must be shuffled differently; seed your generator from both seed and epoch."
+            )
+        if "other-seed" in by_tag and self._batches(*by_tag["other-seed"]) == main:
+            raise CheckFailed(
+                f"`length_batches` gave the same batches for another seed ({by_tag['other-seed'][0].label}): seed your "
+                "generator from the seed argument."
+            )
+        longest = [max(lengths[i] for i in b) for b in main]
+        if len(set(longest)) > 3 and (longest == sorted(longest) or longest == sorted(longest, reverse=True)):
+            raise CheckFailed(
+                f"`length_batches`'s batches come in order of length on the case {main_case.label}: shuffle the order "
+                "of the batches (with the same generator), so that training does not see all short words first."
+            )
+
+
+# ----------------------------------------------------------------------------------------
+# beam_search
+# ----------------------------------------------------------------------------------------
+
+
+def _next_log_probs(model, memory: torch.Tensor, prefixes: list[list[int]], kind: str = "log_softmax") -> torch.Tensor:
+    """(k, V) scores of the next token after each prefix (all of one length), as a mistake may compute them."""
+    ys = torch.tensor(prefixes, dtype=torch.long)  # (k, t)
+    logits = model.decode(memory.expand(len(prefixes), -1, -1), ys)[:, -1].double()  # (k, V)
+    if kind == "logits":
+        return logits
+    if kind == "probs":
+        return torch.softmax(logits, dim=-1)
+    return torch.log_softmax(logits, dim=-1)
+
+
+def _lp(n_generated: int, alpha: float, form: str = "gnmt") -> float:
+    if form == "power":
+        return n_generated ** alpha
+    return ((5 + n_generated) / 6) ** alpha
+
+
+def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, *, kind="log_softmax", eos_finishes=True,
+          finished_take_slots=True, per_hypothesis=False, form="gnmt", normalise=True, count_bos=False,
+          finished_first=True) -> tuple[list[int], float]:
+    """Beam search as the exercise defines it; the keyword arguments switch on known mistakes."""
+    memory = model.encode(src)  # (1, S, d)
+
+    def norm(tokens: list[int], score: float) -> float:
+        n = len(tokens) - (0 if count_bos else 1)
+        return score / _lp(n, alpha, form) if normalise else score
+
+    live, finished = [([bos_id], 0.0)], []
+    for _ in range(max_len):
+        if not live:
+            break
+        by_length: dict[int, list[int]] = {}
+        for index, (tokens, _) in enumerate(live):
+            by_length.setdefault(len(tokens), []).append(index)
+        step = torch.empty(len(live), model.vocab_size, dtype=torch.float64)
+        for group in by_length.values():
+            step[group] = _next_log_probs(model, memory, [live[i][0] for i in group], kind)
+        scores = torch.tensor([s for _, s in live], dtype=torch.float64).unsqueeze(1) + step  # (k, V)
+        V = scores.shape[1]
+        if per_hypothesis and len(live) > 1:
+            chosen = [(i * V + int(scores[i].argmax()), float(scores[i].max())) for i in range(len(live))]
+        else:
+            top = scores.flatten().topk(min(beam_size, scores.numel()))
+            chosen = list(zip(top.indices.tolist(), top.values.tolist()))
+            if not finished_take_slots:
+                # Finished hypotheses do not count: take extensions until beam_size of them stay live.
+                order = scores.flatten().argsort(descending=True).tolist()
+                chosen, kept = [], 0
+                for index in order:
+                    chosen.append((index, float(scores.flatten()[index])))
+                    kept += index % V != eos_id
+                    if kept == beam_size:
+                        break
+        survivors = []
+        for index, score in chosen:
+            tokens = live[index // V][0] + [index % V]
+            if eos_finishes and index % V == eos_id:
+                finished.append((tokens, score))
+            else:
+                survivors.append((tokens, score))
+        live = survivors
+    pool = (finished or live) if finished_first else finished + live
+    tokens, score = max(pool, key=lambda hyp: norm(*hyp))
+    return tokens, norm(tokens, score)
+
+
+def _exhaustive(model, src, max_len, bos_id, eos_id, alpha) -> tuple[list[int], float]:
+    """The best normalised score over every sequence that ends in <eos> within max_len tokens."""
+    memory = model.encode(src)
+    V = model.vocab_size
+    ordinary = [v for v in range(V) if v != eos_id]
+    best: tuple[list[int], float] | None = None
+    for n in range(1, max_len + 1):
+        prefixes = [[bos_id, *body, eos_id] for body in itertools.product(ordinary, repeat=n - 1)]
+        ys = torch.tensor(prefixes, dtype=torch.long)  # (N, n + 1)
+        log_probs = torch.log_softmax(model.decode(memory.expand(len(prefixes), -1, -1), ys[:, :-1]).double(), -1)
+        scores = log_probs.gather(-1, ys[:, 1:].unsqueeze(-1)).squeeze(-1).sum(-1) / _lp(n, alpha)  # (N,)
+        top = int(scores.argmax())
+        if best is None or float(scores[top]) > best[1]:
+            best = (prefixes[top], float(scores[top]))
+    assert best is not None
+    return best
+
+
+def _sequence_score(model, src, tokens: list[int], kind: str) -> float:
+    """The sum over a sequence's tokens of what a (possibly mistaken) scoring adds up."""
+    memory = model.encode(src)
+    ys = torch.tensor([tokens], dtype=torch.long)  # (1, L)
+    logits = model.decode(memory, ys[:, :-1])[0].double()  # (L - 1, V)
+    table = {"logits": logits, "probs": torch.softmax(logits, -1), "log_softmax": torch.log_softmax(logits, -1)}[kind]
+    return float(table.gather(-1, ys[0, 1:].unsqueeze(-1)).sum())
+
+
+def _greedy(model, src, max_len, bos_id, eos_id) -> list[int]:
+    memory = model.encode(src)
+    ys = [bos_id]
+    for _ in range(max_len):
+        token = int(model.decode(memory, torch.tensor([ys]))[0, -1].argmax())
+        ys.append(token)
+        if token == eos_id:
+            break
+    return ys
+
+
+class BeamSearch(Check):
+    function = "beam_search"
+    oracle = "greedy decoding (beam 1), an exhaustive search over every sequence (the widest beam) and a beam search run by the grader"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(85 if not hidden else 850)
+
+        def case(src_len, beam_size, max_len, seed, alpha=0.0, vocab_size=10, d=16, ids=(1, 2, 0), tag="", note="",
+                 src=None, eos_slope=8.0):
+            bos_id, eos_id, pad_id = ids
+            ordinary = torch.tensor([i for i in range(vocab_size) if i not in ids])
+            if src is None:
+                src = ordinary[torch.randint(len(ordinary), (1, src_len), generator=g)]  # (1, S)
+            model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed, "bos_id": bos_id,
+                                                "eos_id": eos_id, "pad_id": pad_id, "eos_slope": eos_slope})
+            label = (f"a source of length {src_len}, beam_size={beam_size}, max_len={max_len}, alpha={alpha}, "
+                     f"vocabulary of {vocab_size}, bos_id={bos_id}, eos_id={eos_id}{note}")
+            kwargs = {"beam_size": beam_size, "max_len": max_len, "bos_id": bos_id, "eos_id": eos_id, "alpha": alpha}
+            return Case(label, (model, src), kwargs, tag)
+
+        out = [
+            case(4, 1, 10, seed=0, tag="greedy", note=" (beam 1 is greedy decoding)"),
+            case(4, 3, 10, seed=0),
+            case(4, 4, 10, seed=0, vocab_size=8, alpha=0.6),
+            case(2, 6 ** 4, 4, seed=1, vocab_size=6, tag="exhaustive", note=" (a beam as wide as every sequence)"),
+            case(3, 5 ** 4, 4, seed=4, vocab_size=5, alpha=1.0, tag="exhaustive", note=" (a beam as wide as every sequence)"),
+            case(9, 3, 3, seed=2, note=" (no hypothesis can end in time)"),
+            # A model unsure of when to stop: finished hypotheses of several lengths compete.
+            case(2, 3, 10, seed=0, vocab_size=8, alpha=2.0, src=torch.tensor([[6, 5]]), eos_slope=0.5),
+        ]
+        if hidden:
+            out += [
+                case(6, 1, 12, seed=5, vocab_size=14, tag="greedy", note=" (beam 1 is greedy decoding)"),
+                case(5, 2, 12, seed=6, vocab_size=12, alpha=0.6, ids=(4, 0, 7)),
+                case(4, 5, 10, seed=7, vocab_size=16, alpha=0.6),
+                case(3, 7 ** 3, 3, seed=8, vocab_size=7, alpha=0.6, tag="exhaustive", note=" (a beam as wide as every sequence)"),
+                case(1, 4, 6, seed=9, vocab_size=9, alpha=2.0),
+                case(7, 8, 12, seed=10, vocab_size=11, alpha=0.6),
+                case(3, 3, 10, seed=1, vocab_size=8, alpha=2.0, src=torch.tensor([[5, 3, 5]]), eos_slope=0.5),
+                case(5, 3, 10, seed=2, vocab_size=8, alpha=0.6, eos_slope=1.0),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
+            raise CheckFailed(
+                raised_message("`beam_search`", case, result)
+                + "\nMind the shapes: model.decode(memory, ys) takes ys of shape (k, t) and returns logits (k, t, V); "
+                "the next token's log-probabilities are torch.log_softmax(logits[:, -1], dim=-1), shape (k, V). To "
+                "decode k hypotheses at once, the memory must have k rows too (encode src.expand(k, -1)), or decode "
+                "them one at a time."
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        model_spec, src = case.args
+        k, max_len, bos_id, eos_id, alpha = (case.kwargs[x] for x in ("beam_size", "max_len", "bos_id", "eos_id", "alpha"))
+        tokens, score = expect_tuple(result, 2, "`beam_search`", case, "tokens, score")
+        tokens = expect_tensor(tokens, "`beam_search`'s tokens", case)
+        if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 1:
+            raise CheckFailed(
+                f"`beam_search`'s tokens have dtype {tokens.dtype} and shape {tuple(tokens.shape)} on the case "
+                f"{case.label}: return a LongTensor of shape (L,), the best hypothesis from bos_id on."
+            )
+        if isinstance(score, torch.Tensor) and score.numel() == 1:
+            score = score.item()
+        if isinstance(score, bool) or not isinstance(score, (int, float)):
+            raise CheckFailed(f"`beam_search`'s score is {score!r} on the case {case.label}: return it as a float.")
+        mine = tokens.tolist()
+
+        def run(**mistake: Any) -> tuple[list[int], float]:
+            return _beam(materialize(model_spec), src.clone(), k, max_len, bos_id, eos_id, alpha, **mistake)
+
+        expected_tokens, expected_score = run()
+        # The independent oracles first: they must agree with the grader's beam, or the grader is wrong.
+        if case.tag == "greedy":
+            greedy = _greedy(materialize(model_spec), src.clone(), max_len, bos_id, eos_id)
+            if greedy != expected_tokens:
+                raise RuntimeError(f"grader error on {case.label}: greedy {greedy}, beam {expected_tokens}")
+        if case.tag == "exhaustive":
+            best_tokens, best_score = _exhaustive(materialize(model_spec), src.clone(), max_len, bos_id, eos_id, alpha)
+            if best_tokens != expected_tokens or not math.isclose(best_score, expected_score, rel_tol=1e-9):
+                raise RuntimeError(f"grader error on {case.label}: exhaustive {best_tokens}, beam {expected_tokens}")
+
+        def close(a: float, b: float) -> bool:
+            return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-8)
+
+        if mine == expected_tokens and close(score, expected_score):
+            return
+        n = len(expected_tokens) - 1
+        raw = expected_score * _lp(n, alpha)
+        if mine == expected_tokens:
+            wrong_sums = [
+                (_sequence_score(materialize(model_spec), src.clone(), mine, kind), message)
+                for kind, message in (
+                    ("logits", "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
+                               "torch.log_softmax(logits[:, -1], dim=-1)."),
+                    ("probs", "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
+                )
+            ]
+            for value, message in [
+                *[(v / _lp(n, alpha), m) for v, m in wrong_sums],
+                *wrong_sums,
+                (raw, "the score is the raw sum of log-probabilities; return the normalised score, divided by "
+                      "lp(Y) = ((5 + |Y|) / 6) ** alpha."),
+                (raw / _lp(n + 1, alpha), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
+                (raw / _lp(n, alpha, "power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
+            ]:
+                if close(score, value) and not close(value, expected_score):
+                    raise CheckFailed(f"`beam_search`'s score is wrong on the case {case.label}: {message}")
+            raise CheckFailed(
+                f"`beam_search` found the right hypothesis on the case {case.label} but returned the score {score:.6g} "
+                f"where {expected_score:.6g} was expected: the sum of its tokens' log-probabilities, divided by "
+                "((5 + |Y|) / 6) ** alpha."
+            )
+        diagnoses: list[tuple[Callable[[], tuple[list[int], float]], str]] = [
+            (lambda: run(kind="logits"),
+             "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
+             "torch.log_softmax(logits[:, -1], dim=-1)."),
+            (lambda: run(kind="probs"),
+             "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
+            (lambda: run(per_hypothesis=True),
+             "each hypothesis was extended by its own best token only; compare all extensions of all live "
+             "hypotheses together and keep the beam_size best (topk over the flattened (k, V) scores)."),
+            (lambda: run(eos_finishes=False),
+             "hypotheses went on after <eos>: an extension that ends in eos_id is finished, leaves the beam and is "
+             "never extended again."),
+            (lambda: run(finished_take_slots=False),
+             "the beam kept beam_size live hypotheses although some had finished: a finished hypothesis takes its "
+             "place among the beam_size kept, so the beam shrinks (this is what makes beam size 1 greedy)."),
+            (lambda: run(normalise=False),
+             "the final choice ignored the length penalty: rank finished hypotheses by score / ((5 + |Y|) / 6) ** alpha."),
+            (lambda: run(form="power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
+            (lambda: run(count_bos=True), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
+            (lambda: run(finished_first=False),
+             "an unfinished hypothesis was returned although one had finished: return the best finished hypothesis, "
+             "and a live one only when none finished within max_len steps."),
+        ]
+        for mistaken, message in diagnoses:
+            try:
+                candidate, _ = mistaken()
+            except Exception:  # a mistake that cannot run on this case
+                continue
+            if candidate == mine and candidate != expected_tokens:
+                raise CheckFailed(f"`beam_search`'s result is wrong on the case {case.label}: {message}")
+        if case.tag == "greedy":
+            raise CheckFailed(
+                f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "
+                "with beam_size=1 beam search keeps one hypothesis, the best extension at every step, exactly as greedy "
+                "decoding does."
+            )
+        if case.tag == "exhaustive":
+            raise CheckFailed(
+                f"`beam_search` returned {mine} on the case {case.label}; the beam is wide enough to hold every sequence, "
+                f"so it must find the best of them all, {expected_tokens} (normalised score {expected_score:.6g})."
+            )
+        raise CheckFailed(
+            f"`beam_search` returned {mine} on the case {case.label} where {expected_tokens} was expected "
+            f"(normalised score {expected_score:.6g}). At every step keep the beam_size best extensions of all live "
+            "hypotheses together; those ending in eos_id finish; return the finished one with the best normalised score."
+        )
+
+
+CHECKS = [EditDistance, LabelSmoothedCrossEntropy, NoamRate, LengthBatches, BeamSearch]

@@ -1,0 +1,73 @@
+"""The course's reference modules as text, for a learner process, without what is being graded.
+
+The learner process that serves one graded function gets the course's versions of the other
+functions (so that one mistake is charged once), but never the course's version of that
+function: in its module the definition is replaced by a stub that computes nothing, so there is
+nothing to unwrap, copy or call. The stub keeps the name, so that importing it still works and
+calling it is reported as a forbidden call (the tripwire on that name records it).
+"""
+from __future__ import annotations
+
+import ast
+from functools import cache
+from pathlib import Path
+
+from course.layout import REFERENCE, REPO, reference_module
+
+_FUNCTION_STUB = '''def {name}(*args, **kwargs):
+    """The course's `{name}` is not available while `{name}` is graded."""
+    raise RuntimeError("the course's own `{name}` is not available while `{name}` is graded: write it yourself")
+'''
+
+_CLASS_STUB = '''class {name}(__import__("torch").nn.Module):
+    """The course's `{name}` is not available while `{name}` is graded."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__()
+
+    def forward(self, *args, **kwargs):
+        raise RuntimeError("the course's own `{name}` is not available while `{name}` is graded: write it yourself")
+'''
+
+
+def without(source: str, name: str) -> str:
+    """``source`` with every top-level definition of ``name`` replaced by a stub."""
+    tree = ast.parse(source)
+    lines = source.splitlines(keepends=True)
+    found = []
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            stub = (_CLASS_STUB if isinstance(node, ast.ClassDef) else _FUNCTION_STUB).format(name=name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)) and name in {
+            t.id for t in (node.targets if isinstance(node, ast.Assign) else [node.target]) if isinstance(t, ast.Name)
+        }:
+            stub = _FUNCTION_STUB.format(name=name)
+        else:
+            continue
+        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])]) - 1
+        found.append((start, node.end_lineno, stub))
+    for start, end, stub in reversed(found):
+        lines[start:end] = [stub]
+    return "".join(lines)
+
+
+@cache
+def _read(folder: Path) -> tuple[tuple[str, str], ...]:
+    if not (folder / "__init__.py").is_file():
+        return ()
+    sources = [(REFERENCE, (folder / "__init__.py").read_text(encoding="utf-8"))]
+    for path in sorted(folder.glob("*.py")):
+        if path.name != "__init__.py":
+            sources.append((reference_module(path.stem), path.read_text(encoding="utf-8")))
+    return tuple(sources)
+
+
+@cache
+def _withheld(folder: Path, notebook: str, function: str) -> tuple[tuple[str, str], ...]:
+    module = reference_module(notebook)
+    return tuple((name, without(text, function) if name == module else text) for name, text in _read(folder))
+
+
+def reference_sources(notebook: str, function: str, folder: Path = REPO / REFERENCE) -> dict[str, str]:
+    """Every reference module by import name, with ``function`` of ``notebook`` withheld."""
+    return dict(_withheld(folder, notebook, function))

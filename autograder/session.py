@@ -1,0 +1,227 @@
+"""One submission's run: a sandboxed worker, and a fresh learner process per graded function.
+
+Each graded function is served by its own learner process, forked from the submission's warm
+worker: it loads the course's reference modules without that function, runs the submission's
+cells, and answers that function's cases. A cell that runs too long or ends its process is
+noted once and skipped from then on; the learner process is started again without it, which
+costs a fork, not a new interpreter.
+
+Everything a learner process sends is read with bounds (:mod:`autograder.wire`). A reply that
+cannot be read, whatever wrote it, fails the call it answers (or skips the cell it answers), and
+grading goes on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from course.layout import reference_module
+
+from . import wire
+from .references import reference_sources
+from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
+
+#: restarts of the worker itself (not of learner processes) before the submission is given up
+MAX_WORKER_STARTS = 3
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why there is no result: the message for the learner."""
+
+    message: str
+
+
+class _Retry(Exception):
+    """A cell was skipped: start the learner process again."""
+
+
+def cell_name(index: int, source: str) -> str:
+    """How a learner finds a cell again: its position and its first line."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
+
+
+def _cell_error(reply: Any) -> tuple[str, str] | None:
+    """(type, message) of a cell that raised, None when it ran; WireError when it is neither."""
+    if reply == {"ok": True}:
+        return None
+    error = reply.get("error") if isinstance(reply, dict) else None
+    if isinstance(error, list) and len(error) == 3 and all(isinstance(e, str) for e in error):
+        return error[0][:200], error[1][:1000]
+    raise wire.WireError("not a reply to a cell")
+
+
+class Session:
+    """The worker of one submission and its current learner process."""
+
+    def __init__(self, assignment, cells: list[str], limits: Limits, hidden_paths: list[Path], notes: list[str]):
+        self.assignment, self.cells, self.limits = assignment, cells, limits
+        self.hidden_paths, self.notes = hidden_paths, notes
+        self.skip: set[int] = set()
+        self.noted: set[int] = set()
+        self.ran: set[int] = set()  # cells that have run once: only that first run is reported
+        self.deadline = time.monotonic() + limits.submission_seconds
+        self.worker: Worker | None = None
+        self.worker_starts = 0
+        self.output = ""  # what the last worker printed, for an instructor who wonders why
+        self.child: Channel | None = None
+        self.key: tuple | None = None
+
+    def left(self, cap: float) -> float:
+        return max(min(cap, self.deadline - time.monotonic()), 0.0)
+
+    # -- the worker ---------------------------------------------------------------------------
+
+    def _worker(self) -> Worker:
+        if self.worker is None:
+            if self.left(1) <= 0:
+                raise TimeoutError
+            if self.worker_starts >= MAX_WORKER_STARTS:
+                raise WorkerBroken(f"the worker stopped {self.worker_starts} times; the last one printed:\n{self.output[-1500:]}")
+            self.worker_starts += 1
+            self.worker = Worker(self.limits, self.hidden_paths, preload=getattr(self.assignment, "imports", ()))
+        return self.worker
+
+    def _drop_worker(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+            self.output = self.worker.text_output()
+            self.worker = None
+        self.child, self.key = None, None
+
+    def _end_child(self) -> None:
+        if self.child is None:
+            return
+        self.child.close()
+        self.child, self.key = None, None
+        try:
+            self.worker.end_children(timeout=10)
+        except (WorkerGone, WorkerTimeout):
+            self._drop_worker()
+
+    # -- a learner process --------------------------------------------------------------------
+
+    def _child(self, function: str, own: tuple[str, ...]) -> Channel:
+        key = (function, tuple(sorted(own)))
+        if self.child is not None and self.key == key:
+            return self.child
+        self._end_child()
+        while True:
+            if self.left(1) <= 0:
+                raise TimeoutError
+            worker = self._worker()
+            try:
+                child = worker.fork(timeout=self.left(30))
+            except (WorkerGone, WorkerTimeout):
+                self._drop_worker()
+                continue
+            self.child, self.key = child, key
+            try:
+                self._prepare(child, function, own)
+                return child
+            except _Retry:
+                self._end_child()
+
+    def _prepare(self, child: Channel, function: str, own: tuple[str, ...]) -> None:
+        notebook = self.assignment.notebook
+        setup = {
+            "op": "setup", "function": function, "reference": reference_module(notebook),
+            "modules": reference_sources(notebook, function),
+            "forbidden": list(self.assignment.forbidden(function)),
+            "inject": [f for f in self.assignment.functions if f != function and f not in own],
+        }
+        try:
+            reply = child.request(setup, timeout=self.left(self.limits.startup_seconds))
+        except (WorkerGone, WorkerTimeout, wire.WireError) as exc:
+            # No learner code has run in this process yet: this is the grader's set-up failing.
+            self._drop_worker()
+            raise WorkerBroken(f"a learner process could not be set up ({type(exc).__name__}: {exc}); "
+                               f"the worker printed:\n{self.output[-1500:]}") from None
+        if reply != {"ok": True}:
+            raise WorkerBroken(f"a learner process could not load the course's code: {str(reply)[:1500]}")
+        for index, source in enumerate(self.cells):
+            if index in self.skip:
+                continue
+            name = cell_name(index, source)
+            try:
+                error = _cell_error(child.request({"op": "cell", "index": index + 1, "source": source},
+                                                  timeout=self.left(self.limits.cell_seconds)))
+            except WorkerTimeout:
+                if self.left(1) <= 0:
+                    raise TimeoutError from None
+                self._skip(index, f"{name} ran longer than {self.limits.cell_seconds:g} s and was skipped")
+            except WorkerGone:
+                self._skip(index, f"{name} ended the Python process (exit, kill or crash) and was skipped")
+            except wire.WireError as exc:
+                self._skip(index, f"{name} sent the grader something that is not a reply ({exc}) and was skipped")
+            first = index not in self.ran
+            self.ran.add(index)
+            # A later run may know what earlier learner processes were sent (hidden cases among
+            # them): only what a cell says the first time, before any case, reaches the feedback.
+            if error is not None and first and index not in self.noted:
+                self.noted.add(index)
+                kind, message = error
+                self.notes.append(f"{name} raised {kind}" + (f": {message[:300]}" if message else ""))
+
+    def _skip(self, index: int, note: str) -> None:
+        self.skip.add(index)
+        if index not in self.noted:
+            self.noted.add(index)
+            self.notes.append(note)
+        raise _Retry
+
+    # -- calls --------------------------------------------------------------------------------
+
+    def call(self, function: str, case, own: tuple[str, ...] = ()) -> Any:
+        """The learner's result for one case, or a :class:`Failure` explaining why there is none;
+        the graded functions in ``own`` stay the learner's instead of the course's."""
+        child = self._child(function, own)
+        try:
+            reply = child.request({"op": "call", "case": wire.encode(case)}, timeout=self.left(self.limits.call_seconds))
+        except WorkerTimeout:
+            self._end_child()
+            if self.left(1) <= 0:
+                raise TimeoutError from None
+            return Failure(
+                f"`{function}` did not finish within {self.limits.call_seconds:g} s on the case {case.label}: "
+                "is there an endless loop, or a loop that never reaches its `break`?"
+            )
+        except WorkerGone:
+            self._end_child()
+            return Failure(
+                f"`{function}` ended the Python process on the case {case.label} (sys.exit, os._exit, "
+                "a signal, or more than the memory limit): a graded function must return its result."
+            )
+        except wire.WireError as exc:
+            self._end_child()
+            return Failure(self._unreadable(function, case, exc))
+        if reply.get("missing") is True and len(reply) == 1:
+            return Failure(f"there is no `{function}` in the notebook: keep the name the exercise gives it.")
+        error = reply.get("error")
+        if isinstance(error, list) and len(error) == 3 and all(isinstance(e, str) for e in error) and len(reply) == 1:
+            return Failure(f"`{function}` could not be called: {error[1][:1000]}")
+        if set(reply) != {"result"}:
+            self._end_child()
+            return Failure(self._unreadable(function, case, wire.WireError("not a reply to a call")))
+        try:
+            return wire.decode(reply["result"], wire.REPLY_TAGS)
+        except wire.WireError as exc:
+            return Failure(self._unreadable(function, case, exc))
+
+    @staticmethod
+    def _unreadable(function: str, case, exc: Exception) -> str:
+        return (f"`{function}`'s process sent the grader a reply it cannot read on the case {case.label} ({exc}): "
+                "a graded function must return plain results (tensors, numbers, tuples), and nothing in the "
+                "notebook may write to the grader's channel.")
+
+    def close(self) -> None:
+        if self.child is not None:
+            self.child.close()
+            self.child, self.key = None, None
+        if self.worker is not None:
+            self.worker.stop()
+            self.output = self.worker.text_output()
+            self.worker = None

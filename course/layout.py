@@ -1,0 +1,170 @@
+"""Where every part of the course lives, and which chapters there are.
+
+A chapter is an assignment folder holding exactly one instructor notebook:
+
+    solutions/<assignment>/<stem>.py      the instructor notebook (jupytext percent script), the source
+    exercises/<assignment>/<stem>.ipynb   its learner release, generated
+    reference/<stem>.py                   its importable reference implementation, generated
+    autograder/checks/<stem>.py           the checks its test cells call, "<stem>.<function>"
+    tests/mistakes/<stem>.py              the wrong implementations those checks must catch
+    book/<assignment>.md                  its page on the website, listed in _toc.yml
+
+The notebook's stem names the reference module and the checks, so two assignments may not share
+a stem, and an assignment has one notebook: both are refused here rather than letting one file
+silently replace or hide another.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
+SOLUTIONS = "solutions"
+EXERCISES = "exercises"
+REFERENCE = "reference"
+BOOK = "book"
+CHECKS = "autograder/checks"
+MISTAKES = "tests/mistakes"
+TOC = "_toc.yml"
+
+#: chNN_topic: the number orders the chapters, the topic is a Python-friendly word or two
+CHAPTER_NAME = re.compile(r"^ch(\d{2})_([a-z][a-z0-9]*(?:_[a-z0-9]+)*)$")
+
+
+class LayoutError(ValueError):
+    """The course's folders do not follow the layout above; the message says which file and why."""
+
+
+@dataclass(frozen=True)
+class Chapter:
+    """One assignment and everything that belongs to it."""
+
+    root: Path
+    assignment: str
+    stem: str
+
+    @property
+    def number(self) -> int | None:
+        match = CHAPTER_NAME.match(self.assignment)
+        return int(match.group(1)) if match else None
+
+    @property
+    def source(self) -> Path:
+        return self.root / SOLUTIONS / self.assignment / f"{self.stem}.py"
+
+    @property
+    def nbgrader_source(self) -> Path:
+        """nbgrader's copy of the source, which the release writes beside it."""
+        return self.source.with_suffix(".ipynb")
+
+    @property
+    def release(self) -> Path:
+        return self.root / EXERCISES / self.assignment / f"{self.stem}.ipynb"
+
+    @property
+    def reference_module(self) -> str:
+        return reference_module(self.stem)
+
+    @property
+    def reference_path(self) -> Path:
+        return self.root / REFERENCE / f"{self.stem}.py"
+
+    @property
+    def checks(self) -> Path:
+        return self.root / CHECKS / f"{self.stem}.py"
+
+    @property
+    def mistakes(self) -> Path:
+        return self.root / MISTAKES / f"{self.stem}.py"
+
+    @property
+    def page(self) -> Path:
+        return self.root / BOOK / f"{self.assignment}.md"
+
+    @property
+    def toc_entry(self) -> str:
+        """How _toc.yml names the page: its path from the root, without the suffix."""
+        return f"{BOOK}/{self.assignment}"
+
+
+def reference_module(stem: str) -> str:
+    """The import name of a notebook's reference implementation."""
+    return f"{REFERENCE}.{stem}"
+
+
+def _visible(path: Path) -> bool:
+    # Editors and tools leave .ipynb_checkpoints/, __pycache__/ and _drafts behind: not course files.
+    return not path.name.startswith((".", "_"))
+
+
+def _notebooks_in(folder: Path, pattern: str) -> list[Path]:
+    return sorted(p for p in folder.glob(pattern) if p.is_file() and _visible(p))
+
+
+def _single(folder: Path, found: list[Path]) -> Path:
+    if len(found) > 1:
+        names = ", ".join(p.name for p in found)
+        raise LayoutError(
+            f"{folder} holds {len(found)} instructor notebooks ({names}); an assignment has exactly one. "
+            "Move the others to assignments of their own, or prefix a draft's name with '_'."
+        )
+    return found[0]
+
+
+def chapters(root: Path = REPO) -> list[Chapter]:
+    """Every assignment with its instructor notebook, in the order of their folder names."""
+    base = root / SOLUTIONS
+    if not base.is_dir():
+        return []
+    found: list[Chapter] = []
+    by_stem: dict[str, Chapter] = {}
+    for folder in sorted(p for p in base.iterdir() if p.is_dir() and _visible(p)):
+        scripts = _notebooks_in(folder, "*.py")
+        if not scripts:
+            continue
+        chapter = Chapter(root, folder.name, _single(folder, scripts).stem)
+        if chapter.stem in by_stem:
+            other = by_stem[chapter.stem]
+            raise LayoutError(
+                f"{other.source.relative_to(root)} and {chapter.source.relative_to(root)} share the name "
+                f"{chapter.stem!r}; the reference module reference/{chapter.stem}.py and the checks "
+                f"autograder/checks/{chapter.stem}.py are named after the notebook, so each notebook needs its own name."
+            )
+        by_stem[chapter.stem] = chapter
+        found.append(chapter)
+    return found
+
+
+def chapter(assignment: str, root: Path = REPO) -> Chapter:
+    known = chapters(root)
+    for c in known:
+        if c.assignment == assignment:
+            return c
+    raise LayoutError(f"no instructor notebook for {assignment!r} under {root / SOLUTIONS}; known: {[c.assignment for c in known]}")
+
+
+def sources(root: Path = REPO) -> list[Path]:
+    """Every instructor notebook: solutions/<assignment>/<stem>.py."""
+    return [c.source for c in chapters(root)]
+
+
+def assignments(root: Path = REPO) -> list[str]:
+    return [c.assignment for c in chapters(root)]
+
+
+def instructor_notebook(assignment: str, root: Path = REPO) -> Path:
+    """The instructor's notebook of one assignment: its percent script, or else an nbgrader .ipynb.
+
+    A course directory other than this repository may keep its sources as nbgrader notebooks;
+    here the .ipynb beside a percent script is generated from it, so the script wins.
+    """
+    folder = root / SOLUTIONS / assignment
+    for pattern in ("*.py", "*.ipynb"):
+        found = _notebooks_in(folder, pattern)
+        if found:
+            return _single(folder, found)
+    raise LayoutError(
+        f"no instructor notebook in {folder}: is {assignment!r} the assignment's name, and {root} the course directory?"
+    )

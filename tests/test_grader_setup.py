@@ -1,0 +1,110 @@
+"""Before it grades anyone, the grader checks that it can: a broken set-up stops the run.
+
+A grade run first grades the instructor's own solution through the same sandbox, limits and
+checks; when that does not get full marks, nothing is written (no gradebook entry, CSV,
+feedback or autograded copy) and the instructor is told why, with the worker's own words.
+Without bubblewrap it refuses to grade unless asked to with --no-sandbox.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autograder import __main__ as cli
+from autograder import sandbox
+from autograder.engine import Assignment
+from autograder.reports import ensure_assignment
+from autograder.sandbox import Limits
+from course.notebook_format import complete, to_nbgrader, write_notebook
+from tests.conftest import REPO, release_path, source_path
+
+ASSIGNMENT, NOTEBOOK = "ch02_attention", "attention"
+FAST = ["--call-timeout", "4", "--submission-timeout", "60"]
+
+
+@pytest.fixture
+def course(tmp_path):
+    """A course directory with a gradebook, and one learner's solved notebook handed in."""
+    root = tmp_path / "course"
+    (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
+    shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py", root / "solutions" / ASSIGNMENT)
+    source = to_nbgrader(source_path(NOTEBOOK))
+    ensure_assignment(f"sqlite:///{root / 'gradebook.db'}", Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
+    import nbformat
+
+    solved = complete(nbformat.read(release_path(NOTEBOOK), as_version=4), source)
+    write_notebook(solved, root / "submitted" / "learner" / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
+    return root
+
+
+def _written(root: Path) -> dict:
+    """What a grade run may write, as it stands."""
+    return {
+        "gradebook": hashlib.sha256((root / "gradebook.db").read_bytes()).hexdigest(),
+        "folders": sorted(p.name for p in root.iterdir()),
+    }
+
+
+def test_a_worker_that_cannot_import_autograder_stops_the_run_at_once(course, monkeypatch, capsys):
+    # The worker's Python without its site-packages: the course's package cannot be imported,
+    # as when the grader runs from a checkout that was never installed.
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "autograder.worker"])
+    before = _written(course)
+    start = time.monotonic()
+    status = cli.main(["grade", ASSIGNMENT, "--root", str(course), "--no-sandbox", *FAST] if not sandbox.sandboxed()
+                      else ["grade", ASSIGNMENT, "--root", str(course), *FAST])
+    seconds = time.monotonic() - start
+    err = capsys.readouterr().err
+    assert status != 0
+    assert "the sandboxed worker cannot import autograder: install the course with make setup" in err
+    assert "No module named" in err  # the worker's own words
+    assert "nothing was graded or written" in err
+    assert seconds < 60, "a worker that dies at start-up must be reported at once, not retried until the time runs out"
+    assert _written(course) == before
+    for folder in ("grades", "feedback", "autograded"):
+        assert not (course / folder).exists()
+
+
+def test_a_solution_that_does_not_get_full_marks_stops_the_run(course, monkeypatch, capsys):
+    # A pipeline that loses the solution's code on the way (here: all of it) would grade everyone wrongly.
+    from autograder import engine
+
+    monkeypatch.setattr(engine, "notebook_cells", lambda nb: (["raise SystemExit('nothing here')"], []))
+    before = _written(course)
+    status = cli.main(["grade", ASSIGNMENT, "--root", str(course), *FAST] + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
+    err = capsys.readouterr().err
+    assert status != 0
+    assert "the instructor's solution scores 0 / 11 through the grader" in err
+    assert "test_softmax: there is no `softmax` in the notebook" in err
+    assert _written(course) == before
+
+
+def test_without_bubblewrap_grading_refuses_unless_asked(course, monkeypatch, capsys):
+    monkeypatch.setattr(sandbox, "sandboxed", lambda: False)
+    before = _written(course)
+    status = cli.main(["grade", ASSIGNMENT, "--root", str(course), *FAST])
+    err = capsys.readouterr().err
+    assert status == 2
+    assert "bubblewrap is not available" in err and "--no-sandbox" in err
+    assert _written(course) == before
+
+    status = cli.main(["grade", ASSIGNMENT, "--root", str(course), "--no-sandbox", *FAST])
+    captured = capsys.readouterr()
+    assert status == 0, captured.err
+    assert "warning: bubblewrap is not available" in captured.err
+    assert "mean score 11.00 / 11" in captured.out
+
+
+def test_every_limit_option_defaults_to_its_field_of_limits():
+    defaults = Limits()
+    parser = cli.parser()
+    for command in (["grade", ASSIGNMENT], ["check", "notebook.ipynb"]):
+        args = parser.parse_args(command)
+        assert cli._limits(args) == defaults
+    args = parser.parse_args(["grade", ASSIGNMENT, "--memory-mb", "512", "--processes", "8", "--notebook-mb", "3"])
+    assert cli._limits(args) == Limits(memory_mb=512, processes=8, notebook_mb=3)

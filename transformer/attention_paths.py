@@ -1,0 +1,69 @@
+"""Two ways to compute the model's attention, with the same parameters.
+
+* ``"course"``: the chapters' own ``scaled_dot_product_attention``, which also keeps the
+  attention weights for the pictures (``attn_weights``). The default: it is the code the learner
+  wrote and can read.
+* ``"fused"``: PyTorch's ``F.scaled_dot_product_attention``, which picks a fused kernel
+  (FlashAttention or memory-efficient attention on a GPU) and never materialises the weights.
+  Faster, and the same function: a test checks outputs and gradients against the course path.
+
+Both take the course's masks (True where a query may attend), which is also the meaning
+PyTorch gives a boolean ``attn_mask``. A query that may attend to no key at all (which the
+capstone's masks never produce) gets zeros on the course path and NaN on the fused one.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from reference.multihead import MultiHeadAttention, merge_heads, split_heads
+
+PATHS = ("course", "fused")
+
+
+class FusedMultiHeadAttention(MultiHeadAttention):
+    """The course's multi-head attention with PyTorch's fused kernel inside; no new parameters."""
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        attn_mask: torch.Tensor | None = None,
+        key_padding_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        q = split_heads(self.w_q(query), self.h)  # (B, h, T_q, d_k)
+        k = split_heads(self.w_k(key), self.h)  # (B, h, T_k, d_k)
+        v = split_heads(self.w_v(value), self.h)  # (B, h, T_k, d_k)
+        mask = None
+        if attn_mask is not None:
+            mask = attn_mask.unsqueeze(1) if attn_mask.dim() == 3 else attn_mask  # (B, 1, T_q, T_k) or (T_q, T_k)
+        if key_padding_mask is not None:
+            real_key = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, T_k)
+            mask = real_key if mask is None else mask & real_key  # (B, 1, T_q, T_k)
+        dropout = self.dropout.p if self.training else 0.0
+        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, h, T_q, d_k)
+        self.attn_weights = None  # the fused kernel never forms them
+        return self.w_o(merge_heads(context))  # (B, T_q, d_model)
+
+
+def use_attention(model: nn.Module, path: str) -> nn.Module:
+    """Switch every course attention layer of ``model`` to ``path`` ("course" or "fused"), in place."""
+    if path not in PATHS:
+        raise ValueError(f"unknown attention path {path!r}; choose one of {', '.join(PATHS)}")
+    target = FusedMultiHeadAttention if path == "fused" else MultiHeadAttention
+    for module in model.modules():
+        # The two classes hold the same parameters and buffers: only forward differs.
+        if type(module) in (MultiHeadAttention, FusedMultiHeadAttention):
+            module.__class__ = target
+    return model
+
+
+def attention_path(model: nn.Module) -> str:
+    kinds = {type(m) for m in model.modules() if type(m) in (MultiHeadAttention, FusedMultiHeadAttention)}
+    if kinds == {FusedMultiHeadAttention}:
+        return "fused"
+    if kinds == {MultiHeadAttention}:
+        return "course"
+    return "mixed" if kinds else "none"
