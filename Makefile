@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox site test release check-release benchmark clean
+.PHONY: setup sandbox site test lint release check-release benchmark clean
 
 setup: $(VENV)/.installed sandbox
 
@@ -27,9 +27,12 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 site: setup
 	$(VENV)/bin/jupyter-book build .
 
-## The whole test suite
-test: setup
+## The linter (configured in pyproject.toml), then the whole test suite
+test: setup lint
 	$(PY) -m pytest
+
+lint: setup
+	$(VENV)/bin/ruff check .
 
 ## Regenerate exercises/ and reference/ from solutions/ (and fill the instructor's gradebook)
 release: setup

@@ -18,7 +18,8 @@ from __future__ import annotations
 import ast
 import dis
 import types
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 

@@ -12,10 +12,10 @@ from __future__ import annotations
 import ast
 import time
 import traceback
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable
 
 from course.layout import reference_module
 from course.notebook_format import check_calls, graded_cells, is_test_cell
@@ -54,7 +54,7 @@ class Assignment:
         return sum(t.points for t in self.tests)
 
     @classmethod
-    def from_notebook(cls, name: str, notebook: str, nb) -> "Assignment":
+    def from_notebook(cls, name: str, notebook: str, nb) -> Assignment:
         """From a notebook carrying nbgrader metadata: the instructor's source, or a release."""
         tests = []
         for cell in graded_cells(nb, "test"):
@@ -159,7 +159,8 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
                 message = f"the grading time for this submission ({limits.submission_seconds:g} s) ran out before this test"
                 hidden_failed = False
             passed = not message and not hidden_failed
-            outcomes.append(TestOutcome(test.grade_id, test.points if passed else 0.0, test.points, passed, message, hidden_failed))
+            points = test.points if passed else 0.0
+            outcomes.append(TestOutcome(test.grade_id, points, test.points, passed, message, hidden_failed))
         # A function that passed only with the course's version of a failing helper fails in the notebook: say why.
         notes += substitution_notes(assignment.tests, outcomes, cells, include_hidden,
                                     lambda c, f, h, helper: _run_check(session, get(c), f, h, (helper,)) is None)

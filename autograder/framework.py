@@ -25,8 +25,9 @@ import re
 import sys
 import traceback
 import types
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, ClassVar, Mapping, Sequence
+from typing import Any, ClassVar
 
 import torch
 
@@ -242,7 +243,11 @@ class StateMismatch(Exception):
             parts.append("it has parameters the exercise does not ask for: " + ", ".join(unexpected[:6]))
         if detail:
             parts.append(detail)
-        tail = ". Use exactly the submodule names and shapes the exercise gives." if (really_missing or unexpected or detail) else "."
+        tail = (
+            ". Use exactly the submodule names and shapes the exercise gives."
+            if (really_missing or unexpected or detail)
+            else "."
+        )
         super().__init__("; ".join(parts) + tail)
 
 
@@ -272,7 +277,7 @@ class Tripwires:
         self._saved: list[tuple[Any, str, Any]] = []
         self._used: list[str] | None = None
 
-    def install(self) -> "Tripwires":
+    def install(self) -> Tripwires:
         for path in self.paths:
             try:
                 owner, attr = _resolve(path)
@@ -407,7 +412,9 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     for i in mine:
         frame, lineno, _ = frames[i]
         line = linecache.getline(frame.f_code.co_filename, lineno, frame.f_globals).strip()
-        shown.append(f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {_qualname(frame)}" + (f"\n    {line}" if line else ""))
+        shown.append(
+            f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {_qualname(frame)}" + (f"\n    {line}" if line else "")
+        )
     origin = ""
     last = next((f for f, _, kind in reversed(frames) if kind != "library"), None)
     if last is not None and fn is not None and last.f_code not in own:

@@ -32,7 +32,7 @@ weights; dropout masks come from :class:`Dropout`, a private generator per case.
 from __future__ import annotations
 
 import math
-from typing import Callable, Sequence
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -162,7 +162,7 @@ class Dropout:
         self.p, self.dtype = p, dtype
         self.generator = torch.Generator().manual_seed(seed) if generator is None else generator
 
-    def at(self, p: float) -> "Dropout":
+    def at(self, p: float) -> Dropout:
         """Another nn.Dropout of the same module, with probability p: it draws from the same stream."""
         return Dropout(p, self.dtype, generator=self.generator)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import csv
 import html
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from .engine import Assignment, Result
@@ -150,13 +150,16 @@ def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None
         for r in results:
             points = {o.grade_id: o.points for o in r.outcomes}
             status = "not graded: " + r.error if r.error else "graded"
-            out.writerow([r.learner, r.assignment, *[f"{points.get(i, 0):g}" for i in ids], f"{r.score:g}", f"{assignment.max_score:g}", status])
+            scores = [f"{points.get(i, 0):g}" for i in ids]
+            out.writerow([r.learner, r.assignment, *scores, f"{r.score:g}", f"{assignment.max_score:g}", status])
 
 
 STYLE = """
 body{font-family:system-ui,sans-serif;max-width:52rem;margin:2rem auto;padding:0 1rem;color:#222}
-h1{font-size:1.4rem} table{border-collapse:collapse;width:100%} td,th{padding:.4rem .6rem;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
-.pass{color:#176c2e;font-weight:600} .fail{color:#a4161a;font-weight:600} pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
+h1{font-size:1.4rem} table{border-collapse:collapse;width:100%}
+td,th{padding:.4rem .6rem;border-bottom:1px solid #ddd;text-align:left;vertical-align:top}
+.pass{color:#176c2e;font-weight:600} .fail{color:#a4161a;font-weight:600}
+pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
 .note{background:#fff8e1;padding:.5rem .8rem;border-left:4px solid #f0b429;margin:.5rem 0}
 """
 
@@ -171,14 +174,19 @@ def feedback_html(assignment: Assignment, result: Result) -> str:
         if not o.passed and o.message:
             detail = f"<pre>{e(o.message)}</pre>"
         elif o.hidden_failed:
-            detail = "<pre>Your function passes the visible tests but not the hidden ones: check cases the visible tests do not try (other shapes, dtypes, masks, extreme values).</pre>"
+            detail = (
+                "<pre>Your function passes the visible tests but not the hidden ones: check cases the visible tests "
+                "do not try (other shapes, dtypes, masks, extreme values).</pre>"
+            )
         hidden = " (visible and hidden tests)" if o.grade_id in hidden_ids else ""
-        rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{o.points:g} / {o.max_points:g}</td></tr>")
+        score = f"{o.points:g} / {o.max_points:g}"
+        rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
     notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
     error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
-        f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>{e(assignment.name)}: feedback for {e(result.learner)}</title>"
+        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
+        f"<title>{e(assignment.name)}: feedback for {e(result.learner)}</title>"
         f"<style>{STYLE}</style></head><body>"
         f"<h1>{e(assignment.name)} / {e(assignment.notebook)}.ipynb: feedback for {e(result.learner)}</h1>"
         f"<p>Score: <b>{result.score:g} / {assignment.max_score:g}</b> (graded {when})</p>{error}{notes}"

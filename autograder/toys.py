@@ -31,7 +31,8 @@ class ToyTranslator(torch.nn.Module):
     after about as many tokens as the source has (padding excluded). Rows with short sources
     therefore finish early, and rows with long ones run past any small ``max_len``. After an
     ``<eos>`` the model goes on proposing ordinary tokens, never ``<eos>`` again, so a decoder
-    that forgets to pad finished rows is seen to. Rows never influence each other. All arithmetic is float64, so results do not depend on batch size.
+    that forgets to pad finished rows is seen to. Rows never influence each other. All arithmetic
+    is float64, so results do not depend on batch size.
     """
 
     def __init__(

@@ -95,7 +95,8 @@ def main() -> None:
     wrong = [k for k in kinds if kinds[k] == "wrong_softmax"]
     if wrong:
         k = wrong[0]
-        print(f"a wrong softmax: this engine {our_scores[k]:g}, nbgrader {their_scores[k]:g} (nbgrader also fails the attention that uses it)")
+        print(f"a wrong softmax: this engine {our_scores[k]:g}, nbgrader {their_scores[k]:g} "
+              "(nbgrader also fails the attention that uses it)")
     for folder in (base, ours.parent, theirs.parent):
         shutil.rmtree(folder, ignore_errors=True)
 

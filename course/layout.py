@@ -142,7 +142,9 @@ def chapter(assignment: str, root: Path = REPO) -> Chapter:
     for c in known:
         if c.assignment == assignment:
             return c
-    raise LayoutError(f"no instructor notebook for {assignment!r} under {root / SOLUTIONS}; known: {[c.assignment for c in known]}")
+    raise LayoutError(
+        f"no instructor notebook for {assignment!r} under {root / SOLUTIONS}; known: {[c.assignment for c in known]}"
+    )
 
 
 def sources(root: Path = REPO) -> list[Path]:

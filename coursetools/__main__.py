@@ -13,7 +13,11 @@ def _release(args) -> int:
         problems = stale(REPO)
         for p in problems:
             print(p)
-        print("generated files are current" if not problems else f"{len(problems)} generated file(s) stale: run `python -m coursetools release`")
+        print(
+            "generated files are current"
+            if not problems
+            else f"{len(problems)} generated file(s) stale: run `python -m coursetools release`"
+        )
         return 1 if problems else 0
     release(REPO, args.assignments or None)
     print(f"regenerated exercises/ and reference/ from solutions/ ({', '.join(args.assignments) or 'all assignments'})")

@@ -74,7 +74,9 @@ def build(root: Path, only: list[str] | None = None) -> None:
     chosen = [c for c in every if only is None or c.assignment in only]
     for c in chosen:
         write_notebook(to_nbgrader(c.source), c.nbgrader_source)
-    for assignment in tqdm([c.assignment for c in chosen], desc="generating the release", unit="assignment", disable=len(chosen) < 2):
+    for assignment in tqdm(
+        [c.assignment for c in chosen], desc="generating the release", unit="assignment", disable=len(chosen) < 2
+    ):
         _nbgrader(root, "generate_assignment", assignment, "--force")
         for nb_path in sorted((root / EXERCISES / assignment).glob("*.ipynb")):
             # One canonical serialisation, so that a regenerated file is byte-identical.

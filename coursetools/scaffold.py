@@ -331,9 +331,13 @@ def plan(name: str, root: Path = REPO) -> Chapter:
         raise ScaffoldError(f"the notebook would be named {stem!r}, a Python keyword, so its modules could not be imported")
     for existing in chapters(root):
         if existing.assignment == name or existing.number == number or existing.stem == stem:
-            raise ScaffoldError(f"{existing.source.relative_to(root)} exists already: chapter numbers and notebook names are unique")
+            raise ScaffoldError(
+                f"{existing.source.relative_to(root)} exists already: chapter numbers and notebook names are unique"
+            )
     chapter = Chapter(root, name, stem)
-    for path in (chapter.source.parent, chapter.checks, chapter.mistakes, chapter.page, chapter.release.parent, chapter.reference_path):
+    for path in (
+        chapter.source.parent, chapter.checks, chapter.mistakes, chapter.page, chapter.release.parent, chapter.reference_path
+    ):
         if path.exists():
             raise ScaffoldError(f"{path.relative_to(root)} exists already; remove it or choose another name")
     if f"{BOOK}/{name}" in (root / TOC).read_text(encoding="utf-8"):

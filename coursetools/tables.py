@@ -85,7 +85,9 @@ def graded_functions(nb) -> tuple[str, ...]:
 
 def exercise_title(nb, fallback: str) -> str:
     """"Chapter 8 exercises: training, ..." gives "Training, ..."."""
-    heading = next((c.source.splitlines()[0].lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown" and c.source), "")
+    heading = next(
+        (c.source.splitlines()[0].lstrip("# ").strip() for c in nb.cells if c.cell_type == "markdown" and c.source), ""
+    )
     topic = heading.split(": ", 1)[-1].strip()
     return topic[:1].upper() + topic[1:] if topic else fallback
 
@@ -237,7 +239,9 @@ def problems(root: Path = REPO) -> list[str]:
     for name, text in rendered.items():
         current = (root / name).read_text(encoding="utf-8")
         if text != current:
-            diff = difflib.unified_diff(current.splitlines(), text.splitlines(), f"{name} (now)", f"{name} (from the course)", lineterm="", n=0)
+            diff = difflib.unified_diff(
+                current.splitlines(), text.splitlines(), f"{name} (now)", f"{name} (from the course)", lineterm="", n=0
+            )
             found.append(f"{name}: the chapter table disagrees with the course:\n" + "\n".join(diff))
     pages = toc_pages(root)
     intro = (root / INTRO).read_text(encoding="utf-8")

@@ -5,7 +5,8 @@ Do not edit: change the instructor notebook and regenerate.
 """
 
 
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 

@@ -6,7 +6,8 @@ Do not edit: change the instructor notebook and regenerate.
 
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 

@@ -42,7 +42,7 @@ def test_same_outputs_and_gradients(dtype, tol):
     (a, grads_a), (b, grads_b) = outputs
     torch.testing.assert_close(b, a, atol=tol, rtol=tol)
     for name in grads_a:
-        torch.testing.assert_close(grads_b[name], grads_a[name], atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(grads_b[name], grads_a[name], atol=tol, rtol=tol, msg=lambda m, name=name: f"{name}: {m}")
 
 
 def test_switching_back_and_unknown_paths():

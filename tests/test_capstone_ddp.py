@@ -51,7 +51,7 @@ def test_two_processes_end_where_one_does(tmp_path, monkeypatch):
             # full-size steps. Two summation orders make two different walks.
             continue
         # The gradients are summed in another order: equal up to rounding.
-        torch.testing.assert_close(shared["model"][name], value, atol=1e-5, rtol=1e-4, msg=lambda m: f"{name}: {m}")
+        torch.testing.assert_close(shared["model"][name], value, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
     assert not (tmp_path / "two" / "checkpoint.pt.tmp").exists()
 
 

@@ -68,7 +68,9 @@ def test_a_missing_part_is_named(completed, tmp_path):
     nb = nbformat.read(path, as_version=4)
     for cell in nb.cells:
         if cell.metadata.get("nbgrader", {}).get("grade_id") == "LayerNorm":
-            cell.source = cell.source.split("    def forward")[0] + "    def forward(self, x):\n        raise NotImplementedError()\n"
+            cell.source = (
+                cell.source.split("    def forward")[0] + "    def forward(self, x):\n        raise NotImplementedError()\n"
+            )
     nbformat.write(nb, path)
     with pytest.raises(PartsError, match=r"LayerNorm \(ch04_encoder/encoder.ipynb\)"):
         load_parts(unfinished)

@@ -34,7 +34,8 @@ AUTOGRADER = REPO / "autograder"
 
 # The layer of chapter 4 calling chapter 3's attention with the padding mask in the place of
 # its attention mask: the shapes only clash inside the course's code.
-POSITIONAL_PADDING_MASK = "self.self_attn(x, x, x, key_padding_mask)"
+# A float mask reaches the course's MultiHeadAttention, whose `~key_padding_mask` then raises there.
+FLOAT_PADDING_MASK = "self.self_attn(x, x, x, key_padding_mask=None if key_padding_mask is None else key_padding_mask.float())"
 
 LAYERNORM_UNBIASED = '''
 class LayerNorm(nn.Module):
@@ -113,7 +114,9 @@ def test_a_right_helper_is_not_blamed(source_nb):
     ns = _namespace(_answers("attention", source_nb) + [SDPA_UNSCALED])
     message = _failure(lambda: check("attention.scaled_dot_product_attention", ns["scaled_dot_product_attention"]))
     assert "used here" not in message
-    assert message == _failure(lambda: run_check(get("attention.scaled_dot_product_attention"), ns["scaled_dot_product_attention"]))
+    assert message == _failure(
+        lambda: run_check(get("attention.scaled_dot_product_attention"), ns["scaled_dot_product_attention"])
+    )
 
 
 def test_an_unwritten_helper_keeps_its_own_message(source_nb):
@@ -227,11 +230,11 @@ def test_class_feedback_notes_a_pass_that_needed_the_course_helper(source_nb, re
 # --------------------------------------------------------------------------------------------
 
 
-def _encoder_with_positional_mask(source_nb) -> list[str]:
+def _encoder_with_float_mask(source_nb) -> list[str]:
     cells = _answers("encoder", source_nb)
     layer = next(i for i, c in enumerate(cells) if "class EncoderLayer" in c)
     assert "self.self_attn(x, x, x, key_padding_mask=key_padding_mask)" in cells[layer]
-    cells[layer] = cells[layer].replace("self.self_attn(x, x, x, key_padding_mask=key_padding_mask)", POSITIONAL_PADDING_MASK)
+    cells[layer] = cells[layer].replace("self.self_attn(x, x, x, key_padding_mask=key_padding_mask)", FLOAT_PADDING_MASK)
     return cells
 
 
@@ -244,10 +247,10 @@ def _learners_line(cells: list[str], text: str) -> tuple[int, str]:
 
 
 def test_an_error_inside_the_course_code_points_at_the_learners_call(source_nb):
-    cells = _encoder_with_positional_mask(source_nb)
+    cells = _encoder_with_float_mask(source_nb)
     ns = _namespace(cells)
     message = _failure(lambda: check("encoder.EncoderLayer", ns["EncoderLayer"]))
-    number, line = _learners_line(cells, POSITIONAL_PADDING_MASK)
+    number, line = _learners_line(cells, FLOAT_PADDING_MASK)
     assert (f"raised inside the course's `MultiHeadAttention.forward`, called from your `EncoderLayer.forward`, "
             f"line {number} of its cell: {line}") in message
 
@@ -262,12 +265,12 @@ def test_an_error_in_the_learners_own_code_shows_their_line(source_nb):
 def test_the_grader_quotes_the_same_line(tmp_path, source_nb, release_nb):
     nb = complete(release_nb("encoder"), source_nb("encoder"))
     answer = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "EncoderLayer")
-    answer.source = answer.source.replace("self.self_attn(x, x, x, key_padding_mask=key_padding_mask)", POSITIONAL_PADDING_MASK)
+    answer.source = answer.source.replace("self.self_attn(x, x, x, key_padding_mask=key_padding_mask)", FLOAT_PADDING_MASK)
     path = tmp_path / "encoder.ipynb"
     write_notebook(nb, path)
     done = subprocess.run([PYTHON, "-m", "autograder", "check", str(path)], cwd=tmp_path,
                           capture_output=True, text=True, timeout=600)
-    number, line = _learners_line([answer.source], POSITIONAL_PADDING_MASK)
+    number, line = _learners_line([answer.source], FLOAT_PADDING_MASK)
     assert (f"raised inside the course's `MultiHeadAttention.forward`, called from your `EncoderLayer.forward`, "
             f"line {number} of its cell: {line}") in done.stdout, done.stdout + done.stderr
 

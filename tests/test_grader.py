@@ -290,7 +290,8 @@ def score_variance(q, k, scaled=False):
             "def softmax(x, dim=-1):\n    return _theirs(x, dim)\n")}),
         "endless_loop": _with({"score_variance": "def score_variance(q, k, scaled=False):\n    while True:\n        pass\n"}),
         "print_loop": _with({"scaled_dot_product_attention": (
-            "def scaled_dot_product_attention(q, k, v, mask=None):\n    while True:\n        print('All tests passed ' * 100)\n")}),
+            "def scaled_dot_product_attention(q, k, v, mask=None):\n"
+            "    while True:\n        print('All tests passed ' * 100)\n")}),
         "memory_bomb": _with({"additive_attention": (
             "def additive_attention(q, k, v, W_q, W_k, w_v, mask=None):\n    hog = [bytearray(1 << 26) for _ in range(10 ** 6)]\n"
             "    return hog\n")}),
@@ -318,7 +319,8 @@ def score_variance(q, k, scaled=False):
         "warns": _with({"softmax": (
             "import sys, warnings\nimport torch\n"
             "def softmax(x, dim=-1):\n    warnings.warn('this is only a warning')\n    print('to stderr', file=sys.stderr)\n"
-            "    shifted = x - x.amax(dim=dim, keepdim=True)\n    e = torch.exp(shifted)\n    return e / e.sum(dim=dim, keepdim=True)\n")}),
+            "    shifted = x - x.amax(dim=dim, keepdim=True)\n    e = torch.exp(shifted)\n"
+            "    return e / e.sum(dim=dim, keepdim=True)\n")}),
         "asks_for_input": _with({"softmax": "def softmax(x, dim=-1):\n    return x * float(input('scale? '))\n"},
                                 before="name = input('your name: ')\n"),
         "hidden_only_mistake": _with({"softmax": (  # right for dim 0 and -1, the only ones the visible cases try

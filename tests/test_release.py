@@ -56,5 +56,7 @@ def test_learner_checks_never_import_the_solutions():
 
 
 def test_the_checks_import_from_any_working_directory(tmp_path):
-    done = subprocess.run([PYTHON, "-c", "from autograder import check; print('ok')"], cwd=tmp_path, capture_output=True, text=True)
+    done = subprocess.run(
+        [PYTHON, "-c", "from autograder import check; print('ok')"], cwd=tmp_path, capture_output=True, text=True
+    )
     assert done.stdout.strip() == "ok", done.stderr

@@ -23,10 +23,10 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Iterable, Sequence
 
 DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "cmudict-split"
 SPLITS = ("train", "dev", "test")

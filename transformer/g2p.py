@@ -7,8 +7,8 @@ targets it must predict, one position later (teacher forcing).
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import torch
 
@@ -23,7 +23,7 @@ class Vocabularies:
     target: Vocabulary
 
     @classmethod
-    def make(cls, shared: bool, stress: bool) -> "Vocabularies":
+    def make(cls, shared: bool, stress: bool) -> Vocabularies:
         if shared:  # one table, so that the model can tie its embeddings (section 3.4)
             joint = joint_vocabulary(stress)
             return cls(joint, joint)
@@ -59,7 +59,9 @@ def pad(rows: Sequence[Sequence[int]], pad_id: int) -> torch.Tensor:
     return out
 
 
-def make_batch(data: EncodedPairs, indices: Sequence[int], vocabs: Vocabularies) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def make_batch(
+    data: EncodedPairs, indices: Sequence[int], vocabs: Vocabularies
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(src (B, S), decoder input (B, T), targets (B, T)) for some examples."""
     target = vocabs.target
     src = pad([data.sources[i] for i in indices], vocabs.source.pad_id)  # (B, S)

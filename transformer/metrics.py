@@ -12,8 +12,8 @@ figures computed that way do not compare with these.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from reference.capstone import edit_distance
 
@@ -31,7 +31,7 @@ class ErrorCounts:
     edits: int = 0  # edit distance to the closest reference, summed over the words
     reference_length: int = 0  # length of that closest reference, summed over the words
 
-    def __add__(self, other: "ErrorCounts") -> "ErrorCounts":
+    def __add__(self, other: ErrorCounts) -> ErrorCounts:
         return ErrorCounts(self.words + other.words, self.wrong_words + other.wrong_words,
                            self.edits + other.edits, self.reference_length + other.reference_length)
 

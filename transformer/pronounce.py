@@ -10,8 +10,8 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 from .evaluate import MAX_LEN, beam_predict
 from .g2p import predict

@@ -23,9 +23,10 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import torch
 from tqdm import tqdm
@@ -277,7 +278,7 @@ class StopRequest:
             raise KeyboardInterrupt
         self.requested = True
 
-    def __enter__(self) -> "StopRequest":
+    def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():  # only there can signals be caught
             self._previous = signal.signal(signal.SIGINT, self._handle)
         return self
@@ -422,7 +423,10 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
         _atomic_write(checkpoint_path, lambda p: torch.save(state, p))
         save_json(run_dir / "metrics.json", metrics)
 
-    bar = tqdm(total=config.max_steps, initial=step, desc="training", unit="step", disable=not (progress and processes.main), dynamic_ncols=True)
+    bar = tqdm(
+        total=config.max_steps, initial=step, desc="training", unit="step",
+        disable=not (progress and processes.main), dynamic_ncols=True,
+    )
     window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
     peak = peak_flops(device)
     started = time.perf_counter() - elapsed
@@ -481,7 +485,9 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
                         metrics["dev"].append({"step": step, "elapsed_s": elapsed,
                                                **evaluate(model, data.dev, vocabs, device, config.eval_words)})
                         model.train()
-                        bar.write(f"step {step}: dev WER {metrics['dev'][-1]['wer']:.1f} %, PER {metrics['dev'][-1]['per']:.2f} %")
+                        bar.write(
+                            f"step {step}: dev WER {metrics['dev'][-1]['wer']:.1f} %, PER {metrics['dev'][-1]['per']:.2f} %"
+                        )
                     if step % config.checkpoint_every == 0:
                         save_checkpoint()
                     if out_of_time or interrupted:

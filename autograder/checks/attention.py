@@ -6,13 +6,13 @@ closed-form formulas of the paper, evaluated in float64.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -24,6 +24,7 @@ from ..framework import (
     expect_tensor,
     expect_tuple,
     matches,
+    raised_message,
     seeded,
 )
 
@@ -84,30 +85,38 @@ class Softmax(Check):
             )
             global_max = torch.exp(x - x.max())  # what one maximum for the whole tensor gives, in x's dtype
             global_max = global_max / global_max.sum(dim=dim, keepdim=True)
-            if case.tag == "scales" or (not torch.isfinite(global_max).all() and torch.equal(torch.isnan(y), torch.isnan(global_max))):
+            if case.tag == "scales" or (
+                not torch.isfinite(global_max).all() and torch.equal(torch.isnan(y), torch.isnan(global_max))
+            ):
                 hint = (
                     "some slice became 0/0: subtract the maximum of each slice along `dim` "
                     "(keepdim=True), not one maximum of the whole tensor."
                 )
             expect_finite(y, "`softmax`'s result", case, hint)
         else:
-            expect_finite(y, "`softmax`'s result", case, "exp of a large number overflows: subtract the maximum along `dim` first.")
+            expect_finite(
+                y, "`softmax`'s result", case, "exp of a large number overflows: subtract the maximum along `dim` first."
+            )
         xd = x.double()
         expected = torch.softmax(xd, dim=dim)
         d = dim % x.dim()
         diagnoses = [
-            (lambda o=o: torch.softmax(xd, dim=o), f"you normalised along dim={o}, but the sum must run along dim={dim}: use the `dim` argument.")
+            (lambda o=o: torch.softmax(xd, dim=o),
+             f"you normalised along dim={o}, but the sum must run along dim={dim}: use the `dim` argument.")
             for o in range(x.dim())
             if o != d
         ]
         diagnoses += [
-            (lambda: torch.exp(xd) / torch.exp(xd).sum(), "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
+            (lambda: torch.exp(xd) / torch.exp(xd).sum(),
+             "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
             (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)) / torch.exp(xd - xd.amax(dim=d, keepdim=True)).sum(),
              "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
             (lambda: torch.exp(xd), "you exponentiated but did not divide by the sum along `dim`."),
-            (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)), "you subtracted the maximum but did not divide by the sum along `dim`."),
+            (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)),
+             "you subtracted the maximum but did not divide by the sum along `dim`."),
             (lambda: torch.log_softmax(xd, dim=d), "this is log-softmax: softmax is exp(x) / sum(exp(x)), without the log."),
-            (lambda: xd / xd.sum(dim=d, keepdim=True), "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
+            (lambda: xd / xd.sum(dim=d, keepdim=True),
+             "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
         ]
         expect_close(y, expected, "`softmax`'s result", case, diagnoses)
 
@@ -235,7 +244,9 @@ class _AttentionCheck(Check):
                         "ties. A query whose keys are all masked must get all-zero weights and a zero output (the "
                         "course's convention, and PyTorch's): fill with -inf and zero such rows, e.g. with torch.where."
                     )
-                raise CheckFailed(f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}")
+                raise CheckFailed(
+                    f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}"
+                )
         sums = w.sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=atol):
             bad = (sums - 1).abs().masked_fill(~alive, 0).argmax()
@@ -245,7 +256,12 @@ class _AttentionCheck(Check):
             )
             if full_mask is not None and matches(weights, torch.softmax(scores, -1) * full_mask):
                 raise CheckFailed(message + "the mask was applied after the softmax. " + MASK_HINT)
-            if matches(weights, torch.softmax(scores.masked_fill(~full_mask, float("-inf")) if full_mask is not None else scores, dim=-2).nan_to_num(nan=0.0)):
+            if matches(
+                weights,
+                torch.softmax(
+                    scores.masked_fill(~full_mask, float("-inf")) if full_mask is not None else scores, dim=-2
+                ).nan_to_num(nan=0.0),
+            ):
                 raise CheckFailed(message + "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")
             raise CheckFailed(message + "the softmax must run over the keys, dim=-1.")
 
@@ -301,13 +317,16 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
         case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)", rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding),
         case("q (2, 3, 64), k (2, 7, 64), v (2, 7, 3) float64", rand(2, 3, 64, dtype=torch.float64),
              rand(2, 7, 64, dtype=torch.float64), rand(2, 7, 3, dtype=torch.float64)),
-        case("q (3, 6), k and v (5, 6), mask (3, 5) whose second row is all False", rand(3, 6), rand(5, 6), rand(5, 6), fully, "fully-masked"),
+        case("q (3, 6), k and v (5, 6), mask (3, 5) whose second row is all False",
+             rand(3, 6), rand(5, 6), rand(5, 6), fully, "fully-masked"),
     ]
-    pair_a = case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)", rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding, "pair-a")
+    pair_a = case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)",
+                  rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding, "pair-a")
     q, k, v, *params = pair_a.args
     k2, v2 = k.clone(), v.clone()
     k2[1, 4:], v2[1, 4:] = 50.0, -1e3  # only masked positions change
-    pair_b = Case("the same inputs with different keys and values where the mask is False", (q, k2, v2, *params), pair_a.kwargs, "pair-b")
+    pair_b = Case("the same inputs with different keys and values where the mask is False",
+                  (q, k2, v2, *params), pair_a.kwargs, "pair-b")
     out += [pair_a, pair_b]
     if hidden:
         causal7 = torch.tril(torch.ones(7, 7, dtype=torch.bool))
@@ -317,8 +336,8 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
             case("q (4, 9, 16), k (4, 3, 16), v (4, 3, 2)", rand(4, 9, 16), rand(4, 3, 16), rand(4, 3, 2)),
             case("q (2, 4, 8), k and v (2, 5, 8) float16", rand(2, 4, 8, dtype=torch.float16),
                  rand(2, 5, 8, dtype=torch.float16), rand(2, 5, 8, dtype=torch.float16)),
-            case("q (2, 6, 32) with large entries (dot products up to a few hundred), k and v (2, 6, 32)", rand(2, 6, 32, scale=10.0),
-                 rand(2, 6, 32, scale=10.0), rand(2, 6, 32)),
+            case("q (2, 6, 32) with large entries (dot products up to a few hundred), k and v (2, 6, 32)",
+                 rand(2, 6, 32, scale=10.0), rand(2, 6, 32, scale=10.0), rand(2, 6, 32)),
             case("q (3, 4, 8), k and v (3, 6, 8), mask (3, 4, 6) at random", rand(3, 4, 8), rand(3, 6, 8), rand(3, 6, 8),
                  torch.rand(3, 4, 6, generator=g) > 0.4, "fully-masked"),
         ]
@@ -368,9 +387,11 @@ class ScaledDotProductAttention(_AttentionCheck):
             (raw * math.sqrt(d_k), "the scores were multiplied by sqrt(d_k); divide by it instead."),
         ]
         if d_v != d_k:
-            out.append((raw / math.sqrt(d_v), "the scores were divided by sqrt(d_v); the scale uses the key size, d_k = q.shape[-1]."))
+            out.append((raw / math.sqrt(d_v),
+                        "the scores were divided by sqrt(d_v); the scale uses the key size, d_k = q.shape[-1]."))
         if q.shape[-2] == k.shape[-2]:
-            out.append((raw.transpose(-2, -1) / math.sqrt(d_k), "the weights are transposed: scores are q @ k^T, with queries as rows."))
+            out.append((raw.transpose(-2, -1) / math.sqrt(d_k),
+                        "the weights are transposed: scores are q @ k^T, with queries as rows."))
         return out
 
     def judge(self, case: Case, result: Any) -> None:
@@ -436,7 +457,8 @@ class AdditiveAttention(_AttentionCheck):
         pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
         out = [
             (pre @ w_v, "the tanh is missing: score = w_v · tanh(q W_q + k W_k); without it the score is linear."),
-            ((torch.tanh(pre) @ w_v) / math.sqrt(q.shape[-1]), "additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention."),
+            ((torch.tanh(pre) @ w_v) / math.sqrt(q.shape[-1]),
+             "additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention."),
             (torch.tanh(pre @ w_v), "the tanh was applied after projecting with w_v; apply it to q W_q + k W_k, then project."),
             (torch.tanh(pre).sum(-1), "the scores summed the hidden features; project them with w_v instead."),
             (torch.relu(pre) @ w_v, "the nonlinearity is tanh, not ReLU."),
@@ -471,7 +493,8 @@ class ScoreVariance(Check):
         out = []
         for n, d_k, scaled, dist in [(2000, 4, False, "normal"), (2000, 64, False, "normal"), (2000, 64, True, "normal"),
                                      (50, 16, False, "uniform"), (50, 16, True, "uniform")] + (
-            [(3000, 256, False, "normal"), (3000, 256, True, "normal"), (20, 3, True, "uniform"), (500, 1, False, "normal")] if hidden else []
+            [(3000, 256, False, "normal"), (3000, 256, True, "normal"), (20, 3, True, "uniform"), (500, 1, False, "normal")]
+            if hidden else []
         ):
             if dist == "normal":
                 q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)
@@ -506,7 +529,8 @@ class ScoreVariance(Check):
         if close(expected):
             return
         diagnoses = [
-            ((scores / scale).var(unbiased=False).item(), "this is the biased variance (dividing by n); use torch.var's default, which divides by n - 1."),
+            ((scores / scale).var(unbiased=False).item(),
+             "this is the biased variance (dividing by n); use torch.var's default, which divides by n - 1."),
             ((scores / scale).std().item(), "this is the standard deviation; the variance is its square."),
             ((scores / scale).mean().item(), "this is the mean of the scores, not their variance."),
             (scores.var().item(), "the scores were not divided by sqrt(d_k) although scaled=True." if scaled else ""),

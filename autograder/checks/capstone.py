@@ -13,7 +13,8 @@ from __future__ import annotations
 import functools
 import itertools
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -51,7 +52,7 @@ def _as_int(value: Any) -> Any:
 def levenshtein(a: Sequence, b: Sequence) -> int:
     """The recursive definition, memoised: d(a, b) over the prefixes of both sequences."""
 
-    @functools.lru_cache(maxsize=None)
+    @functools.cache
     def d(i: int, j: int) -> int:
         if i == 0 or j == 0:
             return i + j
@@ -718,7 +719,10 @@ def _greedy(model, src, max_len, bos_id, eos_id) -> list[int]:
 
 class BeamSearch(Check):
     function = "beam_search"
-    oracle = "greedy decoding (beam 1), an exhaustive search over every sequence (the widest beam) and a beam search run by the grader"
+    oracle = (
+        "greedy decoding (beam 1), an exhaustive search over every sequence (the widest beam) "
+        "and a beam search run by the grader"
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(85 if not hidden else 850)

@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import itertools
 import re
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
 
 from .. import oracles
-from . import state_mismatch
-from .encoder import fits_as_attn_mask, positional_padding_hint
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -36,9 +34,12 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    raised_message,
     seeded,
     where_it_differs,
 )
+from . import state_mismatch
+from .encoder import fits_as_attn_mask, positional_padding_hint
 
 FORBIDDEN_LAYERS = (
     "torch.nn.TransformerDecoderLayer",

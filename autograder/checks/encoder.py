@@ -10,15 +10,14 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from .. import oracles
-from . import state_mismatch
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -31,8 +30,10 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    raised_message,
     seeded,
 )
+from . import state_mismatch
 
 State = dict[str, torch.Tensor]
 Diagnoses = list[tuple[Callable[[], torch.Tensor], str]]
@@ -519,7 +520,8 @@ def encoder_layer(
         if step == 1 and (ffn_reads == "input" or residual_from == "input"):
             source = x if ffn_reads == "input" else y
             base = x if residual_from == "input" else y
-            f = (lambda _, f=f, source=source: f(source))  # post-norm wiring only
+            def f(_, f=f, source=source):  # post-norm wiring only
+                return f(source)
         y = oracles.sublayer(state, base, f, norm=f"{prefix}{norm}", wiring=wire, dropout=dropout, dropout_at=where)
     return y
 

@@ -7,12 +7,13 @@ have returned, so that a wrong answer can be named.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
+from .. import oracles
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -24,9 +25,9 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    raised_message,
     seeded,
 )
-from .. import oracles
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
 
 # ----------------------------------------------------------------------------------------
@@ -114,7 +115,8 @@ class SplitHeads(_HeadsCheck):
                                 "the positions with .transpose(1, 2).",
                 (B, h, d_k, T): "This is (B, h, d_k, T): the positions ended up last. After the reshape to "
                                 "(B, T, h, d_k), swap axes 1 and 2 only: .transpose(1, 2).",
-                (B, d_k, T, h): "Here h and d_k are swapped: reshape to (B, T, h, d_k) with d_k = d_model // h, then transpose(1, 2).",
+                (B, d_k, T, h): "Here h and d_k are swapped: reshape to (B, T, h, d_k) with d_k = d_model // h, "
+                                "then transpose(1, 2).",
                 (B, T, d_k, h): "Here h and d_k are swapped: reshape to (B, T, h, d_k) with d_k = d_model // h.",
                 (h, B, T, d_k): "The head axis went in front of the batch: it belongs at position 1, (B, h, T, d_k).",
             }
@@ -157,7 +159,8 @@ class MergeHeads(_HeadsCheck):
             case(2, 8, 3, 1),
         ]
         whole = torch.randn(2, 5, 12, generator=g)
-        out.append(Case("x = a (2, 5, 12) tensor cut into h=3 heads of d_k=4; merging must give it back", (_blocks(whole, 3),), {}, "round-trip"))
+        out.append(Case("x = a (2, 5, 12) tensor cut into h=3 heads of d_k=4; merging must give it back",
+                        (_blocks(whole, 3),), {}, "round-trip"))
         if hidden:
             out += [
                 case(4, 8, 7, 4, torch.float64),
@@ -378,7 +381,8 @@ class MultiHeadAttentionCheck(Check):
                  attn_mask=random_mask(3, 5, 5), kpm=padding(3, 5, [5, 3, 4]), dtype=float64),
             case("self-attention, x (1, 6, 16)", 1, 6, 6, 16, 4, bias=False),
         ]
-        pair = case("self-attention, x (2, 6, 16), key_padding_mask (2, 6)", 2, 6, 6, 16, 2, kpm=padding(2, 6, [6, 3]), tag="pair-a")
+        pair = case("self-attention, x (2, 6, 16), key_padding_mask (2, 6)", 2, 6, 6, 16, 2,
+                    kpm=padding(2, 6, [6, 3]), tag="pair-a")
         query, key, value = (t.clone() for t in pair.args)
         key[1, 3:], value[1, 3:] = 40.0, -1e3  # only padded keys and values change
         out += [
@@ -390,7 +394,8 @@ class MultiHeadAttentionCheck(Check):
         # Built with dropout but called in eval mode: the dropout must then do nothing.
         out.append(case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
                         attn_mask=causal(5)))
-        out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, INDIVISIBLE, init={"d_model": 12, "h": 5}, method="extra_repr"))
+        out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, INDIVISIBLE,
+                        init={"d_model": 12, "h": 5}, method="extra_repr"))
         if hidden:
             out += [
                 case("self-attention, x (3, 7, 32)", 3, 7, 7, 32, 8, dtype=float64),
@@ -408,7 +413,8 @@ class MultiHeadAttentionCheck(Check):
             out.append(case("cross-attention, query (2, 4, 16), key = value (2, 6, 16), attn_mask (2, 4, 6) with a query "
                             "that may attend to nothing", 2, 4, 6, 16, 4, kind="cross", attn_mask=dead, tag="fully-masked"))
             out.append(self._dropout_case(g, case, rand, B=3, T=5, d_model=24, h=3, dtype=torch.float32))
-            out.append(Case("MultiHeadAttention(d_model=30, h=8)", (), {}, INDIVISIBLE, init={"d_model": 30, "h": 8}, method="extra_repr"))
+            out.append(Case("MultiHeadAttention(d_model=30, h=8)", (), {}, INDIVISIBLE,
+                            init={"d_model": 30, "h": 8}, method="extra_repr"))
         return out
 
     @staticmethod

@@ -10,12 +10,12 @@ positions share an encoding, and PE(pos + k) is a fixed rotation M_k of PE(pos).
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -24,6 +24,7 @@ from ..framework import (
     expect_finite,
     expect_shape,
     expect_tensor,
+    raised_message,
     seeded,
 )
 from . import state_mismatch

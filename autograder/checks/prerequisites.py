@@ -8,14 +8,13 @@ on the grader's own copy of the provided toy model.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import torch
 
 from .. import toys  # noqa: F401  (registers the "toy_translator" provider)
-from ..oracles import blank
 from ..framework import (
-    raised_message,
     Case,
     Check,
     CheckFailed,
@@ -27,10 +26,12 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     expect_tuple,
-    materialize,
     matches,
+    materialize,
+    raised_message,
     seeded,
 )
+from ..oracles import blank
 
 # ----------------------------------------------------------------------------------------
 # receptive_field
@@ -193,7 +194,8 @@ class ReceptiveField(Check):
             (expected + 1, "you are one over: start from r = 1 and add (k - 1) d per layer (not k d, and no extra 1)."),
             (sum(kernels), "you summed the kernel sizes; each layer adds (k - 1) d prod(strides below), and r starts at 1."),
             (math.prod(kernels) if kernels else 1,
-             "you multiplied the kernel sizes; stacking layers adds to the window (r = 1 + sum of (k - 1) d prod(strides below))."),
+             "you multiplied the kernel sizes; stacking layers adds to the window "
+             "(r = 1 + sum of (k - 1) d prod(strides below))."),
             (reverse, "the layers were taken in the wrong order: the recursion r <- (r - 1) s + (k - 1) d + 1 must run "
                       "from the last layer down to the first (or use the formula with strides of the layers below)."),
         ]
@@ -343,7 +345,8 @@ class RnnForward(Check):
         expect_close(
             h_T, expected_T, f"{name}'s h_T", case,
             [(lambda: h0d, "h_T is h0: return the state after the last step (the h your loop ends with)."),
-             (lambda: expected[:, 0], "h_T is the state after the first step; return the one after the last step, outputs[:, -1]."),
+             (lambda: expected[:, 0],
+              "h_T is the state after the first step; return the one after the last step, outputs[:, -1]."),
              (lambda: shifted[:, -1], "h_T is the state before the last step; return the one after it, outputs[:, -1].")],
             hint="The outputs are right, so h_T should be outputs[:, -1].",
             dtype=x.dtype,
@@ -484,7 +487,8 @@ class GreedyDecode(Check):
             return
 
         diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = [
-            (lambda: run(keep_bos=False), "BOS is missing: the output starts with bos_id in column 0, then the generated tokens."),
+            (lambda: run(keep_bos=False),
+             "BOS is missing: the output starts with bos_id in column 0, then the generated tokens."),
             (lambda: run(pick=lambda lg: lg[:, 0].argmax(-1)),
              "every step produced the token that follows [BOS] alone. Either you read the logits of the first "
              "position (the next token comes from the last one, logits[:, -1]), or the decoder was always given "
@@ -502,11 +506,13 @@ class GreedyDecode(Check):
              "as small as possible."),
             (lambda: run(fill=eos_id), "positions after EOS were filled with eos_id; fill them with pad_id."),
             (lambda: run(keep_eos=False), "the EOS token itself was replaced: keep eos_id where the row ended, pad after it."),
-            (lambda: run(steps=max_len + 1), "you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1."),
+            (lambda: run(steps=max_len + 1),
+             "you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1."),
             (lambda: run(steps=max_len - 1), "you generated only max_len - 1 tokens: up to max_len tokens may follow BOS."),
         ]
         if pad_id != 0:
-            diagnoses.append((lambda: run(fill=0), "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."))
+            diagnoses.append((lambda: run(fill=0),
+                              "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."))
         for mistaken, message in diagnoses:
             try:
                 candidate = mistaken()

@@ -22,7 +22,8 @@
 
 # %% tags=["export"]
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -201,11 +202,15 @@ plt.show()
 #
 # | difficulty | convolution | recurrence | self-attention |
 # |---|---|---|---|
-# | **long-range dependency** (a pronoun and the noun it refers to, a verb moved to the end of a German clause) | needs many layers | must survive many steps | one step |
-# | **relevance by content**, not by distance | weights depend on relative position | one state for everything | weights computed from the words themselves |
+# | **long-range dependency** | needs many layers | must survive many steps | one step |
+# | **relevance by content** | weights depend on relative position | one state for everything | weights computed from the words |
 # | **path length** between two positions, which gradients must travel | grows with distance / depth | grows linearly | constant |
 # | **receptive field** | widened only by stacking (part 1) | the whole past, through a bottleneck | the whole sequence |
 # | **parallel computation** over positions | yes | no: $T$ steps in a row (part 2) | yes |
+#
+# A long-range dependency is, for instance, a pronoun and the noun it refers to, or a verb moved to the end of a German
+# clause. Relevance by content means that how much one word matters to another depends on what the two say, not on how
+# far apart they stand.
 #
 # ## 3. The encoder-decoder at a glance: greedy decoding
 #

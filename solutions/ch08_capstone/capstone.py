@@ -26,7 +26,8 @@
 # label smoothing does to the target distribution.
 
 # %% tags=["export"]
-from typing import Any, Hashable, Sequence
+from collections.abc import Hashable, Sequence
+from typing import Any
 
 import torch
 
@@ -155,7 +156,9 @@ logits[:, 3] = margins  # token 3 is right, by a growing margin
 target = torch.full((len(margins),), 3)
 fig, ax = plt.subplots(figsize=(5.5, 3.4))
 for eps in (0.0, 0.1, 0.3):
-    losses = [label_smoothed_cross_entropy(logits[i : i + 1], target[i : i + 1], eps, pad_id=0).item() for i in range(len(margins))]
+    losses = [
+        label_smoothed_cross_entropy(logits[i : i + 1], target[i : i + 1], eps, pad_id=0).item() for i in range(len(margins))
+    ]
     ax.plot(margins, losses, label=f"smoothing {eps}")
 ax.set(xlabel="logit of the right token minus the others", ylabel="loss", title=f"label smoothing, V = {V}")
 ax.legend(fontsize=8)

@@ -5,8 +5,8 @@ words its check must use to name it. The tests prove every one is caught and dia
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 
 @dataclass(frozen=True)

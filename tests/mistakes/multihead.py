@@ -333,8 +333,10 @@ class MHANoValueErrorInInit(_Layer):
 
 
 MISTAKES = [
-    Mistake(SPLIT, "reshaped straight to (B, h, T, d_k) without the transpose", split_view_without_transpose, "without the transpose"),
-    Mistake(SPLIT, "reshaped to (B, T, h, d_k) and stopped there", split_forgets_transpose, "move the head axis in front of the positions"),
+    Mistake(SPLIT, "reshaped straight to (B, h, T, d_k) without the transpose", split_view_without_transpose,
+            "without the transpose"),
+    Mistake(SPLIT, "reshaped to (B, T, h, d_k) and stopped there", split_forgets_transpose,
+            "move the head axis in front of the positions"),
     Mistake(SPLIT, "each head takes every h-th feature", split_strided_features, "every h-th feature"),
     Mistake(SPLIT, "permuted the wrong axes", split_wrong_permute, "swap axes 1 and 2"),
     Mistake(SPLIT, "h and d_k swapped in the reshape", split_h_and_d_k_swapped, "h and d_k are swapped"),
@@ -365,7 +367,8 @@ MISTAKES = [
     Mistake(MHA, "3-D attn_mask without a head axis", MHAMaskWithoutHeadAxis, "a head axis, attn_mask.unsqueeze(1)"),
     Mistake(MHA, "dropout on the output instead of the weights", MHADropoutOnOutput, "applied dropout to the output"),
     Mistake(MHA, "dropout never used", MHADropoutNeverUsed, "ignored dropout in training mode"),
-    Mistake(MHA, "functional dropout left on in eval mode", MHAFunctionalDropoutAlwaysOn, "dropout is active although the layer is in eval mode"),
+    Mistake(MHA, "functional dropout left on in eval mode", MHAFunctionalDropoutAlwaysOn,
+            "dropout is active although the layer is in eval mode"),
     Mistake(MHA, "attn_weights stored after dropout", MHAStoresDroppedWeights, "holds the weights after dropout"),
     Mistake(MHA, "self.num_heads and self.head_dim instead of self.h and self.d_k", MHAOtherAttributeNames,
             "store the number of heads as self.h"),
