@@ -236,12 +236,28 @@ def _isolation() -> list[str]:
     ]
 
 
-def _scratch(limits: Limits) -> list[str]:
+def _scratch(limits: Limits, hidden: list[Path]) -> list[str]:
     size = ["--size", str(limits.scratch_mb << 20)] if _supports("--size") else []
     return [
-        *size, "--perms", "1777", "--tmpfs", "/tmp",
+        *size, "--perms", "1777", "--tmpfs", "/tmp", *_under_scratch(hidden),
         "--dev", "/dev", "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/tmp",
     ]
+
+
+def _under_scratch(hidden: list[Path]) -> list[str]:
+    """The allowed directories that live below /tmp (a course cloned there, with its environment),
+    mounted again on top of the scratch space that would otherwise cover them."""
+    scratch = Path("/tmp")
+    args: list[str] = []
+    for path in visible_paths():
+        if scratch in path.parents:
+            args.extend(["--ro-bind", str(path), str(path)])
+    covered = [h for h in hidden if scratch in h.parents and any(m in h.parents for m in visible_paths())]
+    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
+    for path in covered:
+        if scratch in path.parents:
+            args.extend(["--tmpfs", str(path)])
+    return args
 
 
 #: run as root inside the outer sandbox: become the worker's own user, then start the inner one
@@ -262,14 +278,14 @@ def _command(bwrap: str, program: list[str], limits: Limits, hidden: list[Path],
     """
     share = ["--ro-bind", channel, CHANNEL_DIR] if channel else []
     if uid is None:
-        return [bwrap, *_isolation(), *_mounts(hidden), "--proc", "/proc", *share, *_scratch(limits), *program]
+        return [bwrap, *_isolation(), *_mounts(hidden), "--proc", "/proc", *share, *_scratch(limits, hidden), *program]
     outer = [
         bwrap, "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
         "--cap-add", "CAP_SETGID", *_mounts(hidden), "--dev", "/dev", "--proc", "/proc",
         "--perms", "0755", "--dir", "/tmp", "--perms", "0755", "--dir", "/run", *share,
     ]
     become = [sys.executable, "-I", "-S", "-c", _BECOME, str(uid)]
-    inner = [bwrap, *_isolation(), "--ro-bind", "/", "/", *_scratch(limits)]
+    inner = [bwrap, *_isolation(), "--ro-bind", "/", "/", *_scratch(limits, hidden)]
     return [*outer, *become, *inner, *program]
 
 

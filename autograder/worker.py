@@ -29,7 +29,6 @@ import importlib.abc
 import importlib.util
 import os
 import resource
-import shutil
 import signal
 import socket
 import sys
@@ -156,24 +155,39 @@ def _remove_ipc() -> None:
 
 def _empty(scratch: str | None) -> None:
     """Empty the scratch folder, so that no learner process finds what an earlier one left there
-    (the inputs of another function's hidden tests, say)."""
+    (the inputs of another function's hidden tests, say).
+
+    A course that lives below /tmp has its environment mounted, read-only, inside the scratch
+    folder: the walk stays on the scratch folder's own file system and never descends into it.
+    """
     if not scratch:
         return
-    # Open every folder first: the learner may have closed some, to its owner, who is also this process.
-    for folder, names, _ in os.walk(scratch):
+    device = os.lstat(scratch).st_dev
+    folders: list[str] = []
+    for folder, names, files in os.walk(scratch, topdown=True):
+        kept = []
         for name in names:
             path = os.path.join(folder, name)
             try:
+                info = os.lstat(path)
+                if info.st_dev != device:
+                    continue  # a mount: read-only, and not the learner's
                 if not os.path.islink(path):  # the learner's processes are gone: nothing changes it now
+                    # Open it first: the learner may have closed it, to its owner, who is also this process.
                     os.chmod(path, 0o700)
             except OSError:
                 pass
-    for entry in os.scandir(scratch):
+            kept.append(name)
+        names[:] = [n for n in kept if not os.path.islink(os.path.join(folder, n))]
+        for name in files + [n for n in kept if os.path.islink(os.path.join(folder, n))]:
+            try:
+                os.unlink(os.path.join(folder, name))
+            except OSError:
+                pass
+        folders.append(folder)
+    for folder in reversed(folders[1:]):  # deepest first; one that holds a mount stays
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+            os.rmdir(folder)
         except OSError:
             pass
 
