@@ -452,6 +452,9 @@ class Check:
     oracle: ClassVar[str] = "the reference computation"
     #: functions or layers the learner must not call, because the exercise is to build them
     forbidden: ClassVar[tuple[str, ...]] = ()
+    #: for cases tagged "invalid", which must raise ValueError: what to tell a learner who raised
+    #: another exception instead
+    invalid_hint: ClassVar[str] = "raise ValueError with a message that says what is wrong."
 
     def cases(self, hidden: bool) -> list[Case]:
         raise NotImplementedError
@@ -485,6 +488,12 @@ class Check:
                 "write it with basic tensor operations instead."
             )
         if isinstance(result, Raised):
+            if case.tag == "invalid" and result.type not in ("NotImplementedError", "ValueError"):
+                raise CheckFailed(
+                    f"`{name}` raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
+                )
+            if case.tag == "invalid" and result.type == "ValueError":
+                return  # raising is the right answer to arguments the function must refuse
             if result.type == "NotImplementedError":
                 owner = result.origin.split(".")[0]
                 if owner and owner != name:
