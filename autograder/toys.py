@@ -97,3 +97,13 @@ class ToyTranslator(torch.nn.Module):
 
     def forward(self, src: torch.Tensor, ys: torch.Tensor) -> torch.Tensor:
         return self.decode(self.encode(src), ys)
+
+
+@provider("generator")
+def generator(seed: int) -> torch.Generator:
+    """A private random number generator, seeded: what a case hands a function that draws at random.
+
+    A ``torch.Generator`` is not data that can cross to a sandbox, so a case names its seed and
+    each side builds its own; the global generator is never involved.
+    """
+    return seeded(seed)

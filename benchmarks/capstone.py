@@ -37,6 +37,10 @@ from transformer.g2p import Vocabularies, encode_pairs, make_batch  # noqa: E402
 
 def hardware() -> str:
     cpu = platform.processor() or platform.machine()
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
+        cpu = f"{names[0]} ({len(names)} logical CPUs)" if names else cpu
     line = f"{cpu}, {torch.get_num_threads()} threads available to torch, torch {torch.__version__}"
     if torch.cuda.is_available():
         line += f", GPU {torch.cuda.get_device_name(0)}"

@@ -46,11 +46,14 @@ def test_a_tiny_run_learns_and_fills_its_folder(tmp_path, g2p):
     assert result.step == 30
 
 
-def test_resumed_equals_uninterrupted(tmp_path, g2p):
-    # Dropout on, so that the random state must be carried across the interruption too.
-    straight = T.train(tiny(tmp_path / "straight", dropout=0.1), data=g2p, progress=False)
-    T.train(tiny(tmp_path / "halves", dropout=0.1, max_steps=17), data=g2p, progress=False)  # stops mid-epoch
-    resumed = T.train(tiny(tmp_path / "halves", dropout=0.1), resume=True, data=g2p, progress=False)
+@pytest.mark.parametrize("average_last", [0, 3])
+def test_resumed_equals_uninterrupted(tmp_path, g2p, average_last):
+    # Dropout on, so that the random state must be carried across the interruption too; with
+    # averaging, the snapshots taken before it too.
+    settings = {"dropout": 0.1, "average_last": average_last, "average_every": 4}
+    straight = T.train(tiny(tmp_path / "straight", **settings), data=g2p, progress=False)
+    T.train(tiny(tmp_path / "halves", max_steps=17, **settings), data=g2p, progress=False)  # stops mid-epoch
+    resumed = T.train(tiny(tmp_path / "halves", **settings), resume=True, data=g2p, progress=False)
     assert resumed.step == straight.step == 30
     a, b = _parameters(straight.model), _parameters(resumed.model)
     assert a.keys() == b.keys()
@@ -58,6 +61,33 @@ def test_resumed_equals_uninterrupted(tmp_path, g2p):
         assert torch.equal(a[name], b[name]), f"{name} differs after resuming"
     measured = ("wer", "per", "words")
     assert [resumed.metrics["dev"][-1][k] for k in measured] == [straight.metrics["dev"][-1][k] for k in measured]
+
+
+def test_averaging_keeps_the_mean_of_the_last_snapshots(tmp_path, g2p):
+    """The paper's checkpoint averaging: with snapshots every 15 steps and 2 of them averaged, a
+    30-step run ends with the mean of its weights at steps 15 and 30."""
+    at_15 = T.train(tiny(tmp_path / "fifteen", max_steps=15), data=g2p, progress=False).model
+    run = T.train(tiny(tmp_path / "run", average_last=2, average_every=15), data=g2p, progress=False)
+    checkpoint = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    final, averaged = checkpoint["model"], checkpoint["averaged"]
+    assert len(checkpoint["snapshots"]) == 2
+    changed = 0
+    for name, value in _parameters(at_15).items():
+        assert torch.allclose(averaged[name], (value + final[name]) / 2, atol=1e-6), name
+        changed += not torch.equal(averaged[name], final[name])
+    assert changed, "the averaged weights are not the final ones"
+    for name, value in _parameters(run.model).items():  # what the run returns and measures is the average
+        assert torch.equal(value, averaged[name]), name
+    assert run.metrics["dev"][-1]["averaged"] == 2
+    loaded, _, _ = T.load_trained(tmp_path / "run", device="cpu")
+    for name, value in _parameters(loaded).items():
+        assert torch.equal(value, averaged[name]), name
+
+
+def test_averaging_counts_the_final_weights_as_one_snapshot():
+    snapshots = [{"w": torch.tensor([float(i)]), "n": torch.tensor([i])} for i in range(4)]
+    mean = T.average_weights(snapshots[-3:])
+    assert mean["w"].item() == 2.0 and mean["n"].item() == 3  # integer buffers come from the last one
 
 
 def test_the_same_seed_gives_the_same_run(tmp_path, g2p):
@@ -79,6 +109,16 @@ def test_the_recipe_is_the_papers():
 def test_bf16_autocast_runs(tmp_path, g2p):
     result = T.train(tiny(tmp_path / "bf16", precision="bf16", max_steps=4, eval_every=4, eval_words=5), data=g2p,
                      progress=False)
+    assert all(torch.isfinite(p).all() for p in result.model.parameters())
+
+
+def test_the_gpu_preset_runs_a_few_steps_on_the_cpu(tmp_path, g2p):
+    """Its settings (bf16, averaging, a larger model) work together; only the batch is cut down."""
+    config = dataclasses.replace(T.PRESETS["gpu"], device="cpu", run_dir=str(tmp_path / "gpu"), train_words=300,
+                                 max_tokens=2048, max_steps=3, eval_every=3, eval_words=10, checkpoint_every=3,
+                                 average_every=1, time_limit=0.0)
+    result = T.train(config, data=g2p, progress=False)
+    assert result.step == 3 and result.metrics["dev"][-1]["averaged"] == 3
     assert all(torch.isfinite(p).all() for p in result.model.parameters())
 
 

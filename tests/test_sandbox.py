@@ -13,8 +13,9 @@ import pytest
 from autograder import sandbox
 from autograder.engine import Assignment, grade_cells
 from autograder.sandbox import Limits, Worker, WorkerTimeout
+from autograder.submissions import notebook_cells
 from course.notebook_format import complete, to_nbgrader
-from tests.conftest import REPO, release_path, source_path
+from tests.conftest import NOTEBOOKS, REPO, chapter_of, release_path, source_path
 
 LIMITS = Limits(call_seconds=3, cell_seconds=3, submission_seconds=60, memory_mb=1024, output_kb=16)
 SETUP = {"op": "setup", "function": "f", "reference": "reference.none", "modules": {}, "forbidden": [], "inject": []}
@@ -200,3 +201,16 @@ def test_without_bubblewrap_grading_falls_back_and_says_so(monkeypatch):
     verdict = {o.grade_id: o for o in outcomes}
     assert not verdict["test_softmax"].passed and "did not finish" in verdict["test_softmax"].message
     assert verdict["test_score_variance"].passed
+
+
+@needs_bubblewrap
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_solution_runs_in_the_sandbox_without_a_note(notebook, source_nb):
+    """The sandbox hides the repository: a demonstration cell that imports from it would raise for
+    every learner and give each the same note about a cell of ours."""
+    nb = source_nb(notebook)
+    assignment = Assignment.from_notebook(chapter_of(notebook).assignment, notebook, nb)
+    cells, _ = notebook_cells(nb)
+    outcomes, notes = grade_cells(assignment, cells, Limits(), [REPO])
+    assert [o.grade_id for o in outcomes if not o.passed] == []
+    assert notes == []

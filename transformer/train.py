@@ -71,19 +71,24 @@ class TrainConfig:
     max_steps: int = 100_000
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
     seed: int = 0
+    # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
+    # weights at the last `average_last` multiples of `average_every` steps and at the final step
+    average_last: int = 0  # snapshots averaged (0: keep the final weights as they are)
+    average_every: int = 200
     # measuring
     eval_every: int = 500  # steps between dev evaluations
     eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
     checkpoint_every: int = 500
     # where and how
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
-    threads: int = 1  # CPU threads (benchmarks/capstone.py measures 1 against 2)
+    threads: int = 1  # CPU threads; benchmarks/capstone.py measures 1 against 2 (see the CPU preset)
     precision: str = "fp32"  # fp32, or bf16 (autocast)
     compile: bool = False  # torch.compile the model
     run_dir: str = ""  # default: runs/<preset>
 
     def __post_init__(self) -> None:
-        positive = ("d_model", "h", "N", "d_ff", "max_tokens", "warmup", "max_steps", "eval_every", "checkpoint_every", "threads")
+        positive = ("d_model", "h", "N", "d_ff", "max_tokens", "warmup", "max_steps", "eval_every", "checkpoint_every", "threads",
+                    "average_every")
         for name in positive:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
@@ -101,6 +106,8 @@ class TrainConfig:
             raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.average_last < 0:
+            raise ValueError(f"average_last must be 0 (no averaging) or more, got {self.average_last}")
         if self.peak_lr <= 0:
             raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
         self.model_config(vocab_size=70)  # the model's own checks, early
@@ -126,12 +133,15 @@ PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
                         max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15),
-    # ten minutes on two CPU cores
-    "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=1024, peak_lr=3e-3, warmup=500,
-                       time_limit=600.0, eval_every=1000, eval_words=500, checkpoint_every=500),
+    # ten minutes on two CPU cores; two threads trained 1.7 times faster than one on an idle 2-core
+    # machine (benchmarks/RESULTS.md), so the preset takes both cores
+    "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=1024, peak_lr=3e-3, warmup=500, threads=2,
+                       time_limit=600.0, eval_every=1000, eval_words=500, checkpoint_every=500, average_last=5,
+                       average_every=200),
     # one GPU: a wider, deeper model, large batches, bf16
     "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
-                       time_limit=600.0, eval_every=500, eval_words=0, checkpoint_every=1000, precision="bf16"),
+                       time_limit=600.0, eval_every=500, eval_words=0, checkpoint_every=1000, precision="bf16",
+                       average_last=5, average_every=500),
 }
 
 
@@ -161,7 +171,7 @@ def choose_device(name: str) -> torch.device:
 # ---------------------------------------------------------------------------------------------
 
 
-def _atomic_write(path: Path, write) -> None:
+def atomic_write(path: Path, write) -> None:
     """Write to a temporary file beside ``path`` and rename it: a crash never leaves half a file."""
     tmp = path.with_name(path.name + ".tmp")
     write(tmp)
@@ -169,7 +179,7 @@ def _atomic_write(path: Path, write) -> None:
 
 
 def save_json(path: Path, value: Any) -> None:
-    _atomic_write(path, lambda p: p.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8"))
+    atomic_write(path, lambda p: p.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8"))
 
 
 def identity(config: TrainConfig) -> dict[str, Any]:
@@ -223,7 +233,7 @@ def draw_curves(metrics: dict[str, list[dict[str, float]]], path: Path) -> None:
     axes[1].set(xlabel="step", ylabel="learning rate")
     axes[2].set(xlabel="step", ylabel="dev error rate (%)")
     fig.tight_layout()
-    _atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
+    atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
     plt.close(fig)
 
 
@@ -256,7 +266,7 @@ def draw_attention(model: Transformer, words: Sequence[str], vocabs: Vocabularie
     if kind == "fused":
         use_attention(model, kind)
     fig.tight_layout()
-    _atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
+    atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
     plt.close(fig)
 
 
@@ -332,6 +342,23 @@ class Processes:
             torch.distributed.barrier()
 
 
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def average_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of several state dicts; tensors that are not weights (integers) come
+    from the last one."""
+    last = snapshots[-1]
+    out = {}
+    for name, value in last.items():
+        if value.is_floating_point():
+            out[name] = (sum(s[name].double() for s in snapshots) / len(snapshots)).to(value.dtype)
+        else:
+            out[name] = value.clone()
+    return out
+
+
 @dataclass
 class RunResult:
     run_dir: Path
@@ -393,8 +420,12 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
     step, epoch, position = 0, 0, 0  # position: batches of this epoch already trained on
     metrics: dict[str, list[dict[str, float]]] = {"train": [], "dev": []}
     elapsed = 0.0
+    snapshots: list[dict[str, torch.Tensor]] = []  # for averaging: the weights at the last multiples of average_every
     if checkpoint is not None:
+        if "optimizer" not in checkpoint:
+            raise TrainingError(f"{checkpoint_path} is an exported model, not a run: it cannot be resumed")
         model.load_state_dict(checkpoint["model"])
+        snapshots = checkpoint.get("snapshots", [])
         optimizer.load_state_dict(checkpoint["optimizer"])
         step, epoch, position = checkpoint["step"], checkpoint["epoch"], checkpoint["position"]
         metrics, elapsed = checkpoint["metrics"], checkpoint["elapsed"]
@@ -410,17 +441,20 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
     if config.compile:
         forward = torch.compile(forward)
 
+    averaged: dict[str, torch.Tensor] | None = None  # set when training ends
+
     def save_checkpoint() -> None:
         if not processes.main:
             return
         state = {
             "config": asdict(config), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
             "step": step, "epoch": epoch, "position": position, "metrics": metrics, "elapsed": elapsed,
+            "snapshots": snapshots, "averaged": averaged,
             "rng": torch.get_rng_state(), "vocabulary": list(vocabs.target.tokens),
             "source_vocabulary": list(vocabs.source.tokens),
             "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
         }
-        _atomic_write(checkpoint_path, lambda p: torch.save(state, p))
+        atomic_write(checkpoint_path, lambda p: torch.save(state, p))
         save_json(run_dir / "metrics.json", metrics)
 
     bar = tqdm(
@@ -457,6 +491,8 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
                     scaled.backward()
                     optimizer.step()
                     position += 1
+                    if config.average_last and step % config.average_every == 0:
+                        snapshots = [*snapshots, snapshot(model)][-config.average_last :]
                     elapsed = time.perf_counter() - started
                     out_of_time = bool(config.time_limit and elapsed >= config.time_limit)
                     loss_sum, stop, interrupted = processes.total(loss.item() * real, float(out_of_time),
@@ -503,15 +539,23 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
         if processes.main:
             print(f"interrupted after step {step}: `--resume {run_dir}` continues from here", file=sys.stderr)
         raise KeyboardInterrupt
+    final_model: torch.nn.Module = model
+    if config.average_last:
+        last = snapshots if snapshots and step % config.average_every == 0 else [*snapshots, snapshot(model)]
+        averaged = average_weights(last[-config.average_last :])
+        final_model = build_model(config, vocabs).to(device)
+        final_model.load_state_dict(averaged)
     if processes.main:
-        if not metrics["dev"] or metrics["dev"][-1]["step"] != step:  # the final model is always measured
-            metrics["dev"].append({"step": step, "elapsed_s": elapsed,
-                                   **evaluate(model, data.dev, vocabs, device, config.eval_words)})
+        if config.average_last or not metrics["dev"] or metrics["dev"][-1]["step"] != step:  # the final model is measured
+            measured = evaluate(final_model, data.dev, vocabs, device, config.eval_words)
+            if config.average_last:
+                measured["averaged"] = len(last[-config.average_last :])
+            metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measured})
         save_checkpoint()
         draw_curves(metrics, run_dir / "curves.png")
-        draw_attention(model, list(data.dev.words[:3]), vocabs, device, run_dir / "attention.png")
+        draw_attention(final_model, list(data.dev.words[:3]), vocabs, device, run_dir / "attention.png")
     processes.wait()
-    return RunResult(run_dir, model, step, metrics)
+    return RunResult(run_dir, final_model, step, metrics)
 
 
 def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
@@ -533,7 +577,8 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, T
         raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
     target = choose_device(device)
     model = build_model(config, vocabs)
-    model.load_state_dict(checkpoint["model"])
+    weights = checkpoint.get("averaged")
+    model.load_state_dict(weights if weights is not None else checkpoint["model"])
     return model.to(target).eval(), config, vocabs
 
 

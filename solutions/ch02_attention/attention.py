@@ -70,10 +70,16 @@ softmax(torch.tensor([[1000.0, 1001.0, 1002.0], [-5.0, 0.0, float("-inf")]]))
 # * `q` has shape `(..., T_q, d_k)`, `k` has shape `(..., T_k, d_k)` and `v` has shape `(..., T_k, d_v)`,
 #   where `...` is any number of batch dimensions (none, a batch, a batch and heads, ...).
 # * `mask`, when given, is a boolean tensor that broadcasts to `(..., T_q, T_k)`. `True` means
-#   "this query may attend to this key" (PyTorch's convention). Masked scores become $-\infty$
-#   *before* the softmax, so a masked key gets exactly zero weight.
+#   "this query may attend to this key", as in the boolean `attn_mask` of
+#   `torch.nn.functional.scaled_dot_product_attention`. Masked scores become $-\infty$
+#   *before* the softmax, so a masked key gets exactly zero weight. Careful: PyTorch's
+#   `nn.MultiheadAttention` (and the `nn.Transformer` layers built on it) reads a boolean mask
+#   the other way round, `True` meaning "may **not** attend". So will the course's own
+#   `key_padding_mask` from chapter 3 on, which is `True` where a key is padding, that is, blocked.
 # * A query whose keys are all masked has nothing to attend to. Its softmax would be $0/0$;
-#   the course (like PyTorch) defines its weights and its output to be zero.
+#   the course defines its weights and its output to be zero. So does
+#   `F.scaled_dot_product_attention` in the PyTorch version this course uses, while
+#   `nn.MultiheadAttention` returns NaN for such a query.
 #
 # Return `(output, weights)`: `output` of shape `(..., T_q, d_v)` and `weights` of shape `(..., T_q, T_k)`.
 # Use your `softmax`.

@@ -132,6 +132,9 @@ print("round trip exact:", torch.equal(merge_heads(heads), x))
 # `(B, T_q, d_model)`. The attention inside each head is chapter 2's `scaled_dot_product_attention`.
 # In training mode the dropout acts on the attention weights, as in PyTorch's layer: a dropped
 # weight means that this query ignores that key for this step. In eval mode dropout does nothing.
+# This dropout is not in the paper, which applies dropout only to each sub-layer's output and to
+# the embeddings; it comes from the authors' tensor2tensor code and from PyTorch, whose layer the
+# tests compare yours with.
 #
 # Masks follow the course's rule:
 #
@@ -139,8 +142,13 @@ print("round trip exact:", torch.equal(merge_heads(heads), x))
 #   same for every sequence, or `(B, T_q, T_k)`, one per sequence;
 # * `key_padding_mask`: boolean, shape `(B, T_k)`, `True` where a key **is padding**.
 #
+# Mind that the two point opposite ways: `True` allows attending in `attn_mask` and forbids it in
+# `key_padding_mask`. (PyTorch's `nn.MultiheadAttention` reads both of its boolean masks as
+# "`True` = not allowed", so its `attn_mask` is the inverse of the course's.)
+#
 # A query may attend to a key only where the attention mask allows it **and** the key is not
-# padding. A query that may attend to no key at all gets zero weights, as in chapter 2.
+# padding. A query that may attend to no key at all gets zero weights and a zero output, as in
+# chapter 2 (where `nn.MultiheadAttention` would give NaN).
 
 # %% tags=["solution"] grade_id="MultiHeadAttention"
 class MultiHeadAttention(nn.Module):

@@ -47,9 +47,9 @@ from reference.multihead import MultiHeadAttention
 #
 # * `w_1`: an `nn.Linear` from `d_model` to `d_ff` features, holding $W_1$ and $b_1$;
 # * `w_2`: an `nn.Linear` from `d_ff` to `d_model` features, holding $W_2$ and $b_2$;
-# * `dropout`: an `nn.Dropout(dropout)`. The paper mentions no dropout inside this network; the
-#   course follows PyTorch's `nn.TransformerEncoderLayer`, which applies one to the hidden
-#   activations, right after the ReLU.
+# * `dropout`: an `nn.Dropout(dropout)`. This dropout is not in the paper, which mentions no
+#   dropout inside this network; the course follows PyTorch's `nn.TransformerEncoderLayer` (and the
+#   authors' tensor2tensor code), which apply one to the hidden activations, right after the ReLU.
 #
 # `forward(x)` accepts `x` of shape `(..., d_model)`, with any number of leading axes, and returns
 # a tensor of the same shape.
@@ -170,8 +170,11 @@ print("unbiased variances:", y.var(dim=-1).flatten()[:4])
 #
 # $$\operatorname{LayerNorm}\big(x + \operatorname{Sublayer}(x)\big).$$
 #
-# Section 5.4 of the paper says where dropout goes. On the page, *The wrapper: post-norm, as in
-# the paper* puts these together, and *Sub-layer 1: self-attention over the whole sentence* says
+# Section 5.4 of the paper says where dropout goes: on each sub-layer's output, before the
+# residual sum. (The dropout that `self_attn` and `feed_forward` apply inside themselves, on the
+# attention weights and after the ReLU, is the course's addition, taken from PyTorch; the paper
+# does not have it.) On the page, *The wrapper: post-norm, as in the paper* puts these together,
+# and *Sub-layer 1: self-attention over the whole sentence* says
 # where the self-attention's queries, keys and values come from and what it may look at.
 #
 # Write `EncoderLayer(d_model, h, d_ff, dropout=0.1)` with these submodules:
@@ -287,5 +290,5 @@ base = Encoder(d_model=512, h=8, d_ff=2048, N=6).eval()
 per_layer = sum(p.numel() for p in base.layers[0].parameters())
 print(f"parameters per layer: {per_layer:,}; whole encoder: {sum(p.numel() for p in base.parameters()):,}")
 with torch.no_grad():
-    tokens = torch.randn(2, 10, 512)  # (B, T, d_model): embeddings plus positions, in chapter 8
+    tokens = torch.randn(2, 10, 512)  # (B, T, d_model): embeddings plus positions, as chapter 6 builds them
     print("output shape:", tuple(base(tokens).shape))

@@ -96,7 +96,10 @@ print("same mask:", torch.equal(subsequent_mask(4), nn.Transformer.generate_squa
 #
 # $$\operatorname{LayerNorm}\big(x + \operatorname{Sublayer}(x)\big),$$
 #
-# with dropout where section 5.4 of the paper puts it. The page takes the sub-layers one by one in
+# with dropout where section 5.4 of the paper puts it: on each sub-layer's output, before the
+# residual sum. (The attention and the feed-forward network also apply dropout inside themselves,
+# on the attention weights and after the ReLU; that is not in the paper but follows PyTorch, as
+# chapter 4's page explains.) The page takes the sub-layers one by one in
 # *Masked self-attention* and *Cross-attention: the target asks, the source answers*, and wraps
 # them in *Three sub-layers, each with a residual connection and LayerNorm*.
 #

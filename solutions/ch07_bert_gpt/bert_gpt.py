@@ -1,0 +1,463 @@
+# %% [markdown]
+# # Exercises: BERT and GPT
+#
+# Two families of models grew out of the Transformer by keeping only half of it. **BERT** keeps
+# the encoder: every token sees the whole sentence, left and right, and the model is pre-trained
+# by filling in words that were hidden from it. **GPT** keeps the decoder without its
+# cross-attention: every token sees only the tokens before it, and the model is pre-trained by
+# predicting the next token, which is also how it writes text, one token at a time. Both read
+# text cut into **subword tokens** learnt from data.
+#
+# You will write the five pieces around the models that decide what they learn and what they say:
+#
+# 1. `bpe_train`: learn a byte-pair-encoding vocabulary (the merges) from a text;
+# 2. `bpe_encode`: cut a new text into tokens with those merges;
+# 3. `mask_tokens`: BERT's masked-language-model corruption of a batch, and its labels;
+# 4. `causal_lm_loss`: GPT's next-token loss, padding left out;
+# 5. `sample_next`: drawing the next token with a temperature, top-k and top-p (nucleus) sampling.
+#
+# None of them needs a trained model. Each function has a cell for your code (replace
+# `raise NotImplementedError()`) and a test cell right after it. Run the test cell: it prints one
+# line when your function is right, and otherwise tells you what is wrong and where to look. The
+# tests compare your results with a plain implementation of each definition, with PyTorch
+# (`F.cross_entropy`), and, for the functions that draw at random, with the probabilities the rules
+# give, over many seeded draws. Graded work is also run against more cases than the ones you see
+# here, so aim for a function that is right, not one that passes.
+#
+# To check the whole notebook from a terminal: `python -m autograder check exercises/ch07_bert_gpt/bert_gpt.ipynb`.
+#
+# **Randomness.** `mask_tokens` and `sample_next` draw at random, and they must draw only from the
+# `torch.Generator` they are given (`torch.rand(shape, generator=generator)`,
+# `torch.randint(n, shape, generator=generator)`, `torch.multinomial(p, 1, generator=generator)`),
+# never from PyTorch's global generator (`torch.rand(shape)` alone). Then the same seed always gives
+# the same result, whatever ran before, and the tests can tell.
+
+# %% tags=["export"]
+from collections.abc import Sequence
+
+import torch
+
+# %% [markdown]
+# ## 1. Learning subword tokens: byte-pair encoding
+#
+# A model reads a fixed vocabulary of tokens. Whole words make a huge vocabulary that still misses
+# new words; single characters make sequences long and leave the model to learn spelling.
+# **Byte-pair encoding** (BPE, Sennrich et al. 2016, used by GPT-2 on bytes) sits in between: start
+# from the smallest units and, again and again, glue together the two neighbours that occur
+# together most often. Frequent words end up as one token, rare ones as a few pieces, and nothing
+# is ever unknown.
+#
+# Here the units are **bytes**: the text's UTF-8 encoding, `list(text.encode("utf-8"))`, gives the
+# first tokens, ids 0 to 255 (an `é` is two bytes, `0xC3 0xA9`). Each merge makes a new token, and
+# the `k`-th merge (counting from 0) gets the id `256 + k`. Write `bpe_train(text, num_merges)`
+# returning the merges, a list of pairs of ids `[(a, b), ...]` in the order they were learnt:
+#
+# 1. Start from the bytes of `text`.
+# 2. Count every pair of neighbouring tokens: the pairs `(ids[i], ids[i + 1])` for every position
+#    `i`, so in `a a a` the pair `(a, a)` occurs **twice** (positions 0 and 1).
+# 3. Take the most frequent pair. When several pairs are equally frequent, take the one whose
+#    **first occurrence comes first** in the sequence. (If you count with a `dict`, filled from left
+#    to right, `max(counts, key=counts.get)` does exactly that: a dict remembers the order in which
+#    its keys were added, and `max` keeps the first of equal maxima.)
+# 4. If even that pair occurs only once, stop: merging it would add a token and save nothing.
+#    Stop too when fewer than two tokens are left.
+# 5. Otherwise replace its occurrences, **from left to right**, by the new id `256 + k`: where
+#    the pair is found, write the new id and continue after the pair, so in `a a a` the merge of
+#    `(a, a)` gives `aa a`, not `a aa`. Append the pair to the merges, and go back to step 2 until
+#    `num_merges` merges are made.
+#
+# Raise `ValueError`, with a message that names `num_merges`, when it is negative. The test compares your merges with a plain
+# implementation of these rules on short texts (ASCII, accented, repetitive) and on a piece of
+# Python's own source code, and names the rule that differs when a merge does.
+#
+# The helpers below are given: `bpe_decode` turns ids back into text, and `bpe_vocabulary` lists
+# the bytes each id stands for.
+
+# %% tags=["export"]
+def bpe_vocabulary(merges: Sequence[tuple[int, int]]) -> dict[int, bytes]:
+    """The bytes each id stands for: ids 0-255 are single bytes, id 256 + k the k-th merge's pair."""
+    vocabulary = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocabulary[256 + k] = vocabulary[a] + vocabulary[b]
+    return vocabulary
+
+
+def bpe_decode(ids: Sequence[int], merges: Sequence[tuple[int, int]]) -> str:
+    """The text that a sequence of ids stands for (exactly, when the ids come from the same merges)."""
+    vocabulary = bpe_vocabulary(merges)
+    return b"".join(vocabulary[i] for i in ids).decode("utf-8", errors="replace")
+
+
+# %% tags=["solution"] grade_id="bpe_train"
+def bpe_train(text: str, num_merges: int) -> list[tuple[int, int]]:
+    """Up to num_merges byte-pair merges learnt from text, in order; merge k makes the id 256 + k."""
+    ### BEGIN SOLUTION
+    if num_merges < 0:
+        raise ValueError(f"num_merges must be at least 0, got {num_merges}")
+    ids = list(text.encode("utf-8"))
+    merges: list[tuple[int, int]] = []
+    for k in range(num_merges):
+        counts: dict[tuple[int, int], int] = {}
+        for pair in zip(ids, ids[1:]):  # every neighbouring pair, overlapping ones included
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = max(counts, key=counts.get)  # ties: the pair seen first, since a dict keeps that order
+        if counts[best] < 2:
+            break
+        new_id, merged, i = 256 + k, [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and (ids[i], ids[i + 1]) == best:
+                merged.append(new_id)
+                i += 2  # continue after the pair: occurrences never overlap
+            else:
+                merged.append(ids[i])
+                i += 1
+        ids = merged
+        merges.append(best)
+    return merges
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_bpe_train" points=3
+from autograder import check
+
+check("bert_gpt.bpe_train", bpe_train)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.bpe_train", bpe_train, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# Trained on a piece of Python's standard library, the first merges glue together what Python
+# code repeats most: runs of spaces (indentation, 4 and 8 of them), then frequent letter pairs and
+# word endings; later merges make longer pieces, such as a docstring's `"""`.
+
+# %%
+import inspect
+import textwrap
+
+corpus = inspect.getsource(textwrap)[:12000]
+merges = bpe_train(corpus, 120)
+vocabulary = bpe_vocabulary(merges)
+print("the first 20 merges:", ", ".join(repr(vocabulary[256 + k].decode("utf-8", errors="replace")) for k in range(20)))
+print("some later ones:    ", ", ".join(repr(vocabulary[256 + k].decode("utf-8", errors="replace")) for k in range(100, 120)))
+
+# %% [markdown]
+# ## 2. Encoding a new text
+#
+# The merges are the tokenizer. To cut any text into tokens, start again from its bytes and apply
+# the merges **one after another, in the order they were learnt**: merge 0 everywhere in the
+# sequence (left to right, never overlapping, as in training), then merge 1 everywhere, and so on.
+# Applied to the training text itself this retraces training exactly; applied to a new text it
+# uses whatever merges fit, and a byte that no merge covers stays a token of its own, so every
+# text can be encoded, even one with characters training never saw.
+#
+# Write `bpe_encode(text, merges)` returning the ids as a list of ints. The order matters: with
+# the merges `[(b, c), (a, b)]` the text `abc` becomes `a` + `bc` (the pair `(a, b)` is gone by
+# the time its turn comes), whereas taking the longest known piece from the left, as WordPiece
+# does, would give `ab` + `c`. The test compares your ids with its own encoder on texts with and
+# without the training text's words, checks that `bpe_decode` gives your text back exactly, and
+# checks that encoding the training text gives as many tokens as training left.
+
+# %% tags=["solution"] grade_id="bpe_encode"
+def bpe_encode(text: str, merges: Sequence[tuple[int, int]]) -> list[int]:
+    """The ids of text under the merges, applied in the order they were learnt."""
+    ### BEGIN SOLUTION
+    ids = list(text.encode("utf-8"))
+    for k, (a, b) in enumerate(merges):
+        new_id, merged, i = 256 + k, [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
+                merged.append(new_id)
+                i += 2
+            else:
+                merged.append(ids[i])
+                i += 1
+        ids = merged
+    return ids
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_bpe_encode" points=2
+check("bert_gpt.bpe_encode", bpe_encode)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.bpe_encode", bpe_encode, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A line of new code splits into the pieces the corpus made common; the tokens are shown between
+# bars. Encoding is lossless: `bpe_decode` gives back exactly the text, and the tokens are far
+# fewer than its bytes.
+
+# %%
+line = "    def wrap_lines(self, text, width=70):  # naïve wrapping"
+ids = bpe_encode(line, merges)
+print("|".join(vocabulary[i].decode("utf-8", errors="replace") for i in ids))
+print(f"{len(line.encode('utf-8'))} bytes -> {len(ids)} tokens; round trip exact: {bpe_decode(ids, merges) == line}")
+
+# %% [markdown]
+# ## 3. BERT: the masked language model
+#
+# An encoder sees every token of its input, so "predict the next word" would be no task at all:
+# the answer is in the input. BERT (Devlin et al. 2019) hides some tokens instead and trains the
+# encoder to recover them from both sides. Of the ordinary tokens of a sequence, BERT **chooses
+# 15%**; the loss is computed at the chosen positions only. A chosen token is
+#
+# * replaced by `[MASK]` with probability 0.8,
+# * replaced by a **random ordinary token** with probability 0.1,
+# * **left unchanged** with probability 0.1.
+#
+# Why not always `[MASK]`? The token `[MASK]` never occurs when the model is later fine-tuned on
+# real sentences. Since any token may secretly be the one to predict (possibly replaced, possibly
+# itself), the model has to build a good representation of every position, not only of `[MASK]`.
+# Special tokens (`[PAD]`, `[CLS]`, `[SEP]`, `[MASK]`, ...) are never chosen: there is nothing to
+# learn from predicting them.
+#
+# Write `mask_tokens(ids, mask_id, vocab_size, special_ids, generator, rate=0.15)`:
+#
+# * `ids`: a `LongTensor` of shape `(B, T)`, token ids below `vocab_size`; it must **not be
+#   modified** (clone it before writing);
+# * `special_ids`: the ids of the special tokens, `mask_id` among them; the **ordinary** ids are
+#   all the others in `range(vocab_size)`;
+# * choose each position holding an ordinary token independently with probability `rate`
+#   (BERT's 0.15); never choose a special token;
+# * for each chosen position, draw which of the three things happens (0.8, 0.1, 0.1); a random
+#   replacement is drawn uniformly from the ordinary ids (it may by chance be the original token);
+# * return `(inputs, labels)`, both `LongTensor`s of shape `(B, T)`: `inputs` is `ids` with the
+#   replacements made, and `labels` holds the original id at the chosen positions and **-100**
+#   everywhere else, the value `F.cross_entropy` ignores by default (`ignore_index=-100`);
+# * draw everything from `generator`; raise `ValueError`, with a message that names `rate`, when
+#   `rate` is not in (0, 1].
+#
+# The test masks large batches with seeded generators and checks, with a 5-sigma binomial bound
+# (far beyond what chance produces), that about `rate` of the ordinary tokens are chosen and that
+# the chosen ones split 80/10/10, with each ordinary id equally likely as a random replacement.
+# It checks exactly that special tokens are never chosen nor drawn, that unchosen positions are
+# unchanged with label -100, that labels hold the original ids, that the same seed gives the same
+# result and another seed another one.
+
+# %% tags=["solution"] grade_id="mask_tokens"
+def mask_tokens(
+    ids: torch.Tensor,
+    mask_id: int,
+    vocab_size: int,
+    special_ids: Sequence[int],
+    generator: torch.Generator,
+    rate: float = 0.15,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """BERT's masking of ids (B, T): (inputs, labels), labels -100 where no token was chosen."""
+    ### BEGIN SOLUTION
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1], got {rate}")
+    special = set(special_ids)
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in special], dtype=ids.dtype)  # (K,)
+    is_special = torch.isin(ids, torch.tensor(sorted(special), dtype=ids.dtype))  # (B, T)
+    chosen = (torch.rand(ids.shape, generator=generator) < rate) & ~is_special  # (B, T)
+    what = torch.rand(ids.shape, generator=generator)  # (B, T): below 0.8 mask, below 0.9 random, else keep
+    random_ids = ordinary[torch.randint(len(ordinary), ids.shape, generator=generator)]  # (B, T)
+    inputs = ids.clone()
+    inputs[chosen & (what < 0.8)] = mask_id
+    replace = chosen & (what >= 0.8) & (what < 0.9)
+    inputs[replace] = random_ids[replace]
+    labels = torch.where(chosen, ids, torch.full_like(ids, -100))  # (B, T)
+    return inputs, labels
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_mask_tokens" points=3
+check("bert_gpt.mask_tokens", mask_tokens)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.mask_tokens", mask_tokens, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A pair of sentences as BERT reads them, with the masking rate raised to 0.4 so that more is
+# seen: `[CLS]` first, `[SEP]` after each sentence, padding at the end. A dot in the last row
+# marks a position without a label.
+
+# %%
+words = ["[PAD]", "[CLS]", "[SEP]", "[MASK]", "the", "model", "reads", "both", "sides", "of", "a", "word", "to", "fill",
+         "in", "gap", "each"]
+sentence = "[CLS] the model reads both sides of a word [SEP] each gap to fill in [SEP] [PAD] [PAD]".split()
+ids = torch.tensor([[words.index(w) for w in sentence]])
+inputs, labels = mask_tokens(ids, mask_id=3, vocab_size=len(words), special_ids=[0, 1, 2, 3],
+                             generator=torch.Generator().manual_seed(4), rate=0.4)
+width = max(map(len, words)) + 1
+print("original:", "".join(w.ljust(width) for w in sentence))
+print("input:   ", "".join(words[i].ljust(width) for i in inputs[0].tolist()))
+print("label:   ", "".join((words[i] if i != -100 else ".").ljust(width) for i in labels[0].tolist()))
+
+# %% [markdown]
+# ## 4. GPT: the next-token loss
+#
+# A decoder-only model reads a sequence through causal self-attention (chapter 5's mask): the
+# output at position $t$ has seen the tokens $x_1, \dots, x_t$ and nothing after. So it can be
+# asked, **at every position at once**, for the next token. With logits $z_{b,t} \in \mathbb{R}^V$
+# at position $t$ of sequence $b$, the loss is the mean, over every position whose next token is
+# real, of the cross-entropy against that next token:
+#
+# $$\mathcal{L} = -\frac{1}{N} \sum_{(b,t)\,:\, x_{b,t+1} \ne \text{pad}}
+#     \log \operatorname{softmax}(z_{b,t})_{x_{b,t+1}},$$
+#
+# where $N$ is the number of such positions in the whole batch (every real target weighs the same;
+# a long sequence counts for more than a short one).
+#
+# Write `causal_lm_loss(logits, ids, pad_id)`:
+#
+# * `logits` of shape `(B, T, V)` are the model's outputs for the input `ids` of shape `(B, T)`;
+# * position `t` predicts `ids[:, t + 1]`: the logits of positions `0 .. T-2` meet the targets
+#   `ids[:, 1:]`, and the logits of the last position have nothing to predict;
+# * sequences are padded at the end with `pad_id`: a target equal to `pad_id` is left out of the
+#   sum and of the count $N$;
+# * return a 0-dimensional tensor in the dtype of `logits`, through which gradients flow.
+#
+# You may use `F.cross_entropy` (its `ignore_index` argument) or `torch.log_softmax`; the point is
+# the shift. The test compares your loss with `F.cross_entropy` on tensors it shifts itself.
+
+# %% tags=["solution"] grade_id="causal_lm_loss"
+def causal_lm_loss(logits: torch.Tensor, ids: torch.Tensor, pad_id: int) -> torch.Tensor:
+    """Mean next-token cross-entropy: logits[:, t] (B, T, V) predict ids[:, t + 1]; padding ignored."""
+    ### BEGIN SOLUTION
+    predictions = logits[:, :-1]  # (B, T-1, V): the last position has no next token
+    targets = ids[:, 1:]  # (B, T-1): the token each position must predict
+    log_probs = torch.log_softmax(predictions, dim=-1)  # (B, T-1, V)
+    nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    real = targets != pad_id  # (B, T-1)
+    return nll[real].sum() / real.sum()
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_causal_lm_loss" points=2
+check("bert_gpt.causal_lm_loss", causal_lm_loss)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.causal_lm_loss", causal_lm_loss, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# A model that knows nothing spreads its probability evenly over the vocabulary; its loss is then
+# $\log V$ whatever the text. That is where the training of a language model starts.
+
+# %%
+import math
+
+V = 500
+uniform = torch.zeros(2, 12, V)
+ids = torch.randint(1, V, (2, 12), generator=torch.Generator().manual_seed(0))
+ids[1, 8:] = 0  # padding
+print(f"loss of uniform logits: {causal_lm_loss(uniform, ids, pad_id=0).item():.4f};  log V = {math.log(V):.4f}")
+
+# %% [markdown]
+# ## 5. GPT: choosing the next token
+#
+# To write, a GPT model computes the logits of the next token, draws one, appends it, and repeats.
+# How it draws shapes the text: always the most likely token (greedy decoding) is repetitive;
+# drawing from the full distribution now and then picks an absurd token from the long tail. Three
+# knobs, applied in this order to each row of logits $z$:
+#
+# 1. **Temperature** $\tau$: sample from $\operatorname{softmax}(z / \tau)$. Below 1 it sharpens
+#    the distribution, above 1 it flattens it; $\tau = 0$ means greedy, `argmax` of the logits.
+# 2. **Top-k** (`top_k > 0`): keep only the `top_k` tokens with the largest logits (all of them
+#    when `top_k` is at least the vocabulary size; `top_k=0` keeps every token). `top_k=1` is greedy.
+# 3. **Top-p**, the nucleus (Holtzman et al. 2020), with `top_p` in (0, 1]: take the probabilities
+#    of the tokens still kept, renormalised after steps 1 and 2, sort them from the most likely
+#    down, and keep the **smallest** set of most likely tokens whose probabilities add up to at
+#    least `top_p`. So a token is kept when the tokens more likely than it hold less than `top_p`
+#    together, and the most likely token is always kept. `top_p=1` keeps every token.
+#
+# Then renormalise over what is kept and draw one token per row. The nucleus adapts where top-k
+# cannot: after "the capital of France is", one token holds nearly all the probability and the
+# nucleus is that token; after "my favourite food is", it holds many.
+#
+# Write `sample_next(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None)`: `logits` of
+# shape `(B, V)`, returning a `LongTensor` of shape `(B,)`, row `b`'s drawn token. Greedy choices
+# (temperature 0, or `top_k=1`) draw nothing. Draw with `torch.multinomial(probs, 1,
+# generator=generator)`, so that all randomness comes from `generator`; a token removed by
+# top-k or top-p must get probability exactly 0 (set its logit to `-inf` before the softmax, or
+# its probability to 0). Raise `ValueError`, with a message that names the argument, for a
+# negative temperature, a negative `top_k`, or a `top_p` outside (0, 1].
+#
+# The test draws many rows from a few distributions and checks that tokens outside the top-k or the
+# nucleus are never drawn and that each kept token is drawn as often as its renormalised
+# probability says, within a 5-sigma binomial bound; greedy choices must be exact.
+
+# %% tags=["solution"] grade_id="sample_next"
+def sample_next(
+    logits: torch.Tensor,
+    temperature: float = 1.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    generator: torch.Generator | None = None,
+) -> torch.Tensor:
+    """One token per row of logits (B, V), shape (B,): temperature, then top-k, then top-p, then a draw."""
+    ### BEGIN SOLUTION
+    if temperature < 0:
+        raise ValueError(f"temperature must be at least 0 (0 is greedy), got {temperature}")
+    if top_k < 0:
+        raise ValueError(f"top_k must be at least 0 (0 keeps every token), got {top_k}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if temperature == 0 or top_k == 1:
+        return logits.argmax(dim=-1)  # (B,)
+    scores = logits.double() / temperature  # (B, V)
+    if 0 < top_k < scores.shape[-1]:
+        kth = scores.topk(top_k, dim=-1).values[:, -1:]  # (B, 1): the k-th largest score of each row
+        scores = scores.masked_fill(scores < kth, float("-inf"))
+    if top_p < 1:
+        probs, order = torch.softmax(scores, dim=-1).sort(dim=-1, descending=True)  # (B, V) each
+        ahead = probs.cumsum(dim=-1) - probs  # (B, V): the mass of the tokens more likely than each
+        drop_sorted = ahead >= top_p  # the most likely token has 0 ahead of it: always kept
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # (B, V), vocabulary order
+        scores = scores.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(scores, dim=-1)  # (B, V), zero where a token was removed
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)  # (B,)
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_sample_next" points=3
+check("bert_gpt.sample_next", sample_next)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.sample_next", sample_next, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# How often each token is drawn, out of 20,000 draws from one row of logits: temperature reshapes
+# the whole distribution, top-k and top-p cut its tail.
+
+# %%
+import matplotlib.pyplot as plt
+
+row = torch.tensor([[3.0, 2.4, 2.0, 1.2, 1.0, 0.5, 0.1, -0.5, -1.0, -2.0]])
+settings = [("temperature 1", {}), ("temperature 0.5", {"temperature": 0.5}), ("temperature 2", {"temperature": 2.0}),
+            ("top_k 3", {"top_k": 3}), ("top_p 0.8", {"top_p": 0.8})]
+fig, axes = plt.subplots(1, len(settings), figsize=(12, 2.6), sharey=True)
+for ax, (title, kwargs) in zip(axes, settings):
+    drawn = sample_next(row.expand(20000, -1), generator=torch.Generator().manual_seed(0), **kwargs)
+    ax.bar(range(row.shape[1]), torch.bincount(drawn, minlength=row.shape[1]) / 20000)
+    ax.set(title=title, xlabel="token")
+axes[0].set(ylabel="share of draws")
+plt.tight_layout()
+plt.show()
+
+# %% [markdown]
+# The smallest language model there is, a table of how often each token follows each other one
+# (a bigram model) counted over the BPE tokens of the corpus, writes "Python" with `sample_next`.
+# Greedy decoding soon loops; sampling wanders, less so with a low temperature and a nucleus.
+
+# %%
+tokens = torch.tensor(bpe_encode(corpus, merges))
+V = 256 + len(merges)
+counts = torch.zeros(V, V)
+counts.index_put_((tokens[:-1], tokens[1:]), torch.ones(len(tokens) - 1), accumulate=True)
+bigram_logits = torch.log(counts + 1e-3)  # (V, V): row a, the logits of the token after a
+
+
+def generate(start: str, steps: int, **kwargs) -> str:
+    ids = bpe_encode(start, merges)
+    g = torch.Generator().manual_seed(1)
+    for _ in range(steps):
+        ids.append(int(sample_next(bigram_logits[ids[-1]].unsqueeze(0), generator=g, **kwargs)))
+    return bpe_decode(ids, merges)
+
+
+for kwargs in ({"temperature": 0}, {"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9}):
+    print(f"--- {kwargs}\n{generate('def ', 40, **kwargs)}\n")

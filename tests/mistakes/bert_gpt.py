@@ -1,0 +1,492 @@
+"""Wrong answers to chapter 7, as learners write them, and the words that must name each one."""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from . import Mistake
+
+TRAIN = "bert_gpt.bpe_train"
+ENCODE = "bert_gpt.bpe_encode"
+MASK = "bert_gpt.mask_tokens"
+LOSS = "bert_gpt.causal_lm_loss"
+SAMPLE = "bert_gpt.sample_next"
+
+
+# ----------------------------------------------------------------------------------------
+# bpe_train
+# ----------------------------------------------------------------------------------------
+
+
+def _merge(ids, pair, new_id):
+    out, i = [], 0
+    while i < len(ids):
+        if i + 1 < len(ids) and (ids[i], ids[i + 1]) == pair:
+            out.append(new_id)
+            i += 2
+        else:
+            out.append(ids[i])
+            i += 1
+    return out
+
+
+def _train(text, num_merges, *, units=None, pick=None, min_count=2, merge=_merge, count=None):
+    if num_merges < 0:
+        raise ValueError(f"num_merges must be at least 0, got {num_merges}")
+    ids = units(text) if units else list(text.encode("utf-8"))
+    merges = []
+    for k in range(num_merges):
+        counts = count(ids) if count else {}
+        if not count:
+            for pair in zip(ids, ids[1:]):
+                counts[pair] = counts.get(pair, 0) + 1
+        if not counts:
+            break
+        best = pick(counts) if pick else max(counts, key=counts.get)
+        if counts[best] < min_count:
+            break
+        ids = merge(ids, best, 256 + k)
+        merges.append(best)
+    return merges
+
+
+def train_smallest_pair_on_ties(text, num_merges):
+    # max over (count, pair) would take the largest; min over (-count, pair) the smallest on ties.
+    return _train(text, num_merges, pick=lambda counts: min(counts, key=lambda p: (-counts[p], p)))
+
+
+def train_last_of_ascending_sort(text, num_merges):
+    # The last of an ascending (stable) sort: among equal counts, the pair seen last.
+    return _train(text, num_merges, pick=lambda counts: sorted(counts.items(), key=lambda item: item[1])[-1][0])
+
+
+def train_never_stops(text, num_merges):
+    return _train(text, num_merges, min_count=1)
+
+
+def train_on_characters(text, num_merges):
+    return _train(text, num_merges, units=lambda t: [ord(c) for c in t])
+
+
+def train_counts_once(text, num_merges):
+    if num_merges < 0:
+        raise ValueError(f"num_merges must be at least 0, got {num_merges}")
+    ids = list(text.encode("utf-8"))
+    counts = {}
+    for pair in zip(ids, ids[1:]):
+        counts[pair] = counts.get(pair, 0) + 1
+    ranked = sorted(counts, key=counts.get, reverse=True)
+    return [p for p in ranked if counts[p] >= 2][:num_merges]
+
+
+def train_counts_like_str_count(text, num_merges):
+    def count(ids):
+        counts, last = {}, {}
+        for i, pair in enumerate(zip(ids, ids[1:])):
+            if i < last.get(pair, 0):
+                continue  # overlaps the previous occurrence
+            last[pair] = i + 2
+            counts[pair] = counts.get(pair, 0) + 1
+        return counts
+
+    return _train(text, num_merges, count=count)
+
+
+def train_merges_from_the_right(text, num_merges):
+    def merge(ids, pair, new_id):
+        out, i = [], len(ids) - 1
+        while i >= 0:
+            if i > 0 and (ids[i - 1], ids[i]) == pair:
+                out.append(new_id)
+                i -= 2
+            else:
+                out.append(ids[i])
+                i -= 1
+        return out[::-1]
+
+    return _train(text, num_merges, merge=merge)
+
+
+def train_no_validation(text, num_merges):
+    return _train(text, max(num_merges, 0))
+
+
+def train_returns_text_pairs(text, num_merges):
+    tokens = list(text)
+    merges = []
+    for _ in range(num_merges):
+        counts = {}
+        for pair in zip(tokens, tokens[1:]):
+            counts[pair] = counts.get(pair, 0) + 1
+        if not counts or max(counts.values()) < 2:
+            break
+        best = max(counts, key=counts.get)
+        out, i = [], 0
+        while i < len(tokens):
+            if i + 1 < len(tokens) and (tokens[i], tokens[i + 1]) == best:
+                out.append(tokens[i] + tokens[i + 1])
+                i += 2
+            else:
+                out.append(tokens[i])
+                i += 1
+        tokens = out
+        merges.append(best)
+    return merges
+
+
+# ----------------------------------------------------------------------------------------
+# bpe_encode
+# ----------------------------------------------------------------------------------------
+
+
+def encode_reversed(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k in reversed(range(len(merges))):
+        ids = _merge(ids, tuple(merges[k]), 256 + k)
+    return ids
+
+
+def encode_longest_match(text, merges):
+    pieces = {bytes([i]): i for i in range(256)}
+    vocab = {i: bytes([i]) for i in range(256)}
+    for k, (a, b) in enumerate(merges):
+        vocab[256 + k] = vocab[a] + vocab[b]
+        pieces.setdefault(vocab[256 + k], 256 + k)
+    data, out, at = text.encode("utf-8"), [], 0
+    while at < len(data):
+        size = max(n for n in range(1, len(data) - at + 1) if data[at : at + n] in pieces)
+        out.append(pieces[data[at : at + size]])
+        at += size
+    return out
+
+
+def encode_first_occurrence_only(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, (a, b) in enumerate(merges):
+        for i in range(len(ids) - 1):
+            if ids[i] == a and ids[i + 1] == b:
+                ids[i : i + 2] = [256 + k]
+                break
+    return ids
+
+
+def encode_overlapping(text, merges):
+    # Writes the new id for every matching position, and forgets to skip the second half of the pair.
+    ids = list(text.encode("utf-8"))
+    for k, (a, b) in enumerate(merges):
+        out, i = [], 0
+        while i < len(ids):
+            if i + 1 < len(ids) and ids[i] == a and ids[i + 1] == b:
+                out.append(256 + k)
+            else:
+                out.append(ids[i])
+            i += 1
+        ids = out
+    return ids
+
+
+def encode_characters(text, merges):
+    ids = [ord(c) for c in text]
+    for k, (a, b) in enumerate(merges):
+        ids = _merge(ids, (a, b), 256 + k)
+    return ids
+
+
+def encode_from_the_right(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, (a, b) in enumerate(merges):
+        out, i = [], len(ids) - 1
+        while i >= 0:
+            if i > 0 and ids[i - 1] == a and ids[i] == b:
+                out.append(256 + k)
+                i -= 2
+            else:
+                out.append(ids[i])
+                i -= 1
+        ids = out[::-1]
+    return ids
+
+
+# ----------------------------------------------------------------------------------------
+# mask_tokens
+# ----------------------------------------------------------------------------------------
+
+
+def _mask(ids, mask_id, vocab_size, special_ids, generator, rate=0.15, *, skip_specials=True, shares=(0.8, 0.9),
+          random_from=None, labels_for="chosen", in_place=False, unchosen_label=-100, use_global=False,
+          overwrite=False, per_row_count=False):
+    if not 0 < rate <= 1:
+        raise ValueError(f"rate must be in (0, 1], got {rate}")
+    g = None if use_global else generator
+
+    def rand(shape):
+        return torch.rand(shape, generator=g) if g is not None else torch.rand(shape)
+
+    special = torch.isin(ids, torch.tensor(list(special_ids)))
+    if per_row_count:
+        chosen = torch.zeros_like(ids, dtype=torch.bool)
+        n = round(rate * ids.shape[1])  # 15% of the row's length, padding included
+        for b in range(ids.shape[0]):
+            candidates = (~special[b]).nonzero().flatten()
+            pick = candidates[torch.randperm(len(candidates), generator=generator)[:n]]
+            chosen[b, pick] = True
+    else:
+        chosen = rand(ids.shape) < rate
+        if skip_specials:
+            chosen &= ~special
+    u = rand(ids.shape)
+    to_mask = chosen & (u < shares[0])
+    to_random = chosen & (u >= shares[0]) & (u < shares[1])
+    if overwrite:
+        to_random = chosen & (rand(ids.shape) < 0.1)
+    ordinary = torch.tensor([i for i in range(vocab_size) if i not in set(special_ids)])
+    if random_from == "vocab":
+        random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
+    elif random_from == "after-specials":
+        random_ids = torch.randint(len(special_ids), vocab_size, ids.shape, generator=generator)
+    elif random_from == "exclusive-end":
+        random_ids = ordinary[torch.randint(len(ordinary) - 1, ids.shape, generator=generator)]
+    else:
+        random_ids = ordinary[torch.randint(len(ordinary), ids.shape, generator=generator)]
+    inputs = ids if in_place else ids.clone()
+    inputs[to_mask] = mask_id
+    inputs[to_random] = random_ids[to_random]
+    where = {"chosen": chosen, "masked": to_mask}[labels_for]
+    labels = torch.where(where, ids, torch.full_like(ids, unchosen_label))
+    return inputs, labels
+
+
+def mask_chooses_specials(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, skip_specials=False)
+
+
+def mask_always_mask(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, shares=(1.0, 1.0))
+
+
+def mask_random_from_whole_vocabulary(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, random_from="vocab")
+
+
+def mask_assumes_specials_come_first(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, random_from="after-specials")
+
+
+def mask_never_draws_last_id(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, random_from="exclusive-end")
+
+
+def mask_labels_only_masked(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, labels_for="masked")
+
+
+def mask_in_place(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, in_place=True)
+
+
+def mask_labels_zero(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, unchosen_label=0)
+
+
+def mask_global_generator(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, use_global=True)
+
+
+def mask_random_overwrites_masks(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, shares=(0.8, 0.8), overwrite=True)
+
+
+def mask_counts_padding_in_rate(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, per_row_count=True)
+
+
+def mask_no_rate_check(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, min(max(rate, 1e-9), 1.0))
+
+
+# ----------------------------------------------------------------------------------------
+# causal_lm_loss
+# ----------------------------------------------------------------------------------------
+
+
+def loss_no_shift(logits, ids, pad_id):
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), ids.reshape(-1), ignore_index=pad_id)
+
+
+def loss_shift_wrong_way(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, 1:].reshape(-1, V), ids[:, :-1].reshape(-1), ignore_index=pad_id)
+
+
+def loss_counts_padding(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1))
+
+
+def loss_sum(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1), ignore_index=pad_id,
+                           reduction="sum")
+
+
+def loss_mean_of_sequence_means(logits, ids, pad_id):
+    V = logits.shape[-1]
+    per_sequence = []
+    for b in range(ids.shape[0]):
+        target = ids[b, 1:]
+        if (target != pad_id).any():
+            per_sequence.append(F.cross_entropy(logits[b, :-1].reshape(-1, V), target, ignore_index=pad_id))
+    return torch.stack(per_sequence).mean()
+
+
+def loss_masks_by_input(logits, ids, pad_id):
+    log_probs = torch.log_softmax(logits[:, :-1], dim=-1)
+    nll = -log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    real = ids[:, :-1] != pad_id
+    return nll[real].mean()
+
+
+def loss_divides_by_all(logits, ids, pad_id):
+    log_probs = torch.log_softmax(logits[:, :-1], dim=-1)
+    nll = -log_probs.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    return (nll * (ids[:, 1:] != pad_id)).mean()
+
+
+def loss_item(logits, ids, pad_id):
+    V = logits.shape[-1]
+    return F.cross_entropy(logits[:, :-1].reshape(-1, V), ids[:, 1:].reshape(-1), ignore_index=pad_id).item()
+
+
+# ----------------------------------------------------------------------------------------
+# sample_next
+# ----------------------------------------------------------------------------------------
+
+
+def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, multiply=False, k_le=False,
+            crossing=True, scatter=True, validate=True, greedy=True, use_global=False, p_first=False):
+    if validate:
+        if temperature < 0:
+            raise ValueError(f"temperature must be at least 0, got {temperature}")
+        if top_k < 0:
+            raise ValueError(f"top_k must be at least 0, got {top_k}")
+        if not 0 < top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {top_p}")
+    if greedy and (temperature == 0 or top_k == 1):
+        return logits.argmax(dim=-1)
+    scores = logits * temperature if multiply else logits / temperature
+
+    def keep_top_k(scores):
+        if 0 < top_k < scores.shape[-1]:
+            kth = scores.topk(top_k, dim=-1).values[:, -1:]
+            return scores.masked_fill(scores <= kth if k_le else scores < kth, float("-inf"))
+        return scores
+
+    def keep_nucleus(scores):
+        if top_p >= 1:
+            return scores
+        probs, order = torch.softmax(scores, dim=-1).sort(dim=-1, descending=True)
+        cumulative = probs.cumsum(dim=-1)
+        if crossing:
+            drop_sorted = cumulative - probs >= top_p
+        else:
+            drop_sorted = cumulative > top_p
+            drop_sorted[:, 0] = False
+        if not scatter:
+            return torch.where(drop_sorted, float("-inf"), scores.sort(dim=-1, descending=True).values)
+        drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
+        return scores.masked_fill(drop, float("-inf"))
+
+    scores = keep_top_k(keep_nucleus(scores)) if p_first else keep_nucleus(keep_top_k(scores))
+    probs = torch.softmax(scores, dim=-1)
+    if use_global:
+        return torch.multinomial(probs, 1).squeeze(-1)
+    return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_multiplies_temperature(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, multiply=True)
+
+
+def sample_top_k_drops_kth(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, k_le=True)
+
+
+def sample_nucleus_without_crossing_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, crossing=False)
+
+
+def sample_returns_sorted_positions(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, scatter=False)
+
+
+def sample_global_generator(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, use_global=True)
+
+
+def sample_no_greedy_path(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, greedy=False)
+
+
+def sample_no_validation(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, abs(temperature), abs(top_k), min(max(top_p, 1e-6), 1.0), generator, validate=False)
+
+
+def sample_nucleus_before_top_k(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, p_first=True)
+
+
+def sample_silent_value_error(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    if temperature < 0 or top_k < 0 or not 0 < top_p <= 1:
+        raise ValueError("bad argument")
+    return _sample(logits, temperature, top_k, top_p, generator)
+
+
+MISTAKES = [
+    Mistake(TRAIN, "ties go to the smallest pair", train_smallest_pair_on_ties, "you took the smallest pair"),
+    Mistake(TRAIN, "ties go to the pair seen last", train_last_of_ascending_sort, "you took the one seen last"),
+    Mistake(TRAIN, "merges pairs that occur once", train_never_stops, "occur only once"),
+    Mistake(TRAIN, "starts from characters", train_on_characters, "started from the characters"),
+    Mistake(TRAIN, "counts the pairs once", train_counts_once, "count again after every merge"),
+    Mistake(TRAIN, "counts without overlaps", train_counts_like_str_count, "without overlaps"),
+    Mistake(TRAIN, "replaces from the right", train_merges_from_the_right, "replaced the pair's occurrences from the right"),
+    Mistake(TRAIN, "accepts a negative num_merges", train_no_validation, "raise ValueError"),
+    Mistake(TRAIN, "merges of text pieces", train_returns_text_pairs, "not of text"),
+    Mistake(ENCODE, "merges in reverse order", encode_reversed, "from the last to the first"),
+    Mistake(ENCODE, "greedy longest match", encode_longest_match, "WordPiece"),
+    Mistake(ENCODE, "first occurrence only", encode_first_occurrence_only, "only the first occurrence"),
+    Mistake(ENCODE, "overlapping replacements", encode_overlapping, "does not give the text back"),
+    Mistake(ENCODE, "starts from characters", encode_characters, "started from the characters"),
+    Mistake(ENCODE, "replaces from the right", encode_from_the_right, "replaced the pairs from the right"),
+    Mistake(MASK, "special tokens can be chosen", mask_chooses_specials, "chose the special token"),
+    Mistake(MASK, "every chosen token becomes [MASK]", mask_always_mask, "only 80% do"),
+    Mistake(MASK, "random tokens from the whole vocabulary", mask_random_from_whole_vocabulary,
+            "a random replacement is drawn from the ordinary ids only"),
+    Mistake(MASK, "assumes the special ids come first", mask_assumes_specials_come_first,
+            "a random replacement is drawn from the ordinary ids only", hidden_only=True),
+    Mistake(MASK, "never draws the last ordinary id", mask_never_draws_last_id, "not spread evenly"),
+    Mistake(MASK, "labels only where [MASK] was put", mask_labels_only_masked, "every chosen position gets its label"),
+    Mistake(MASK, "writes into ids", mask_in_place, "Did you write into ids itself"),
+    Mistake(MASK, "label 0 instead of -100", mask_labels_zero, "must have the label -100"),
+    Mistake(MASK, "global random generator", mask_global_generator, "generator"),
+    Mistake(MASK, "a second draw overwrites [MASK]s", mask_random_overwrites_masks, "Draw one number u per chosen position"),
+    Mistake(MASK, "15% of the padded row", mask_counts_padding_in_rate, "count only the ordinary tokens"),
+    Mistake(MASK, "accepts any rate", mask_no_rate_check, "raise ValueError"),
+    Mistake(LOSS, "no shift", loss_no_shift, "there is no shift"),
+    Mistake(LOSS, "shift the wrong way", loss_shift_wrong_way, "the shift goes the wrong way"),
+    Mistake(LOSS, "padding counted", loss_counts_padding, "padding was counted"),
+    Mistake(LOSS, "sum instead of mean", loss_sum, "this is the sum"),
+    Mistake(LOSS, "mean of per-sequence means", loss_mean_of_sequence_means, "mean of per-sequence means"),
+    Mistake(LOSS, "masks by the input token", loss_masks_by_input, "instead of their target"),
+    Mistake(LOSS, "divides by every position", loss_divides_by_all, "not out of the count"),
+    Mistake(LOSS, ".item()", loss_item, "no .item()"),
+    Mistake(SAMPLE, "multiplies by the temperature", sample_multiplies_temperature, "multiplied by the temperature"),
+    Mistake(SAMPLE, "top-k drops the k-th token", sample_top_k_drops_kth, "the k-th included"),
+    Mistake(SAMPLE, "nucleus without the crossing token", sample_nucleus_without_crossing_token,
+            "left out the token that takes the total past top_p"),
+    Mistake(SAMPLE, "returns sorted positions", sample_returns_sorted_positions, "positions in the sorted order"),
+    Mistake(SAMPLE, "global random generator", sample_global_generator, "generator"),
+    Mistake(SAMPLE, "divides by a zero temperature", sample_no_greedy_path, "greedy"),
+    Mistake(SAMPLE, "accepts bad arguments", sample_no_validation, "raise ValueError"),
+    Mistake(SAMPLE, "nucleus before top-k", sample_nucleus_before_top_k, "taken from the whole vocabulary"),
+    Mistake(SAMPLE, "a ValueError that names nothing", sample_silent_value_error, "say which argument is wrong"),
+]

@@ -1,0 +1,70 @@
+"""Turn a finished run into a small folder that can be shipped and loaded anywhere.
+
+    python -m transformer.export runs/cpu checkpoints/g2p-cpu
+
+The folder holds ``checkpoint.pt`` with only what decoding needs (the configuration, the
+vocabularies and the weights the run ended with: the averaged ones when it averaged), beside
+the run's ``config.json``, ``metrics.json`` and pictures. Without the optimizer's state and the
+averaging snapshots it is a third of the run's checkpoint; it cannot be resumed.
+``python -m transformer.evaluate`` on the folder then adds the test split's figures.
+"""
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import torch
+
+from .train import TrainingError, atomic_write, load_trained
+
+COPIED = ("config.json", "metrics.json", "curves.png", "attention.png")
+
+
+def export(run: str | Path, destination: str | Path) -> Path:
+    """Write the shippable form of ``run`` (a run folder) into ``destination``; return the checkpoint's path."""
+    run, destination = Path(run), Path(destination)
+    source = run / "checkpoint.pt"
+    if not source.is_file():
+        raise TrainingError(f"no checkpoint at {source}: export a run folder that finished training")
+    checkpoint = torch.load(source, map_location="cpu", weights_only=False)
+    if "optimizer" not in checkpoint:
+        raise TrainingError(f"{source} is already an exported model")
+    load_trained(run, device="cpu")  # refuses a checkpoint this code cannot load before anything is written
+    weights = checkpoint.get("averaged")
+    slim = {
+        "config": checkpoint["config"],
+        "model": weights if weights is not None else checkpoint["model"],
+        "vocabulary": checkpoint["vocabulary"],
+        "source_vocabulary": checkpoint["source_vocabulary"],
+        "step": checkpoint["step"],
+        "elapsed": checkpoint["elapsed"],
+        "averaged": None,
+    }
+    destination.mkdir(parents=True, exist_ok=True)
+    target = destination / "checkpoint.pt"
+    atomic_write(target, lambda p: torch.save(slim, p))
+    for name in COPIED:
+        if (run / name).is_file():
+            shutil.copyfile(run / name, destination / name)
+    return target
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m transformer.export", description=__doc__.split("\n")[0])
+    parser.add_argument("run", help="a run folder")
+    parser.add_argument("destination", help="the folder to write (created when missing)")
+    args = parser.parse_args(argv)
+    try:
+        path = export(args.run, args.destination)
+    except TrainingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: {path.stat().st_size / 2**20:.1f} MB")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
