@@ -543,7 +543,8 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
     if config.average_last:
         last = snapshots if snapshots and step % config.average_every == 0 else [*snapshots, snapshot(model)]
         averaged = average_weights(last[-config.average_last :])
-        final_model = build_model(config, vocabs).to(device)
+        with torch.random.fork_rng(devices=[]):  # a fresh model's initialisation must not move the saved random state
+            final_model = build_model(config, vocabs).to(device)
         final_model.load_state_dict(averaged)
     if processes.main:
         if config.average_last or not metrics["dev"] or metrics["dev"][-1]["step"] != step:  # the final model is measured
