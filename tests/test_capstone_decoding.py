@@ -8,6 +8,7 @@ from autograder.toys import ToyTranslator
 from reference.capstone import beam_search
 from reference.prerequisites import greedy_decode
 from transformer import Transformer, TransformerConfig
+from transformer.baseline import TorchTransformer
 from transformer.decoding import batched_beam_search
 
 
@@ -30,6 +31,10 @@ def _one_by_one(model, src, beam_size, max_len, alpha):
 MODELS = {
     "toy": lambda: ToyTranslator(vocab_size=9, d=16, seed=0, eos_slope=0.7),
     "transformer": lambda: Transformer(TransformerConfig(
+        src_vocab_size=12, tgt_vocab_size=12, d_model=16, h=2, N=1, d_ff=32, dropout=0.0, max_len=64,
+    )).double().eval(),
+    # PyTorch's layers give NaN for a hypothesis slot that holds only padding
+    "nn.Transformer": lambda: TorchTransformer(TransformerConfig(
         src_vocab_size=12, tgt_vocab_size=12, d_model=16, h=2, N=1, d_ff=32, dropout=0.0, max_len=64,
     )).double().eval(),
 }

@@ -47,6 +47,9 @@ def batched_beam_search(
         logits = model.decode(memory, ys.view(B * k, t))[:, -1].double()  # (B k, V)
         V = logits.shape[-1]
         candidates = scores.unsqueeze(-1) + torch.log_softmax(logits, dim=-1).view(B, k, V)  # (B, k, V)
+        # An empty slot holds only padding; a model whose fully masked rows give NaN (nn.Transformer)
+        # would fill it with NaN, which topk ranks above every real score: empty slots offer nothing.
+        candidates = candidates.masked_fill(~alive.unsqueeze(-1), float("-inf"))
         top_scores, top_index = candidates.view(B, k * V).topk(k, dim=-1)  # (B, k) each, best first
         valid = torch.isfinite(top_scores)
         parent, token = top_index // V, top_index % V  # (B, k)
