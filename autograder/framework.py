@@ -589,6 +589,25 @@ def expect_finite(t: torch.Tensor, what: str, case: Case, hint: str) -> None:
         raise CheckFailed(f"{what} contains {value} (first at index {tuple(bad)}) on the case {case.label}. {hint}")
 
 
+def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of: str, stable_hint: str) -> torch.Tensor:
+    """A training loss: a 0-dimensional, finite tensor of ``dtype`` (not a Python number, which
+    backward() cannot reach). ``mean_of`` says what it averages; ``stable_hint`` how to avoid log(0)."""
+    if isinstance(result, (float, int)) and not isinstance(result, bool):
+        raise CheckFailed(
+            f"{what} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
+            "itself (no .item()), so that loss.backward() can reach the model."
+        )
+    loss = expect_tensor(result, what, case)
+    if loss.dim() != 0:
+        raise CheckFailed(
+            f"{what} has shape {tuple(loss.shape)} on the case {case.label}: return one number, {mean_of}, as a "
+            "0-dimensional tensor."
+        )
+    expect_dtype(loss, dtype, what, case)
+    expect_finite(loss, what, case, f"log(softmax(x)) underflows to log(0) = -inf for large logits: {stable_hint}")
+    return loss
+
+
 def matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> bool:
     """Whether ``actual`` equals ``expected`` within the tolerance of ``dtype``."""
     if actual.shape != expected.shape:

@@ -541,8 +541,10 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
         raise KeyboardInterrupt
     final_model: torch.nn.Module = model
     if config.average_last:
+        # the final weights are one of the averaged; they are already the last snapshot at a multiple of average_every
         last = snapshots if snapshots and step % config.average_every == 0 else [*snapshots, snapshot(model)]
-        averaged = average_weights(last[-config.average_last :])
+        last = last[-config.average_last :]
+        averaged = average_weights(last)
         with torch.random.fork_rng(devices=[]):  # a fresh model's initialisation must not move the saved random state
             final_model = build_model(config, vocabs).to(device)
         final_model.load_state_dict(averaged)
@@ -550,7 +552,7 @@ def train(config: TrainConfig, resume: bool = False, data: g2p_data.G2PData | No
         if config.average_last or not metrics["dev"] or metrics["dev"][-1]["step"] != step:  # the final model is measured
             measured = evaluate(final_model, data.dev, vocabs, device, config.eval_words)
             if config.average_last:
-                measured["averaged"] = len(last[-config.average_last :])
+                measured["averaged"] = len(last)
             metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measured})
         save_checkpoint()
         draw_curves(metrics, run_dir / "curves.png")

@@ -31,8 +31,7 @@ from ..framework import (
     Provided,
     Raised,
     expect_close,
-    expect_dtype,
-    expect_finite,
+    expect_loss,
     expect_tensor,
     expect_tuple,
     raised_message,
@@ -803,20 +802,8 @@ class CausalLmLoss(Check):
         logits, ids = case.args
         pad_id = case.kwargs["pad_id"]
         name = "`causal_lm_loss`'s result"
-        if isinstance(result, (float, int)) and not isinstance(result, bool):
-            raise CheckFailed(
-                f"{name} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
-                "itself (no .item()), so that loss.backward() can reach the model."
-            )
-        loss = expect_tensor(result, name, case)
-        if loss.dim() != 0:
-            raise CheckFailed(
-                f"{name} has shape {tuple(loss.shape)} on the case {case.label}: return one number, the mean over every "
-                "real target of the batch, as a 0-dimensional tensor."
-            )
-        expect_dtype(loss, logits.dtype, name, case)
-        expect_finite(loss, name, case, "log(softmax(x)) underflows to log(0) = -inf for large logits: use "
-                                        "torch.log_softmax or F.cross_entropy, which compute it stably.")
+        loss = expect_loss(result, name, case, logits.dtype, "the mean over every real target of the batch",
+                           "use torch.log_softmax or F.cross_entropy, which compute it stably.")
         x = logits.double()
         B, T, V = x.shape
         shifted, targets = x[:, :-1], ids[:, 1:]  # position t predicts the token at t + 1

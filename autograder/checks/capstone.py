@@ -27,8 +27,7 @@ from ..framework import (
     Provided,
     Raised,
     expect_close,
-    expect_dtype,
-    expect_finite,
+    expect_loss,
     expect_tensor,
     expect_tuple,
     materialize,
@@ -251,20 +250,8 @@ class LabelSmoothedCrossEntropy(Check):
         logits, target = case.args
         eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
         name = "`label_smoothed_cross_entropy`'s result"
-        if isinstance(result, (float, int)) and not isinstance(result, bool):
-            raise CheckFailed(
-                f"{name} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
-                "itself (no .item()), so that loss.backward() can reach the model."
-            )
-        loss = expect_tensor(result, name, case)
-        if loss.dim() != 0:
-            raise CheckFailed(
-                f"{name} has shape {tuple(loss.shape)} on the case {case.label}: return one number, the mean over the "
-                "positions that are not padding, as a 0-dimensional tensor."
-            )
-        expect_dtype(loss, logits.dtype, name, case)
-        expect_finite(loss, name, case, "log(softmax(x)) underflows to log(0) = -inf for large logits: use "
-                                        "torch.log_softmax, which computes it stably.")
+        loss = expect_loss(result, name, case, logits.dtype, "the mean over the positions that are not padding",
+                           "use torch.log_softmax, which computes it stably.")
         V = logits.shape[-1]
         x = logits.double()
         expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
