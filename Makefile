@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox site test lint release check-release benchmark clean
+.PHONY: setup sandbox browser site test lint release check-release benchmark clean
 
-setup: $(VENV)/.installed sandbox
+setup: $(VENV)/.installed sandbox browser
 
 ## bubblewrap walls off submitted code while it is graded (Debian package bubblewrap)
 sandbox:
@@ -16,6 +16,13 @@ sandbox:
 	    apt-get update -qq && apt-get install -y -qq bubblewrap >/dev/null; \
 	  else echo "warning: bubblewrap is missing (apt-get install bubblewrap): grading falls back to resource limits"; fi; }
 
+## headless Chromium opens every page of the built site in the browser test (Debian chromium, chromium-driver)
+browser:
+	@{ command -v chromium && command -v chromedriver; } >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
+	  else echo "warning: chromium is missing (apt-get install chromium chromium-driver): the browser test is skipped"; fi; }
+
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
@@ -23,7 +30,7 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-## The website, every chapter executed: _build/html/index.html
+## The website: _build/html/index.html. A page is executed again when its code, or the code it runs, changed
 site: setup
 	$(VENV)/bin/jupyter-book build .
 

@@ -395,9 +395,11 @@ def torch_layer_norm(state: State | None, d_model: int, eps: float = 1e-5, prefi
     return norm.eval()
 
 
-def torch_encoder_layer(state: State, d_model: int, h: int, d_ff: int, prefix: str = "") -> nn.TransformerEncoderLayer:
+def torch_encoder_layer(state: State, d_model: int, h: int, d_ff: int, prefix: str = "",
+                        norm_first: bool = False) -> nn.TransformerEncoderLayer:
+    """The paper's post-norm encoder layer; with ``norm_first`` the pre-norm block of GPT-2."""
     layer = blank(nn.TransformerEncoderLayer, d_model, h, d_ff, dropout=0.0, activation="relu", batch_first=True,
-                   norm_first=False, dtype=torch.float64)
+                   norm_first=norm_first, dtype=torch.float64)
     _load_mha(layer.self_attn, state, f"{prefix}self_attn.")
     _load_linear(layer.linear1, state, f"{prefix}feed_forward.w_1.")
     _load_linear(layer.linear2, state, f"{prefix}feed_forward.w_2.")

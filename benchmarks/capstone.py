@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -47,31 +48,58 @@ def hardware() -> str:
     return line
 
 
-def throughput(config: T.TrainConfig, steps: int, device: torch.device, g2p: g2p_data.G2PData) -> float:
-    """Training tokens/s (source + target, padding excluded) over ``steps`` steps after two of warm-up."""
-    vocabs = Vocabularies.make(config.share_embeddings, config.stress)
-    examples = encode_pairs(g2p.train.pairs, vocabs)
-    batches = length_batches(examples.lengths, config.max_tokens, seed=0)[: steps + 2]
-    torch.manual_seed(0)
-    model = T.build_model(config, vocabs).to(device).train()
-    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
-    tokens, start = 0, 0.0
-    for i, batch in enumerate(batches):
-        if i == 2:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            tokens, start = 0, time.perf_counter()
-        src, tgt_in, tgt_out = (t.to(device) for t in make_batch(examples, batch, vocabs))
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-            logits = model(src, tgt_in)
-        loss = label_smoothed_cross_entropy(logits.float(), tgt_out, config.label_smoothing, vocabs.target.pad_id)
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        optimizer.step()
-        tokens += int((src != 0).sum()) + int((tgt_out != 0).sum())
-    if device.type == "cuda":
-        torch.cuda.synchronize()
-    return tokens / (time.perf_counter() - start)
+class Stepper:
+    """One configuration's model and optimizer, trained step by step on the CPU preset's batches."""
+
+    def __init__(self, config: T.TrainConfig, device: torch.device, g2p: g2p_data.G2PData, threads: int = 0) -> None:
+        self.config, self.device, self.threads = config, device, threads
+        self.vocabs = Vocabularies.make(config.share_embeddings, config.stress)
+        self.examples = encode_pairs(g2p.train.pairs, self.vocabs)
+        self.batches = length_batches(self.examples.lengths, config.max_tokens, seed=0)
+        torch.manual_seed(0)
+        self.model = T.build_model(config, self.vocabs).to(device).train()
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+
+    def run(self, first: int, steps: int) -> float:
+        """Train on batches first .. first + steps - 1; return tokens/s (source + target, padding excluded)."""
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        tokens, start = 0, time.perf_counter()
+        for batch in self.batches[first : first + steps]:
+            src, tgt_in, tgt_out = (t.to(self.device) for t in make_batch(self.examples, batch, self.vocabs))
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16"):
+                logits = self.model(src, tgt_in)
+            loss = label_smoothed_cross_entropy(logits.float(), tgt_out, self.config.label_smoothing, self.vocabs.target.pad_id)
+            self.optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            self.optimizer.step()
+            tokens += int((src != 0).sum()) + int((tgt_out != 0).sum())
+        if self.device.type == "cuda":
+            torch.cuda.synchronize()
+        return tokens / (time.perf_counter() - start)
+
+
+#: the configurations whose training speed is compared, as overrides of a preset
+VARIANTS = (("course model, course attention", {}), ("course model, fused attention", {"attention": "fused"}),
+            ("nn.Transformer", {"implementation": "torch"}))
+
+
+def throughputs(steppers: dict[str, Stepper], steps: int, rounds: int) -> dict[str, float]:
+    """Median training tokens/s of each configuration, measured in interleaved rounds on the same batches.
+
+    On a shared, noisy machine one measurement after the other compares two moments as much as two
+    models; alternating them round by round, each round on the same batches, compares the models.
+    """
+    for stepper in steppers.values():
+        stepper.run(0, 2)  # warm-up: first calls allocate and pick kernels
+    speeds: dict[str, list[float]] = {name: [] for name in steppers}
+    for r in range(rounds):
+        first = 2 + r * steps
+        for name, stepper in steppers.items():
+            speeds[name].append(stepper.run(first, steps))
+    return {name: statistics.median(values) for name, values in speeds.items()}
 
 
 def trained(config: T.TrainConfig, folder: Path, test_words: int, beam: int) -> dict:
@@ -93,6 +121,7 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=600.0, help="training time of each run (default 600)")
     parser.add_argument("--test-words", type=int, default=0, help="score only the first N test words (default: all)")
     parser.add_argument("--steps", type=int, default=50, help="training steps of each throughput measurement")
+    parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each throughput comparison")
     parser.add_argument("--skip-cpu-training", action="store_true")
     args = parser.parse_args()
     print(f"hardware: {hardware()}")
@@ -100,12 +129,12 @@ def main() -> None:
     cpu = torch.device("cpu")
     scratch = Path(tempfile.mkdtemp(prefix="capstone-benchmark-"))
 
-    print("\n1. CPU threads (CPU preset, training tokens/s)")
-    speeds = {}
-    for threads in (1, 2):
-        torch.set_num_threads(threads)
-        speeds[threads] = throughput(dataclasses.replace(T.PRESETS["cpu"], device="cpu"), args.steps, cpu, g2p)
-        print(f"   {threads} thread(s): {speeds[threads]:,.0f} tokens/s")
+    print(f"\n1. CPU threads (CPU preset, training tokens/s, median of {args.rounds} interleaved rounds of {args.steps} steps)")
+    cpu_preset = dataclasses.replace(T.PRESETS["cpu"], device="cpu")
+    speeds = throughputs({threads: Stepper(cpu_preset, cpu, g2p, threads=threads) for threads in (1, 2)},
+                         args.steps, args.rounds)
+    for threads, speed in speeds.items():
+        print(f"   {threads} thread(s): {speed:,.0f} tokens/s")
     best_threads = max(speeds, key=speeds.get)
     torch.set_num_threads(best_threads)
     print(f"   using {best_threads} thread(s) below")
@@ -121,21 +150,19 @@ def main() -> None:
             print(f"   {name:34s} {r['steps']:6d} {greedy['wer']:10.1f}% {greedy['per']:6.2f}% "
                   f"{beam['wer']:10.1f}% {beam['per']:6.2f}%   ({r['words']:,} words)")
 
-    print("\n3. training throughput at the CPU preset's configuration (tokens/s)")
-    base = dataclasses.replace(T.PRESETS["cpu"], device="cpu")
-    for name, overrides in (("course model, course attention", {}), ("course model, fused attention", {"attention": "fused"}),
-                            ("nn.Transformer", {"implementation": "torch"})):
-        speed = throughput(dataclasses.replace(base, **overrides), args.steps, cpu, g2p)
+    print(f"\n3. training throughput at the CPU preset's configuration (tokens/s, median of {args.rounds} interleaved rounds)")
+    base = dataclasses.replace(T.PRESETS["cpu"], device="cpu", threads=best_threads)
+    for name, speed in throughputs({name: Stepper(dataclasses.replace(base, **overrides), cpu, g2p)
+                                    for name, overrides in VARIANTS}, args.steps, args.rounds).items():
         print(f"   {name:34s} {speed:10,.0f}")
 
     if torch.cuda.is_available():
         gpu = torch.device("cuda")
         print("\n   the same on the GPU, GPU preset configuration (bf16)")
-        for name, overrides in (("course model, course attention", {"attention": "course"}),
-                                ("course model, fused attention", {"attention": "fused"}),
-                                ("nn.Transformer", {"implementation": "torch", "attention": "course"})):
-            config = dataclasses.replace(T.PRESETS["gpu"], device="cuda", **overrides)
-            print(f"   {name:34s} {throughput(config, args.steps, gpu, g2p):10,.0f}")
+        gpu_preset = dataclasses.replace(T.PRESETS["gpu"], device="cuda", attention="course")
+        for name, speed in throughputs({name: Stepper(dataclasses.replace(gpu_preset, **overrides), gpu, g2p)
+                                        for name, overrides in VARIANTS}, args.steps, args.rounds).items():
+            print(f"   {name:34s} {speed:10,.0f}")
         print(f"\n4. GPU preset, {args.seconds:.0f} s of training; test split (stress removed)")
         config = dataclasses.replace(T.PRESETS["gpu"], device="cuda", time_limit=args.seconds, attention="fused")
         r = trained(config, scratch / "gpu", args.test_words, beam=4)

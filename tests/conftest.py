@@ -53,3 +53,11 @@ def release_nb():
         return cache[notebook]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def site(tmp_path_factory) -> Path:
+    """The built website (its _build/html), built once for every test that reads it."""
+    from tests.site_build import build_site
+
+    return build_site(tmp_path_factory.mktemp("site"))

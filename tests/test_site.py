@@ -1,72 +1,16 @@
 """The website: built from the table of contents alone, executed, and free of anything secret.
 
-The build runs `jupyter-book build .` at the root of a copy of the repository into which
-decoys have been planted where an instructor's class data lives (submitted/, autograded/,
-feedback/, the gradebook) and where nbgrader's generated solution notebooks sit. Nothing of
-theirs may reach the site.
+The `site` fixture (tests/conftest.py, built by tests/site_build.py) builds a copy of the
+repository into which decoys have been planted where an instructor's class data lives and
+where nbgrader's generated solution notebooks sit. Nothing of theirs may reach the site.
 """
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-from pathlib import Path
-
-import nbformat
-import pytest
-import yaml
-
-from course.layout import sources
-from course.notebook_format import secret_lines, to_nbgrader, write_notebook
+from course.layout import chapters, sources
+from course.notebook_format import secret_lines, to_nbgrader
 from tests.conftest import REPO
-
-DECOY = "DECOY-4b1d9e"
-
-
-def _project_files() -> list[str]:
-    listed = subprocess.run(
-        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
-    ).stdout.split("\n")
-    return [f for f in listed if f and (REPO / f).is_file()]
-
-
-def _decoy_notebook(label: str) -> nbformat.NotebookNode:
-    nb = nbformat.v4.new_notebook()
-    nb.cells = [nbformat.v4.new_markdown_cell(f"# {DECOY} {label}"), nbformat.v4.new_code_cell(f"print('{DECOY}')")]
-    return nb
-
-
-@pytest.fixture(scope="module")
-def site(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("site")
-    for name in _project_files():
-        dest = root / name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(REPO / name, dest)
-    for src in sources(root):  # what `python -m coursetools release` leaves in solutions/
-        write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
-    for folder in ("submitted", "autograded", "feedback"):
-        write_notebook(_decoy_notebook(folder), root / folder / "mallory" / "ch02_attention" / "attention.ipynb")
-    (root / "feedback" / "mallory" / "ch02_attention" / "attention.html").write_text(f"<p>{DECOY}</p>")
-    (root / "gradebook.db").write_bytes(f"SQLite format 3\0{DECOY} gradebook".encode())
-    (root / "notes.md").write_text(f"# {DECOY} a stray page outside the table of contents\n")
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", "."],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1500,
-    )
-    assert done.returncode == 0, f"jupyter-book build failed:\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}"
-    assert "Traceback" not in done.stdout, done.stdout[-6000:]
-    return root / "_build" / "html"
-
-
-def _toc_pages() -> list[str]:
-    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
-    pages = [toc["root"]]
-    for part in toc.get("parts", []):
-        pages += [c["file"] for c in part["chapters"]]
-    return pages
+from tests.site_build import DECOY
+from tests.site_build import toc_pages as _toc_pages
 
 
 def test_every_page_of_the_table_of_contents_is_built(site):
@@ -82,7 +26,10 @@ def test_only_the_table_of_contents_is_built(site):
 
 
 def test_chapters_have_figures_made_by_code(site):
-    for page in _toc_pages()[1:]:
+    # Pages that run code; a reference page such as the glossary has none.
+    pages = [p for p in _toc_pages()[1:] if "```{code-cell}" in (REPO / f"{p}.md").read_text(encoding="utf-8")]
+    assert len(pages) >= 8, pages
+    for page in pages:
         html = (site / f"{page}.html").read_text(encoding="utf-8")
         assert html.count("<img") >= 2, f"{page} has no figures"
         assert "Traceback" not in html, f"{page} shows a traceback"
@@ -93,14 +40,22 @@ def test_nothing_secret_is_published(site):
     for src in sources(REPO):
         secrets |= secret_lines(to_nbgrader(src))
     assert secrets
+    # The exercise boxes publish the learner release as it is (tests/test_release.py checks what
+    # it holds); a line of a solution can also stand in code the release gives, so a copy of the
+    # release is not searched for solution lines. Any other download is.
+    releases = {c.release.read_bytes() for c in chapters(REPO)}
     for path in site.rglob("*"):
         if not path.is_file():
             continue
-        text = path.read_bytes().decode("utf-8", errors="replace")
+        data = path.read_bytes()
+        text = data.decode("utf-8", errors="replace")
         where = path.relative_to(site)
         assert DECOY not in text, f"{where} contains class data or a stray page"
         for marker in ("BEGIN SOLUTION", "BEGIN HIDDEN TESTS"):
             assert marker not in text, f"{where} contains {marker}"
+        if "_downloads" in where.parts:
+            assert data in releases, f"{where} is published but is not a released exercise notebook"
+            continue
         leaked = [s for s in secrets if s in text]
         assert not leaked, f"{where} contains solution or hidden-test code: {leaked[:3]}"
     for folder in ("solutions", "exercises", "submitted", "autograded", "feedback", "tests", "autograder", "reference"):
@@ -140,3 +95,28 @@ def test_every_internal_link_and_image_resolves(site):
             if not path.exists():
                 broken.append(f"{page.relative_to(site)} -> {target}")
     assert not broken, "broken links or images:\n" + "\n".join(broken[:20])
+
+
+def test_every_chapter_page_links_its_exercise_notebook(site):
+    import re
+
+    import yaml
+
+    extra = yaml.safe_load((REPO / "_config.yml").read_text())["sphinx"]["config"]["course_exercise_pages"]
+    releases = {c.assignment: c.release for c in chapters(REPO)}
+    expected = {c.toc_entry: [c.release] for c in chapters(REPO)}
+    expected |= {page: [releases[a] for a in assignments] for page, assignments in extra.items()}
+    pages = [p for p in _toc_pages() if p in expected]
+    assert len(pages) >= 8, f"only {pages} of the table of contents have an exercise"
+    for page in pages:
+        html = (site / f"{page}.html").read_text(encoding="utf-8")
+        box = re.search(r'<div class="[^"]*\bexercise-box\b[^"]*">(.*?)</div>\s*</div>', html, re.S)
+        assert box, f"{page} has no exercise box"
+        links = re.findall(r'<a class="reference download internal"[^>]*href="([^"]+)"', box.group(1))
+        names = [link.rsplit("/", 1)[-1] for link in links]
+        assert names == [r.name for r in expected[page]], f"{page}'s exercise box links {names}"
+        for link, release in zip(links, expected[page]):
+            published = (site / page).parent / link
+            assert published.read_bytes() == release.read_bytes(), f"{page} links a copy of {release.name} that differs"
+        repository = yaml.safe_load((REPO / "_config.yml").read_text())["repository"]["url"]
+        assert f'href="{repository}"' in box.group(1), f"{page}'s exercise box does not link the repository"

@@ -1,4 +1,4 @@
-"""Chapter 7 checks: byte-pair encoding, BERT's masking, GPT's next-token loss and sampling.
+"""Chapter 7 checks: byte-pair encoding, BERT's masking, GPT's next-token loss, sampling, block and KV cache.
 
 Oracles: a plain implementation of the BPE rules written here (one scan per round that records
 each pair's count and first position, then a sort), with variants that follow the rules known
@@ -8,6 +8,16 @@ float64, against which the learner's draws over many seeded rows must stay withi
 binomial bound (``SIGMAS``; plus ``SLACK`` draws for tokens whose expected count is tiny). With
 these bounds a right implementation fails a case with a probability below one in a million; the
 mistakes the messages name are off by tens of sigmas.
+
+``GPTBlock`` is compared, in float64, with ``nn.TransformerEncoderLayer(norm_first=True)`` holding
+the case's weights under a causal mask; chapter 4's LayerNorm and ``nn.LayerNorm`` compute the same
+function (biased variance, eps inside the square root), so no extra tolerance is needed. A
+functional twin (:func:`gpt_block`), held to PyTorch on every eval case, names the mistakes and
+replays the learner's dropout masks in training mode. ``generate_with_cache`` drives
+:class:`autograder.toys.ToyGPT` (``Provided("toy_gpt", ...)``), whose forward uses PyTorch's own
+causal attention; the oracle is that model read without a cache, step by step. The learner's copy
+has a budget of positions per linear layer (prompt length + steps, per row) and raises
+``Recomputed`` past it, which is how a decoder that reads the whole sequence again is caught.
 
 The cases hand the learner's function a ``torch.Generator`` as ``Provided("generator", {"seed": s})``:
 each side builds its own from the seed. The judges draw nothing: torch's global generator is
@@ -22,21 +32,28 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from .. import toys  # noqa: F401  (registers the "generator" provider)
+from .. import oracles, toys
 from ..framework import (
     Case,
     Check,
     CheckFailed,
+    ModuleResult,
     Opaque,
     Provided,
     Raised,
     expect_close,
+    expect_dtype,
+    expect_finite,
     expect_loss,
+    expect_shape,
     expect_tensor,
     expect_tuple,
+    matches,
     raised_message,
     seeded,
+    where_it_differs,
 )
+from . import state_mismatch
 
 #: half-width of an acceptance interval, in standard deviations of the binomial count
 SIGMAS = 5.0
@@ -1185,4 +1202,455 @@ def _top(row: Sequence[float], k: int) -> set[int]:
     return set(sorted(range(len(row)), key=lambda v: (-row[v], v))[:k])
 
 
-CHECKS = [BpeTrain, BpeEncode, MaskTokens, CausalLmLoss, SampleNext]
+
+
+
+# ----------------------------------------------------------------------------------------
+# GPTBlock
+# ----------------------------------------------------------------------------------------
+
+
+def gpt_block(
+    state: oracles.State,
+    x: torch.Tensor,
+    *,
+    h: int,
+    dropout: oracles.Dropout | None = None,
+    inner_dropout: oracles.Dropout | None | str = "same",
+    mask: str = "causal",  # "causal" | "none" | "inverted"
+    wiring: tuple[str, str] = ("pre", "pre"),
+    norms: tuple[str, str] = ("norm1", "norm2"),
+    order: tuple[str, str] = ("attn", "ffn"),
+) -> torch.Tensor:
+    """A pre-norm GPT block as a function, in the dtype of x; the keywords reproduce learners' mistakes.
+
+    ``wiring`` per sub-layer: "pre" x + f(LN(x)) (right); "post" LN(x + f(x)), the paper's;
+    "no-residual" f(LN(x)); "normed-residual" LN(x) + f(LN(x)), the residual taken after the norm;
+    "inner" x + LN(f(x)). ``dropout`` draws the residual dropout's masks and, unless told otherwise,
+    those of the attention weights and the FFN's hidden layer, in the order the course's modules
+    draw them.
+    """
+    inner = dropout if inner_dropout == "same" else inner_dropout
+    T = x.shape[1]
+    allow = {"causal": oracles.causal_mask(T), "none": None, "inverted": ~oracles.causal_mask(T)}[mask]
+
+    def attn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.multi_head_attention(state, z, z, z, h=h, prefix="self_attn.", attn_mask=allow, dropout=inner)[0]
+
+    def ffn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.feed_forward(state, z, prefix="feed_forward.", dropout=inner)
+
+    def drop(z: torch.Tensor) -> torch.Tensor:
+        return z if dropout is None else dropout(z)
+
+    blocks = {"attn": attn, "ffn": ffn}
+    for block, norm, wire in zip(order, norms, wiring):
+        f = blocks[block]
+
+        def n(z: torch.Tensor, norm: str = norm) -> torch.Tensor:
+            return oracles.layer_norm(state, z, prefix=f"{norm}.")
+
+        if wire == "pre":
+            x = x + drop(f(n(x)))
+        elif wire == "post":
+            x = n(x + drop(f(x)))
+        elif wire == "no-residual":
+            x = drop(f(n(x)))
+        elif wire == "normed-residual":
+            x = n(x)
+            x = x + drop(f(x))
+        elif wire == "inner":
+            x = x + n(drop(f(x)))
+    return x
+
+
+GPT_BLOCK_RULE = (
+    "A GPT block is pre-norm: x = x + dropout1(self_attn(a, a, a, attn_mask=subsequent_mask(T))) with a = norm1(x), "
+    "then x = x + dropout2(feed_forward(norm2(x)))."
+)
+
+GPT_BLOCK_MISTAKES: list[tuple[dict, str]] = [
+    (dict(wiring=("post", "post")),
+     "this is the paper's post-norm wiring, LayerNorm(x + Sublayer(x)), as in chapter 4's EncoderLayer. GPT-2 moved "
+     "the LayerNorm in front of each sub-layer and leaves the residual path alone: x = x + Sublayer(LayerNorm(x))."),
+    (dict(mask="none"),
+     "there is no causal mask, so every position saw the positions after it. The block makes its own mask: "
+     "self_attn(a, a, a, attn_mask=subsequent_mask(T)) with T = x.shape[1]."),
+    (dict(mask="inverted"),
+     "the causal mask is flipped: each position saw only the positions after it. subsequent_mask(T) is already True "
+     "where a query may attend, which is what MultiHeadAttention's attn_mask expects: pass it without ~."),
+    (dict(wiring=("no-residual", "no-residual")),
+     "the residual connections are missing: add each sub-layer's output to its input, x = x + Sublayer(LayerNorm(x))."),
+    (dict(wiring=("pre", "no-residual")),
+     "the feed-forward network's residual connection is missing: x = x + dropout2(feed_forward(norm2(x)))."),
+    (dict(wiring=("no-residual", "pre")),
+     "the attention's residual connection is missing: x = x + dropout1(self_attn(a, a, a, attn_mask=...)), "
+     "a = norm1(x)."),
+    (dict(wiring=("normed-residual", "normed-residual")),
+     "the residual was taken after the LayerNorm (x = norm(x); x = x + Sublayer(x)), so the residual path is "
+     "normalised at every block. Keep x itself on the residual path: x = x + Sublayer(norm(x))."),
+    (dict(wiring=("inner", "inner")),
+     "the LayerNorm was applied to the sub-layer's output, x + LayerNorm(Sublayer(x)); pre-norm normalises the "
+     "sub-layer's input: x + Sublayer(LayerNorm(x))."),
+    (dict(norms=("norm1", "norm1")),
+     "norm1 served both sub-layers, and norm2 was never used: each sub-layer has its own LayerNorm, norm1 before the "
+     "attention and norm2 before the feed-forward network."),
+    (dict(norms=("norm2", "norm2")),
+     "norm2 served both sub-layers, and norm1 was never used: norm1 goes before the attention and norm2 before the "
+     "feed-forward network."),
+    (dict(norms=("norm2", "norm1")),
+     "norm1 and norm2 are swapped: norm1 goes before the attention and norm2 before the feed-forward network."),
+    (dict(order=("ffn", "attn"), norms=("norm2", "norm1")),
+     "the feed-forward network came before the attention: attention first, then the feed-forward network."),
+]
+
+GPT_BLOCK_TRAINING_MISTAKES: list[tuple[Callable[[oracles.Dropout], dict], str]] = [
+    (lambda d: dict(dropout=None, inner_dropout=d),
+     "in training mode dropout1 and dropout2 are never used: apply them to each sub-layer's output before it is added "
+     "to x."),
+]
+
+
+class GPTBlock(Check):
+    function = "GPTBlock"
+    oracle = "nn.TransformerEncoderLayer(norm_first=True, ReLU) under a causal mask, with the same weights"
+    forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention")
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(97 if not hidden else 970)
+        out: list[Case] = []
+
+        def case(B, T, d_model, h, d_ff, tag="", dropout=0.1, train=False, x=None, state=None, label=""):
+            init = {"d_model": d_model, "h": h, "d_ff": d_ff, "dropout": dropout}
+            x = torch.randn(B, T, d_model, generator=g) if x is None else x
+            state = oracles.encoder_layer_state(g, d_model, d_ff) if state is None else state
+            label = label or (f"x ({B}, {T}, {d_model}), h={h}, d_ff={d_ff}, dropout={dropout}, "
+                              + ("training mode" if train else "eval mode"))
+            c = Case(label, (x,), {}, tag, init=init, state=state, collect=("dropout1", "dropout2"), train=train)
+            out.append(c)
+            return c
+
+        def future_pair(B, T, d_model, h, d_ff, first_changed):
+            a = case(B, T, d_model, h, d_ff, "future-a")
+            x_b = a.args[0].clone()
+            x_b[:, first_changed:] = torch.randn(B, T - first_changed, d_model, generator=g) * 3
+            case(B, T, d_model, h, d_ff, "future-b", x=x_b, state=a.state,
+                 label=f"the same block and inputs with other tokens from position {first_changed} on")
+
+        case(2, 5, 16, 4, 32)
+        case(1, 1, 16, 4, 32)
+        case(3, 7, 8, 2, 16)
+        future_pair(2, 6, 16, 4, 32, 3)
+        case(2, 5, 16, 4, 32, "train", dropout=0.3, train=True)
+        if hidden:
+            case(4, 3, 32, 8, 24)
+            case(1, 9, 12, 3, 20, dropout=0.5)
+            future_pair(3, 8, 16, 2, 32, 5)
+            case(3, 6, 24, 3, 48, "train", dropout=0.5, train=True)
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        mismatch = state_mismatch(result)
+        if mismatch is not None:
+            if any({a, o} == {"norm1", "norm2"} for a, o in mismatch.shared):
+                raise CheckFailed(
+                    f"`GPTBlock`'s norm1 and norm2 are one and the same LayerNorm object on the case {case.label}, so "
+                    "the two sub-layers share one gamma and one beta. Each sub-layer has its own: self.norm1 = "
+                    "LayerNorm(d_model) and self.norm2 = LayerNorm(d_model), two objects."
+                )
+            extra = [n for n in mismatch.unexpected if "norm" in n.split(".")[0]]
+            if extra:
+                raise CheckFailed(
+                    f"`GPTBlock` has parameters the exercise does not ask for ({', '.join(extra)}) on the case "
+                    f"{case.label}: a pre-norm block has two LayerNorms, norm1 and norm2. The LayerNorm after the "
+                    "last block belongs to the model (GPT's `norm`), not to every block."
+                )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        name = "`GPTBlock`'s output"
+        if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
+            raise CheckFailed(f"`GPTBlock` did not run as a module on the case {case.label}.")
+        (x,) = case.args
+        y = expect_tensor(result.output, name, case)
+        expect_shape(y, x.shape, name, case, "A block keeps the shape (B, T, d_model) of its input.")
+        expect_dtype(y, x.dtype, name, case)
+        expect_finite(y, name, case, "No position is fully masked here: every position may attend to itself.")
+        for attr in ("dropout1", "dropout2"):
+            got = result.attributes.get(attr)
+            if not (isinstance(got, Opaque) and got.type == "Dropout"):
+                raise CheckFailed(
+                    f"`GPTBlock` has no submodule {attr} of type nn.Dropout on the case {case.label}: build "
+                    f"self.{attr} = nn.Dropout(dropout), for the sub-layer's output before the residual sum."
+                )
+        d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
+        xd = x.double()
+
+        def block(stream: oracles.Dropout | None = None, **mistake) -> torch.Tensor:
+            with torch.no_grad():
+                return gpt_block(case.state, xd, h=h, **({"dropout": stream} | mistake))
+
+        def drops() -> oracles.Dropout:
+            return oracles.Dropout(p, x.dtype)
+
+        hint = GPT_BLOCK_RULE
+        if case.train:
+            # PyTorch's layer cannot be given the learner's dropout masks; the functional block, held to
+            # nn.TransformerEncoderLayer on every eval case, replays them.
+            diagnoses = [(lambda f=f: (lambda d: block(**f(d)))(drops()), message)
+                         for f, message in GPT_BLOCK_TRAINING_MISTAKES]
+            diagnoses.append((lambda: block(None), "no dropout was applied at all in training mode. " + hint))
+            diagnoses += [(lambda kw=kw: block(drops(), **kw), message) for kw, message in GPT_BLOCK_MISTAKES]
+            expect_close(y, block(drops()), name, case, diagnoses, hint=hint, dtype=x.dtype)
+            return
+        layer = oracles.torch_encoder_layer(oracles.double_state(case.state), d_model, h, d_ff, norm_first=True)
+        with torch.no_grad():
+            expected = layer(xd, src_mask=oracles.torch_attn_mask(oracles.causal_mask(x.shape[1]), h))
+        if not matches(y, expected, x.dtype):
+            # The functional twin that names the mistakes must agree with PyTorch, or its names mean nothing.
+            assert matches(block(), expected, torch.float64), "grader error: the functional GPT block disagrees"
+        diagnoses = [(lambda kw=kw: block(**kw), message) for kw, message in GPT_BLOCK_MISTAKES]
+        if p > 0:
+            diagnoses.append((lambda: block(drops(), inner_dropout=None),
+                              "dropout is active in eval mode: use the submodules dropout1 and dropout2 (nn.Dropout, "
+                              "which follows module.eval()) rather than torch.nn.functional.dropout."))
+        expect_close(y, expected, name, case, diagnoses, hint=hint, dtype=x.dtype)
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pairs = [(c, r) for c, r in zip(cases, results) if c.tag in ("future-a", "future-b")]
+        for (case, a), (other, b) in zip(pairs[::2], pairs[1::2]):
+            first = int((case.args[0] != other.args[0]).any(dim=(0, 2)).nonzero()[0])
+            early_a, early_b = a.output[:, :first], b.output[:, :first]
+            if not matches(early_a, early_b):
+                raise CheckFailed(
+                    f"`GPTBlock`: changing the tokens from position {first} on changed the output at an earlier "
+                    f"position ({case.label}); {where_it_differs(early_b, early_a)}. Position t may see positions "
+                    "0..t only: give the attention the causal mask subsequent_mask(T)."
+                )
+
+
+# ----------------------------------------------------------------------------------------
+# generate_with_cache
+# ----------------------------------------------------------------------------------------
+
+
+def _toy(case: Case) -> toys.ToyGPT:
+    """The grader's own copy of the case's model, without a budget: the oracle may read as it likes."""
+    model = case.args[0]
+    return toys.ToyGPT(**{k: v for k, v in model.kwargs.items() if k != "budget"})
+
+
+def generate_plain(model: toys.ToyGPT, prompt: torch.Tensor, steps: int):
+    """Greedy decoding without a cache: the whole sequence read again at every step (the oracle).
+
+    Returns (tokens (B, steps), logits (B, steps, V), the keys and values of every block for the
+    T0 + steps - 1 positions read)."""
+    ids, logits = prompt, []
+    with torch.no_grad():
+        for _ in range(steps):
+            step = model(ids)[:, -1]  # (B, V)
+            logits.append(step)
+            ids = torch.cat([ids, step.argmax(dim=-1, keepdim=True)], dim=1)
+    return ids[:, prompt.shape[1]:], torch.stack(logits, dim=1), list(model.kv)
+
+
+def generate_cached(model: toys.ToyGPT, prompt: torch.Tensor, steps: int, *, prompt_mask: bool = True,
+                    positions: str = "right", extend: bool = True, final_norm: bool = True, feed_last: bool = False):
+    """A cached greedy decoder written here, in float64; the keywords reproduce learners' mistakes.
+
+    ``positions`` "restart": every step's positions count from 0, so a new token sits at position 0;
+    ``extend`` False: the new position attends to its own key and value only, the cache never grows;
+    ``prompt_mask`` False: the prompt is read without a causal mask; ``final_norm`` False: the final
+    LayerNorm is skipped; ``feed_last``: the last token is read too, one step for nothing.
+    """
+    cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+    new, start, tokens, logits = prompt, 0, [], []
+    B = prompt.shape[0]
+    with torch.no_grad():
+        for step in range(steps + int(feed_last)):
+            T_new = new.shape[1]
+            first = 0 if positions == "restart" else start
+            x = model.embed(new) + model.pos_embed(torch.arange(first, first + T_new))  # (B, T_new, d_model)
+            for i, block in enumerate(model.blocks):
+                attn = block.self_attn
+                a = block.norm1(x)
+                q, k, v = (y.reshape(B, T_new, attn.h, attn.d_k).transpose(1, 2)  # (B, h, T_new, d_k)
+                           for y in (attn.w_q(a), attn.w_k(a), attn.w_v(a)))
+                if i < len(cache):
+                    if extend:
+                        k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+                T_k = k.shape[2]
+                allow = torch.arange(T_k)[None, :] <= torch.arange(T_k - T_new, T_k)[:, None]  # (T_new, T_k)
+                if not prompt_mask:
+                    allow = torch.ones_like(allow)
+                scores = (q @ k.transpose(-2, -1) / math.sqrt(attn.d_k)).masked_fill(~allow, float("-inf"))
+                context = torch.softmax(scores, dim=-1) @ v  # (B, h, T_new, d_k)
+                x = x + attn.w_o(context.transpose(1, 2).reshape(B, T_new, -1))
+                x = x + block.feed_forward(block.norm2(x))
+            last = x[:, -1]  # (B, d_model)
+            step_logits = model.head(model.norm(last) if final_norm else last)  # (B, V)
+            if step < steps:
+                tokens.append(step_logits.argmax(dim=-1))
+                logits.append(step_logits)
+            start += T_new
+            new = tokens[-1].unsqueeze(1)
+    return torch.stack(tokens, dim=1), torch.stack(logits, dim=1), cache
+
+
+GENERATE_MISTAKES: list[tuple[dict, str]] = [
+    (dict(prompt_mask=False),
+     "the prompt was read without a causal mask, so its positions saw each other's future and their keys and values "
+     "are wrong from the second block on. When several positions are read at once, query t (at position start + t) "
+     "may see the keys 0 .. start + t: subsequent_mask(start + T_new)[start:]."),
+    (dict(positions="restart"),
+     "each new token got position 0 (or positions counted from 0 at every step): a token's position is its place in "
+     "the whole sequence, so the first generated token sits at position T0, the next at T0 + 1, and so on: "
+     "model.pos_embed(torch.arange(start, start + T_new))."),
+    (dict(extend=False),
+     "each new position attended to its own key and value only: the cache never grew. Concatenate the new keys and "
+     "values to the cached ones along the positions, torch.cat([k_cached, k_new], dim=2), and attend over all of them."),
+    (dict(final_norm=False),
+     "the final LayerNorm was skipped: the logits are model.head(model.norm(x)) at the newest position."),
+]
+
+
+class GenerateWithCache(Check):
+    function = "generate_with_cache"
+    oracle = "the same model read without a cache, step by step (logits, tokens and keys and values)"
+    invalid_hint = "fewer than 1 step means nothing to generate: raise ValueError with a message that names steps."
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = seeded(101 if not hidden else 1010)
+
+        def case(B, T_0, steps, seed, tag="", **shape):
+            spec = {"vocab_size": 11, "d_model": 16, "h": 4, "d_ff": 32, "N": 2} | shape
+            model = Provided("toy_gpt", spec | {"seed": seed, "budget": B * (T_0 + max(steps, 1))})
+            prompt = torch.randint(spec["vocab_size"], (B, T_0), generator=g)
+            label = (f"a prompt ({B}, {T_0}), steps={steps}, a model of {spec['N']} blocks, d_model={spec['d_model']}, "
+                     f"h={spec['h']}, vocabulary {spec['vocab_size']}")
+            return Case(label, (model, prompt), {"steps": steps}, tag)
+
+        out = [
+            case(1, 4, 6, seed=1),
+            case(3, 5, 5, seed=2),
+            case(2, 1, 4, seed=3, N=3, d_model=24, h=3),
+            case(2, 3, 1, seed=4),
+            case(2, 3, 0, seed=5, tag="invalid"),
+        ]
+        if hidden:
+            out += [
+                case(4, 6, 8, seed=6, vocab_size=17),
+                case(1, 2, 10, seed=7, N=1),
+                case(5, 3, 3, seed=8, N=4, h=2),
+                case(1, 3, -2, seed=9, tag="invalid"),
+            ]
+        return out
+
+    def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "Recomputed":
+            raise CheckFailed(
+                f"`generate_with_cache` read positions again on the case {case.label}: {result.message}. Each step "
+                "after the first reads only the newest token, shape (B, 1), through the blocks; the keys and values "
+                "of the earlier positions come from the cache. Do not call model(...) or a block's forward, which "
+                "read the whole sequence."
+            )
+        if isinstance(result, Raised) and case.tag != "invalid" and result.type in ("RuntimeError", "ValueError", "IndexError"):
+            raise CheckFailed(
+                raised_message("`generate_with_cache`", case, result)
+                + "\nMind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); "
+                "the cache of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join "
+                "along dim=2. Keep every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item()."
+            )
+        super().reject_non_results(case, result)
+
+    def judge(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`"
+        if case.tag == "invalid":
+            _invalid("generate_with_cache", case, result, "steps")
+            return
+        tokens, logits, cache = expect_tuple(result, 3, fn, case, "tokens, logits, cache")
+        _, prompt = case.args
+        steps = case.kwargs["steps"]
+        model = _toy(case)
+        B, T_0 = prompt.shape
+        V, N, h, d_k = model.vocab_size, model.N, model.h, model.d_model // model.h
+        tokens = expect_tensor(tokens, f"{fn}'s tokens", case)
+        logits = expect_tensor(logits, f"{fn}'s logits", case)
+        if tuple(tokens.shape) == (B, T_0 + steps) and torch.equal(tokens[:, :T_0], prompt):
+            raise CheckFailed(
+                f"{fn}'s tokens have shape {tuple(tokens.shape)} on the case {case.label}: they begin with the prompt. "
+                f"Return the generated tokens only, shape (B, steps) = ({B}, {steps})."
+            )
+        expect_shape(tokens, (B, steps), f"{fn}'s tokens", case, "One row per prompt, one column per generated token.")
+        expect_shape(logits, (B, steps, V), f"{fn}'s logits", case,
+                     "Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1.")
+        expect_dtype(logits, torch.float64, f"{fn}'s logits", case)
+        expected_tokens, expected_logits, expected_kv = generate_plain(model, prompt, steps)
+        if not matches(logits, expected_logits):
+            assert matches(generate_cached(model, prompt, steps)[1], expected_logits), (
+                "grader error: the cached decoder disagrees with the plain one")
+            bad_step = int((~torch.isclose(logits, expected_logits, atol=1e-9, rtol=1e-7)).any(dim=-1).any(dim=0)
+                           .nonzero()[0])
+            hint = ("The first step's logits (the prompt, read at once) are wrong: check the causal mask over the "
+                    "prompt, the positions 0 .. T0 - 1, the pre-norm wiring of each block and the final LayerNorm."
+                    if bad_step == 0 else
+                    f"The first {bad_step} step(s) agree, so the prompt is read right; look at what a later step "
+                    "reads: the new token at its own position (start), its query against every cached key plus its own, "
+                    "and the cache of each block extended by the new keys and values.")
+            diagnoses = [(lambda kw=kw: generate_cached(model, prompt, steps, **kw)[1], message)
+                         for kw, message in GENERATE_MISTAKES]
+            expect_close(logits, expected_logits, f"{fn}'s logits tensor", case, diagnoses, hint=hint,
+                         dtype=torch.float64)
+        if not torch.equal(tokens, expected_tokens):
+            b, s = (int(i) for i in (tokens != expected_tokens).nonzero()[0])
+            raise CheckFailed(
+                f"{fn}'s tokens are wrong on the case {case.label}, though the logits are right: row {b}, step {s} "
+                f"holds {int(tokens[b, s])} where the largest logit is that of token {int(expected_tokens[b, s])}. "
+                "Each step's token is logits.argmax(dim=-1) over the vocabulary, and it is the token read next."
+            )
+        self._judge_cache(case, cache, expected_kv, B, T_0, steps, N, h, d_k)
+
+    def _judge_cache(self, case: Case, cache: Any, expected_kv, B, T_0, steps, N, h, d_k) -> None:
+        fn = "`generate_with_cache`'s cache"
+        if isinstance(cache, Opaque) or not isinstance(cache, (list, tuple)) or len(cache) != N:
+            got = cache.type if isinstance(cache, Opaque) else (
+                f"{len(cache)} entries" if isinstance(cache, (list, tuple)) else type(cache).__name__)
+            raise CheckFailed(
+                f"{fn} is {got} on the case {case.label}; return a list with one (k, v) pair per block, {N} here."
+            )
+        length = T_0 + steps - 1
+        for i, (pair, (k_expected, v_expected)) in enumerate(zip(cache, expected_kv)):
+            k, v = expect_tuple(pair, 2, f"{fn}[{i}]", case, "k, v")
+            k = expect_tensor(k, f"{fn}[{i}][0] (k)", case)
+            v = expect_tensor(v, f"{fn}[{i}][1] (v)", case)
+            for what, t in (("k", k), ("v", v)):
+                if tuple(t.shape) == (B, h, length + 1, d_k):
+                    raise CheckFailed(
+                        f"{fn}[{i}] holds {length + 1} positions on the case {case.label}, one more than were needed: "
+                        f"the last generated token was read too. After {steps} step(s) the model has read the prompt "
+                        f"and the first {steps - 1} generated token(s), T0 + steps - 1 = {length} positions; the last "
+                        "token is returned, not read."
+                    )
+                if tuple(t.shape) == (B, length, h * d_k):
+                    raise CheckFailed(
+                        f"{fn}[{i}]'s {what} has shape {tuple(t.shape)} on the case {case.label}: keep the heads apart, "
+                        f"(B, h, positions, d_k) = {(B, h, length, d_k)}, as split_heads gives them."
+                    )
+                expect_shape(t, (B, h, length, d_k), f"{fn}[{i}]'s {what}", case,
+                             "The cache of a block holds the keys (and the values) of every position read so far, "
+                             "T0 + steps - 1 of them, one new position per step after the prompt.")
+            if matches(k, v_expected) and matches(v, k_expected):
+                raise CheckFailed(f"{fn}[{i}] holds (v, k) on the case {case.label}: store each pair as (k, v).")
+            for what, got, expected in (("keys", k, k_expected), ("values", v, v_expected)):
+                if not matches(got, expected):
+                    raise CheckFailed(
+                        f"{fn}[{i}]'s {what} are wrong on the case {case.label}, though the logits are right: "
+                        f"{where_it_differs(got, expected)}. Store, for block {i}, the {what} of every position read: "
+                        "w_k (or w_v) of norm1(x), split into heads, the cached ones first."
+                    )
+
+
+CHECKS = [BpeTrain, BpeEncode, MaskTokens, CausalLmLoss, SampleNext, GPTBlock, GenerateWithCache]

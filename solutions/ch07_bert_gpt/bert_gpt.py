@@ -1,5 +1,5 @@
 # %% [markdown]
-# # Exercises: BERT and GPT
+# # Chapter 7 exercises: BERT and GPT
 #
 # Two families of models grew out of the Transformer by keeping only half of it. **BERT** keeps
 # the encoder: every token sees the whole sentence, left and right, and the model is pre-trained
@@ -8,21 +8,26 @@
 # predicting the next token, which is also how it writes text, one token at a time. Both read
 # text cut into **subword tokens** learnt from data.
 #
-# You will write the five pieces around the models that decide what they learn and what they say:
+# You will write the pieces around the models that decide what they learn and what they say, then
+# GPT's building block and the cache that makes its writing affordable:
 #
 # 1. `bpe_train`: learn a byte-pair-encoding vocabulary (the merges) from a text;
 # 2. `bpe_encode`: cut a new text into tokens with those merges;
 # 3. `mask_tokens`: BERT's masked-language-model corruption of a batch, and its labels;
 # 4. `causal_lm_loss`: GPT's next-token loss, padding left out;
-# 5. `sample_next`: drawing the next token with a temperature, top-k and top-p (nucleus) sampling.
+# 5. `sample_next`: drawing the next token with a temperature, top-k and top-p (nucleus) sampling;
+# 6. `GPTBlock`: a pre-norm decoder-only block, built from your parts of chapters 3 to 5;
+# 7. `generate_with_cache`: greedy generation that keeps every block's keys and values, so that each
+#    step reads one new position instead of the whole sequence again.
 #
 # None of them needs a trained model. Each function has a cell for your code (replace
 # `raise NotImplementedError()`) and a test cell right after it. Run the test cell: it prints one
 # line when your function is right, and otherwise tells you what is wrong and where to look. The
 # tests compare your results with a plain implementation of each definition, with PyTorch
-# (`F.cross_entropy`), and, for the functions that draw at random, with the probabilities the rules
-# give, over many seeded draws. Graded work is also run against more cases than the ones you see
-# here, so aim for a function that is right, not one that passes.
+# (`F.cross_entropy`, `nn.TransformerEncoderLayer`), with a model read without a cache, and, for the
+# functions that draw at random, with the probabilities the rules give, over many seeded draws.
+# Graded work is also run against more cases than the ones you see here, so aim for a function that
+# is right, not one that passes.
 #
 # To check the whole notebook from a terminal: `python -m autograder check exercises/ch07_bert_gpt/bert_gpt.ipynb`.
 #
@@ -36,6 +41,12 @@
 from collections.abc import Sequence
 
 import torch
+from torch import nn
+
+from reference.attention import scaled_dot_product_attention
+from reference.decoder import subsequent_mask
+from reference.encoder import LayerNorm, PositionwiseFeedForward
+from reference.multihead import MultiHeadAttention, merge_heads, split_heads
 
 # %% [markdown]
 # ## 1. Learning subword tokens: byte-pair encoding
@@ -461,3 +472,256 @@ def generate(start: str, steps: int, **kwargs) -> str:
 
 for kwargs in ({"temperature": 0}, {"temperature": 1.0}, {"temperature": 0.7, "top_p": 0.9}):
     print(f"--- {kwargs}\n{generate('def ', 40, **kwargs)}\n")
+
+
+# %% [markdown]
+# ## 6. GPT's block: pre-norm, causal self-attention
+#
+# A GPT model is a stack of identical blocks, each chapter 5's decoder layer without the
+# cross-attention (there is no encoder to look at). Two sub-layers remain: causal multi-head
+# self-attention and the position-wise feed-forward network. GPT-2 (Radford et al. 2019) also moved
+# the LayerNorm. The paper, and your `EncoderLayer` and `DecoderLayer`, normalise the residual sum
+# (**post-norm**); GPT-2 normalises the input of each sub-layer and leaves the residual path
+# untouched (**pre-norm**):
+#
+# $$\text{post-norm (chapter 4):}\quad x \leftarrow \operatorname{LayerNorm}\big(x + \operatorname{Sublayer}(x)\big)
+# \qquad\qquad
+# \text{pre-norm (GPT-2):}\quad x \leftarrow x + \operatorname{Sublayer}\big(\operatorname{LayerNorm}(x)\big)$$
+#
+# With pre-norm, the input of the first block reaches the output of the last one through nothing but
+# additions, so the gradient does too, however deep the stack; such stacks train without the careful
+# warm-up that post-norm needs. The price: the stream that leaves the last block has never been
+# normalised, so the model adds one final LayerNorm after the stack (the `GPT` class below does).
+#
+# Write `GPTBlock(d_model, h, d_ff, dropout=0.1)` with these submodules, in this order of use:
+#
+# * `norm1`: chapter 4's `LayerNorm(d_model)`, applied to the input of the attention;
+# * `self_attn`: chapter 3's `MultiHeadAttention(d_model, h, dropout)`;
+# * `dropout1`: `nn.Dropout(dropout)`, on the attention's output before it is added to `x`;
+# * `norm2`: a second `LayerNorm(d_model)`, with its own $\gamma$ and $\beta$, for the feed-forward network's input;
+# * `feed_forward`: chapter 4's `PositionwiseFeedForward(d_model, d_ff, dropout)`;
+# * `dropout2`: `nn.Dropout(dropout)`, on the feed-forward network's output before it is added to `x`.
+#
+# `forward(x)` takes `x` of shape `(B, T, d_model)` and returns the same shape. The block makes its
+# own causal mask (chapter 5's `subsequent_mask(T)`, True where a query may attend): a GPT block is
+# always causal, so position $t$'s output depends on positions $0..t$ only. In eval mode
+# (`block.eval()`) dropout is off and the block is deterministic.
+#
+# The test loads fixed weights into your block by these names and compares it with PyTorch's
+# `nn.TransformerEncoderLayer(norm_first=True)` holding the same weights, under a causal mask. Chapter
+# 4's `LayerNorm` and `nn.LayerNorm` compute the same function (the biased variance, $\epsilon$ inside
+# the square root), so the two agree to rounding. The test also changes future tokens and checks that
+# no earlier output moves, and replays your block's dropout in training mode. Do not use
+# `nn.TransformerEncoderLayer`, `nn.TransformerDecoderLayer` or `nn.MultiheadAttention` in your answer:
+# they are what your block is checked against.
+
+# %% tags=["solution"] grade_id="GPTBlock"
+class GPTBlock(nn.Module):
+    """One GPT block (pre-norm): x + Dropout(Attention(LayerNorm(x))) under a causal mask, then x + Dropout(FFN(LayerNorm(x))).
+
+    Submodules: ``norm1``, ``self_attn``, ``dropout1``, ``norm2``, ``feed_forward``, ``dropout2``.
+    """
+
+    def __init__(self, d_model: int, h: int, d_ff: int, dropout: float = 0.1) -> None:
+        super().__init__()
+        ### BEGIN SOLUTION
+        self.norm1 = LayerNorm(d_model)
+        self.self_attn = MultiHeadAttention(d_model, h, dropout)
+        self.dropout1 = nn.Dropout(dropout)
+        # Its own gamma and beta: the feed-forward network's input is not the attention's.
+        self.norm2 = LayerNorm(d_model)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.dropout2 = nn.Dropout(dropout)
+        ### END SOLUTION
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, T, d_model) -> (B, T, d_model); position t sees positions 0..t only."""
+        ### BEGIN SOLUTION
+        mask = subsequent_mask(x.shape[1]).to(x.device)  # (T, T), True where a query may attend
+        normed = self.norm1(x)  # (B, T, d_model)
+        # Pre-norm: the sub-layer reads a normalised copy; the residual path carries x itself.
+        x = x + self.dropout1(self.self_attn(normed, normed, normed, attn_mask=mask))  # (B, T, d_model)
+        return x + self.dropout2(self.feed_forward(self.norm2(x)))  # (B, T, d_model)
+        ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_GPTBlock" points=4
+check("bert_gpt.GPTBlock", GPTBlock)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.GPTBlock", GPTBlock, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# The causal promise, measured: change the last two tokens and the first positions' outputs do not
+# move at all.
+
+# %%
+torch.manual_seed(0)
+block = GPTBlock(d_model=16, h=4, d_ff=32).eval()
+x = torch.randn(1, 6, 16)  # (B, T, d_model)
+x_new = x.clone()
+x_new[:, 4:] = torch.randn(1, 2, 16)  # new tokens at positions 4 and 5
+with torch.no_grad():
+    change = (block(x) - block(x_new)).abs().amax(dim=-1)  # (B, T): the largest change at each position
+print("largest change per position:", change[0])
+
+# %% [markdown]
+# ## 7. Writing fast: the key/value cache
+#
+# The whole model is given: token embeddings plus **learned** position embeddings (GPT, like BERT,
+# learns a vector per position instead of chapter 6's sinusoids), a stack of your `GPTBlock`s, a
+# final LayerNorm, and an output layer whose weight matrix **is** the token embedding's (weight tying,
+# as in the paper's section 3.4: one matrix both reads and writes tokens).
+
+# %% tags=["export"]
+class GPT(nn.Module):
+    """A decoder-only language model: embeddings, N GPTBlocks, a final LayerNorm and a tied output layer.
+
+    Submodules: ``embed`` (vocab_size x d_model), ``pos_embed`` (max_len x d_model), ``dropout``,
+    ``blocks`` (N ``GPTBlock``), ``norm`` and ``head`` (d_model -> vocab_size, no bias, its weight
+    that of ``embed``).
+    """
+
+    def __init__(self, vocab_size: int, d_model: int = 64, h: int = 4, d_ff: int = 256, N: int = 2,
+                 max_len: int = 256, dropout: float = 0.1) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(vocab_size, d_model)
+        self.pos_embed = nn.Embedding(max_len, d_model)
+        self.dropout = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(GPTBlock(d_model, h, d_ff, dropout) for _ in range(N))
+        self.norm = LayerNorm(d_model)
+        self.head = nn.Linear(d_model, vocab_size, bias=False)
+        self.head.weight = self.embed.weight  # weight tying: one (vocab_size, d_model) matrix
+        self.max_len = max_len
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        """ids (B, T) -> next-token logits (B, T, vocab_size), reading the whole sequence at once."""
+        T = ids.shape[1]
+        if T > self.max_len:
+            raise ValueError(f"a sequence of {T} tokens is longer than max_len={self.max_len}")
+        x = self.dropout(self.embed(ids) + self.pos_embed(torch.arange(T, device=ids.device)))  # (B, T, d_model)
+        for block in self.blocks:
+            x = block(x)  # (B, T, d_model)
+        return self.head(self.norm(x))  # (B, T, vocab_size)
+
+
+# %% [markdown]
+# To write $n$ tokens, the plain way calls `model(ids)` $n$ times on an ever longer sequence and
+# keeps only the last position's logits: step $s$ reads all $T_0 + s$ positions again, though all but
+# the newest were read, with the same result, the step before. The causal mask is why they never
+# change: position $t$ sees nothing after it, so its keys and values at every block are fixed once
+# the token at $t$ is known. Keep them, and each step only has to work out the newest position:
+#
+# * its query, key and value at each block, from that one position;
+# * its attention over **all** the keys and values so far: the cached ones, plus its own;
+# * the feed-forward network, the final LayerNorm and the output layer, on that one position.
+#
+# That is the **key/value cache** (KV cache). It turns each step's work from the whole sequence into
+# one position, and it is the reason a chat model can answer at reading speed.
+#
+# Write `generate_with_cache(model, prompt, steps)` for greedy decoding (the most likely token each
+# step) with a cache:
+#
+# * `model` is laid out like `GPT` above: `model.embed`, `model.pos_embed`, `model.blocks` (each
+#   with `norm1`, `self_attn`, `norm2`, `feed_forward`), `model.norm` and `model.head`. Use those
+#   parts yourself (do not call `model(...)` or a block's `forward`, which read the whole sequence):
+#   `block.self_attn.w_q`, `w_k`, `w_v`, `w_o` are its projections and `block.self_attn.h` its
+#   number of heads; `split_heads`, `merge_heads` (chapter 3), `scaled_dot_product_attention`
+#   (chapter 2) and `subsequent_mask` (chapter 5) are imported. The model is in eval mode: dropout
+#   plays no part, and there is no need to call `block.dropout1`.
+# * `prompt` is a `LongTensor` of shape `(B, T0)`, every row the same length; the first step reads
+#   the whole prompt in one pass (with a causal mask, as in the block: its positions must not see
+#   each other's future), and every later step reads the one token the step before produced, at
+#   its position in the sequence (the first generated token sits at position `T0`).
+# * Return `(tokens, logits, cache)`: `tokens` of shape `(B, steps)`, the generated ids; `logits` of
+#   shape `(B, steps, V)`, step `s`'s logits, from which token `s` was chosen (argmax over the
+#   vocabulary); `cache`, a list with one `(k, v)` pair per block, each of shape
+#   `(B, h, T0 + steps - 1, d_k)`: the keys and values of every position read. The last token is
+#   returned but never read, so it has no keys yet.
+# * Raise `ValueError`, with a message that names `steps`, when `steps` is below 1.
+#
+# The test compares your logits at every step, your tokens and your cache with the same model read
+# without a cache, on batches of one and more rows, and counts the positions each of the model's
+# layers reads: reading the whole sequence again at each step is refused, with a message.
+
+# %% tags=["solution"] grade_id="generate_with_cache"
+def generate_with_cache(
+    model: nn.Module, prompt: torch.Tensor, steps: int
+) -> tuple[torch.Tensor, torch.Tensor, list[tuple[torch.Tensor, torch.Tensor]]]:
+    """Greedy decoding of steps tokens after prompt (B, T0), each position read once: (tokens, logits, cache)."""
+    ### BEGIN SOLUTION
+    if steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+    new = prompt  # (B, T_new): the positions not read yet, the whole prompt at first
+    start = 0  # the position of new[:, 0] in the sequence
+    tokens, logits = [], []
+    with torch.no_grad():
+        for _ in range(steps):
+            T_new = new.shape[1]
+            x = model.embed(new) + model.pos_embed(torch.arange(start, start + T_new, device=new.device))  # (B, T_new, d_model)
+            # New query t sits at position start + t and may see the keys 0 .. start + t.
+            mask = subsequent_mask(start + T_new)[start:].to(new.device)  # (T_new, start + T_new)
+            for i, block in enumerate(model.blocks):
+                attn = block.self_attn
+                normed = block.norm1(x)  # (B, T_new, d_model)
+                q = split_heads(attn.w_q(normed), attn.h)  # (B, h, T_new, d_k)
+                k = split_heads(attn.w_k(normed), attn.h)  # (B, h, T_new, d_k)
+                v = split_heads(attn.w_v(normed), attn.h)  # (B, h, T_new, d_k)
+                if i < len(cache):
+                    k = torch.cat([cache[i][0], k], dim=2)  # (B, h, start + T_new, d_k)
+                    v = torch.cat([cache[i][1], v], dim=2)  # (B, h, start + T_new, d_k)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+                context, _ = scaled_dot_product_attention(q, k, v, mask)  # (B, h, T_new, d_k)
+                x = x + attn.w_o(merge_heads(context))  # (B, T_new, d_model)
+                x = x + block.feed_forward(block.norm2(x))  # (B, T_new, d_model)
+            step_logits = model.head(model.norm(x[:, -1]))  # (B, V): only the newest position predicts
+            next_token = step_logits.argmax(dim=-1)  # (B,)
+            tokens.append(next_token)
+            logits.append(step_logits)
+            start += T_new
+            new = next_token.unsqueeze(1)  # (B, 1)
+    return torch.stack(tokens, dim=1), torch.stack(logits, dim=1), cache
+    ### END SOLUTION
+
+
+# %% tags=["test"] grade_id="test_generate_with_cache" points=4
+check("bert_gpt.generate_with_cache", generate_with_cache)
+### BEGIN HIDDEN TESTS
+check("bert_gpt.generate_with_cache", generate_with_cache, hidden=True)
+### END HIDDEN TESTS
+
+# %% [markdown]
+# With your cache, an (untrained) `GPT` made of your blocks writes the same tokens as reading the
+# whole sequence again at every step, and its logits agree to rounding; the time each way is printed.
+# The chapter's page measures the speed-up at several lengths.
+
+# %%
+import time
+
+
+def generate_without_cache(model: nn.Module, prompt: torch.Tensor, steps: int) -> tuple[torch.Tensor, torch.Tensor]:
+    ids, all_logits = prompt, []
+    with torch.no_grad():
+        for _ in range(steps):
+            step_logits = model(ids)[:, -1]  # (B, V): the whole sequence read again
+            all_logits.append(step_logits)
+            ids = torch.cat([ids, step_logits.argmax(dim=-1, keepdim=True)], dim=1)
+    return ids[:, prompt.shape[1]:], torch.stack(all_logits, dim=1)
+
+
+torch.manual_seed(0)
+gpt = GPT(vocab_size=100, d_model=64, h=4, d_ff=256, N=4, max_len=256).eval()
+prompt = torch.randint(0, 100, (2, 16))
+began = time.perf_counter()
+plain_tokens, plain_logits = generate_without_cache(gpt, prompt, 120)
+plain_time = time.perf_counter() - began
+began = time.perf_counter()
+cached_tokens, cached_logits, cache = generate_with_cache(gpt, prompt, 120)
+cached_time = time.perf_counter() - began
+print("same tokens:", torch.equal(plain_tokens, cached_tokens),
+      f"| largest logit difference: {(plain_logits - cached_logits).abs().max():.1e}")
+print("cache of block 0:", tuple(cache[0][0].shape), "= (B, h, T0 + steps - 1, d_k)")
+print(f"without a cache {plain_time:.2f} s, with one {cached_time:.2f} s")

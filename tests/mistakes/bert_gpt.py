@@ -4,6 +4,11 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from reference.attention import scaled_dot_product_attention
+from reference.decoder import subsequent_mask
+from reference.encoder import LayerNorm, PositionwiseFeedForward
+from reference.multihead import MultiHeadAttention, merge_heads, split_heads
+
 from . import Mistake
 
 TRAIN = "bert_gpt.bpe_train"
@@ -11,6 +16,8 @@ ENCODE = "bert_gpt.bpe_encode"
 MASK = "bert_gpt.mask_tokens"
 LOSS = "bert_gpt.causal_lm_loss"
 SAMPLE = "bert_gpt.sample_next"
+BLOCK = "bert_gpt.GPTBlock"
+GENERATE = "bert_gpt.generate_with_cache"
 
 
 # ----------------------------------------------------------------------------------------
@@ -441,6 +448,114 @@ def sample_silent_value_error(logits, temperature=1.0, top_k=0, top_p=1.0, gener
     return _sample(logits, temperature, top_k, top_p, generator)
 
 
+# ----------------------------------------------------------------------------------------
+# GPTBlock
+# ----------------------------------------------------------------------------------------
+
+
+def _block(wiring="pre", mask="causal", norms=("norm1", "norm2"), shared_norm=False, final_norm=False,
+           functional_dropout=False, use_dropout=True):
+    class Block(torch.nn.Module):
+        def __init__(self, d_model, h, d_ff, dropout=0.1):
+            super().__init__()
+            self.norm1 = LayerNorm(d_model)
+            self.self_attn = MultiHeadAttention(d_model, h, dropout)
+            self.dropout1 = torch.nn.Dropout(dropout)
+            self.norm2 = self.norm1 if shared_norm else LayerNorm(d_model)
+            self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+            self.dropout2 = torch.nn.Dropout(dropout)
+            if final_norm:
+                self.norm3 = LayerNorm(d_model)
+            self.p = dropout
+
+        def drop(self, z, module):
+            if functional_dropout:
+                return F.dropout(z, self.p)  # training=True by default, whatever the module's mode
+            return module(z) if use_dropout else z
+
+        def forward(self, x):
+            allowed = {"causal": subsequent_mask(x.shape[1]), "none": None,
+                       "inverted": ~subsequent_mask(x.shape[1])}[mask]
+            first, second = (getattr(self, n) for n in norms)
+
+            def attend(z):
+                return self.self_attn(z, z, z, attn_mask=allowed)
+
+            for f, norm, dropout in ((attend, first, self.dropout1), (self.feed_forward, second, self.dropout2)):
+                if wiring == "pre":
+                    x = x + self.drop(f(norm(x)), dropout)
+                elif wiring == "post":
+                    x = norm(x + self.drop(f(x), dropout))
+                elif wiring == "no-residual":
+                    x = self.drop(f(norm(x)), dropout)
+                elif wiring == "normed-residual":
+                    x = norm(x)
+                    x = x + self.drop(f(x), dropout)
+            return self.norm3(x) if final_norm else x
+
+    return Block
+
+
+# ----------------------------------------------------------------------------------------
+# generate_with_cache
+# ----------------------------------------------------------------------------------------
+
+
+def _generate(model, prompt, steps, *, recompute=False, prompt_mask=True, restart_positions=False, extend=True,
+              feed_last=False, with_prompt=False, final_norm=True, item=False, validate=True, swap=False,
+              merged=False):
+    if validate and steps < 1:
+        raise ValueError(f"steps must be at least 1, got {steps}")
+    cache, new, start, tokens, logits = [], prompt, 0, [], []
+    with torch.no_grad():
+        for step in range(steps + int(feed_last)):
+            if recompute:
+                step_logits = model(torch.cat([prompt, *[t.unsqueeze(1) for t in tokens]], dim=1))[:, -1]
+                tokens.append(step_logits.argmax(dim=-1))
+                logits.append(step_logits)
+                continue
+            T_new = new.shape[1]
+            first = 0 if restart_positions else start
+            x = model.embed(new) + model.pos_embed(torch.arange(first, first + T_new))
+            mask = subsequent_mask(start + T_new)[start:] if prompt_mask else None
+            for i, block in enumerate(model.blocks):
+                attn = block.self_attn
+                a = block.norm1(x)
+                q, k, v = (split_heads(w(a), attn.h) for w in (attn.w_q, attn.w_k, attn.w_v))
+                if i < len(cache):
+                    if extend:
+                        k, v = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                    cache[i] = (k, v)
+                else:
+                    cache.append((k, v))
+                context, _ = scaled_dot_product_attention(q, k, v, mask if k.shape[2] == start + T_new else None)
+                x = x + attn.w_o(merge_heads(context))
+                x = x + block.feed_forward(block.norm2(x))
+            last = x[:, -1]
+            step_logits = model.head(model.norm(last) if final_norm else last)
+            next_token = torch.tensor([int(step_logits.argmax())]) if item else step_logits.argmax(dim=-1)
+            if step < steps:
+                tokens.append(next_token)
+                logits.append(step_logits)
+            start += T_new
+            new = tokens[-1].unsqueeze(1)
+    out = torch.stack(tokens, dim=1)
+    if with_prompt:
+        out = torch.cat([prompt, out], dim=1)
+    if swap:
+        cache = [(v, k) for k, v in cache]
+    if merged:
+        cache = [(merge_heads(k), merge_heads(v)) for k, v in cache]
+    return out, torch.stack(logits, dim=1), cache
+
+
+def _generating(**mistake):
+    def generate_with_cache(model, prompt, steps):
+        return _generate(model, prompt, steps, **mistake)
+
+    return generate_with_cache
+
+
 MISTAKES = [
     Mistake(TRAIN, "ties go to the smallest pair", train_smallest_pair_on_ties, "you took the smallest pair"),
     Mistake(TRAIN, "ties go to the pair seen last", train_last_of_ascending_sort, "you took the one seen last"),
@@ -489,4 +604,27 @@ MISTAKES = [
     Mistake(SAMPLE, "accepts bad arguments", sample_no_validation, "raise ValueError"),
     Mistake(SAMPLE, "nucleus before top-k", sample_nucleus_before_top_k, "taken from the whole vocabulary"),
     Mistake(SAMPLE, "a ValueError that names nothing", sample_silent_value_error, "say which argument is wrong"),
+    Mistake(BLOCK, "post-norm, as in chapter 4", _block(wiring="post"), "post-norm wiring"),
+    Mistake(BLOCK, "no causal mask", _block(mask="none"), "there is no causal mask"),
+    Mistake(BLOCK, "the causal mask flipped", _block(mask="inverted"), "the causal mask is flipped"),
+    Mistake(BLOCK, "no residual connections", _block(wiring="no-residual"), "the residual connections are missing"),
+    Mistake(BLOCK, "the residual taken after the norm", _block(wiring="normed-residual"),
+            "the residual was taken after the LayerNorm"),
+    Mistake(BLOCK, "one LayerNorm object for both sub-layers", _block(shared_norm=True), "one and the same LayerNorm"),
+    Mistake(BLOCK, "norm1 before both sub-layers", _block(norms=("norm1", "norm1")), "norm1 served both sub-layers"),
+    Mistake(BLOCK, "norms swapped", _block(norms=("norm2", "norm1")), "norm1 and norm2 are swapped"),
+    Mistake(BLOCK, "a final LayerNorm in every block", _block(final_norm=True), "belongs to the model"),
+    Mistake(BLOCK, "F.dropout, on in eval mode", _block(functional_dropout=True), "dropout is active in eval mode"),
+    Mistake(BLOCK, "dropout1 and dropout2 never used", _block(use_dropout=False), "dropout1 and dropout2 are never used"),
+    Mistake(GENERATE, "reads the whole sequence at every step", _generating(recompute=True), "read positions again"),
+    Mistake(GENERATE, "no causal mask over the prompt", _generating(prompt_mask=False), "without a causal mask"),
+    Mistake(GENERATE, "positions restart at 0", _generating(restart_positions=True), "got position 0"),
+    Mistake(GENERATE, "the cache never grows", _generating(extend=False), "the cache never grew"),
+    Mistake(GENERATE, "reads the last token too", _generating(feed_last=True), "one more than were needed"),
+    Mistake(GENERATE, "returns the prompt with the tokens", _generating(with_prompt=True), "they begin with the prompt"),
+    Mistake(GENERATE, "no final LayerNorm", _generating(final_norm=False), "the final LayerNorm was skipped"),
+    Mistake(GENERATE, "one row only (.item())", _generating(item=True), "no .item()"),
+    Mistake(GENERATE, "accepts steps=0", _generating(validate=False), "raise ValueError"),
+    Mistake(GENERATE, "the cache as (v, k)", _generating(swap=True), "store each pair as (k, v)"),
+    Mistake(GENERATE, "the cache with the heads merged", _generating(merged=True), "keep the heads apart"),
 ]

@@ -1,0 +1,67 @@
+"""The website, built once per test run for every test that reads it (the `site` fixture).
+
+The build runs `jupyter-book build .` at the root of a copy of the repository into which
+decoys have been planted where an instructor's class data lives (submitted/, autograded/,
+feedback/, the gradebook) and where nbgrader's generated solution notebooks sit. Nothing of
+theirs may reach the site (tests/test_site.py checks that).
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import nbformat
+import yaml
+
+from course.layout import REPO, sources
+from course.notebook_format import to_nbgrader, write_notebook
+
+DECOY = "DECOY-4b1d9e"
+
+
+def project_files() -> list[str]:
+    listed = subprocess.run(
+        ["git", "ls-files", "--cached", "--others", "--exclude-standard"], cwd=REPO, capture_output=True, text=True, check=True
+    ).stdout.split("\n")
+    return [f for f in listed if f and (REPO / f).is_file()]
+
+
+def _decoy_notebook(label: str) -> nbformat.NotebookNode:
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {DECOY} {label}"), nbformat.v4.new_code_cell(f"print('{DECOY}')")]
+    return nb
+
+
+def build_site(root: Path) -> Path:
+    """Copy the project to `root`, plant the decoys, build; the path of the built HTML."""
+    for name in project_files():
+        dest = root / name
+        dest.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(REPO / name, dest)
+    for src in sources(root):  # what `python -m coursetools release` leaves in solutions/
+        write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
+    for folder in ("submitted", "autograded", "feedback"):
+        write_notebook(_decoy_notebook(folder), root / folder / "mallory" / "ch02_attention" / "attention.ipynb")
+    (root / "feedback" / "mallory" / "ch02_attention" / "attention.html").write_text(f"<p>{DECOY}</p>")
+    (root / "gradebook.db").write_bytes(f"SQLite format 3\0{DECOY} gradebook".encode())
+    (root / "notes.md").write_text(f"# {DECOY} a stray page outside the table of contents\n")
+    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "jupyter-book"), "build", "."],
+        cwd=root, env=env, capture_output=True, text=True, timeout=1500,
+    )
+    assert done.returncode == 0, f"jupyter-book build failed:\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}"
+    assert "Traceback" not in done.stdout, done.stdout[-6000:]
+    return root / "_build" / "html"
+
+
+def toc_pages() -> list[str]:
+    """The pages of the table of contents, as docnames: the root first."""
+    toc = yaml.safe_load((REPO / "_toc.yml").read_text())
+    pages = [toc["root"]]
+    for part in toc.get("parts", []):
+        pages += [c["file"] for c in part["chapters"]]
+    return pages

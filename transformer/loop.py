@@ -1,0 +1,675 @@
+"""One training loop for every model of the course: the capstone's G2P Transformer, the GPT and the BERT.
+
+What a model needs from training and what does not depend on the model are kept apart. The loop
+owns the steps, the optimiser and its schedule, when to stop (a step count, a time limit, Ctrl-C or
+SIGTERM), the checkpoint that ``--resume`` continues from exactly (random state included), the
+paper's checkpoint averaging, the progress bar, the metrics and the curves, and the ways to run
+(several processes with DistributedDataParallel, bf16 autocast, ``torch.compile``). A small *task*
+object supplies the rest: the model, the batches, the loss and the evaluation.
+
+Writing a new task::
+
+    @dataclass
+    class MyConfig(LoopConfig):             # the loop's settings, then the task's own
+        vocab: int = 100
+
+    class MyTask(Task):
+        curves = (("accuracy", "accuracy"),)  # dev metrics drawn in curves.png
+        def prepare(self): ...                # load and check the data (raise TrainingError)
+        def build_model(self): ...            # a fresh model, on the CPU
+        def epoch_batches(self, epoch): ...   # lists of example indices, the same for the same (seed, epoch)
+        def make_batch(self, indices, device): return Batch(inputs=(x,), targets=y, count=..., tokens=..., flops=...)
+        def loss(self, output, batch): ...    # the mean over batch.count units
+        def evaluate(self, model): return {"accuracy": ...}
+
+    result = run_training(MyTask(MyConfig(run_dir="runs/mine")))
+
+and a command line with every setting as an option: ``config, resume, quiet = command_line(MyConfig,
+PRESETS, "python -m transformer.mine", "what it trains", argv, run_prefix="mine")``, then
+``launch(MyTask(config), resume, quiet)``.
+
+One step, in order: the task turns the next batch of the epoch (this process's share of it) into
+tensors; the learning rate is set from equation 3 of the paper (:func:`noam_rate`, with its peak
+``peak_lr`` reached at step ``warmup``); the model runs under autocast on ``batch.inputs``; the
+task's loss is taken in float32 outside autocast; Adam (0.9, 0.98, 1e-9) steps. Every
+``eval_every`` steps the task evaluates the model (rank 0 only, then the model is put back in
+training mode); every ``checkpoint_every`` steps the checkpoint is written, atomically. Random
+numbers a task draws while making a batch or in its model come from torch's global generator,
+which the checkpoint saves: a resumed run then equals an uninterrupted one.
+
+A run folder holds ``config.json``, ``metrics.json`` (``{"train": [...], "dev": [...]}``: loss,
+learning rate, tokens/s, TFLOP/s and MFU every 50 steps; the task's measures at each
+evaluation), ``curves.png`` and ``checkpoint.pt``, plus whatever the task's :meth:`Task.finish`
+draws.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import shutil
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, ClassVar
+
+import torch
+from tqdm import tqdm
+
+from reference.capstone import noam_rate
+
+from .flops import peak_flops
+
+REPO = Path(__file__).resolve().parent.parent
+
+__all__ = [
+    "Batch", "LoopConfig", "Processes", "RunResult", "StopRequest", "Task", "TrainingError", "atomic_write",
+    "average_weights", "check_same_run", "choose_device", "command_line", "export_run", "identity", "launch", "noam_rate",
+    "read_checkpoint", "run_training", "save_json", "snapshot",
+]
+
+
+class TrainingError(RuntimeError):
+    """A run cannot start or continue; the message says why and what to do."""
+
+
+@dataclass
+class LoopConfig:
+    """The settings the loop reads. A task's config is a subclass that adds the model's and the data's.
+
+    ``d_model`` is here because equation 3's schedule scales with the model's width; a task gives
+    it its own default by declaring it again.
+    """
+
+    d_model: int = 128
+    # the optimisation
+    peak_lr: float = 3e-3  # the rate at the end of the warm-up: sets the factor of equation 3
+    warmup: int = 500
+    max_steps: int = 100_000
+    time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
+    seed: int = 0
+    # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
+    # weights at the last `average_last` multiples of `average_every` steps and at the final step
+    average_last: int = 0  # snapshots averaged (0: keep the final weights as they are)
+    average_every: int = 200
+    # measuring
+    eval_every: int = 500  # steps between evaluations
+    checkpoint_every: int = 500
+    # where and how
+    device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
+    threads: int = 1  # CPU threads
+    precision: str = "fp32"  # fp32, or bf16 (autocast)
+    compile: bool = False  # torch.compile the model
+    run_dir: str = ""
+
+    #: settings that may change when a run is resumed: they decide when to stop, what to measure
+    #: and where to run, not what the next training step computes. A task adds its own.
+    RESUMABLE: ClassVar[frozenset[str]] = frozenset(
+        {"max_steps", "time_limit", "eval_every", "checkpoint_every", "device", "threads", "run_dir"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("d_model", "warmup", "max_steps", "eval_every", "checkpoint_every", "threads", "average_every"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
+        if self.average_last < 0:
+            raise ValueError(f"average_last must be 0 (no averaging) or more, got {self.average_last}")
+        if self.peak_lr <= 0:
+            raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
+        if self.time_limit < 0:
+            raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
+
+    @property
+    def lr_factor(self) -> float:
+        """The factor of equation 3 that makes its peak, at step = warmup, equal peak_lr."""
+        return self.peak_lr * math.sqrt(self.d_model * self.warmup)
+
+
+@dataclass
+class Batch:
+    """This process's share of one batch, as the task hands it to the loop."""
+
+    inputs: tuple[torch.Tensor, ...]  # the model's positional arguments, on the device
+    targets: Any  # whatever the task's loss needs besides the model's output
+    count: int  # the units the loss is a mean over (target tokens): weights each process's share
+    tokens: int  # tokens the model processed, for tokens/s
+    flops: float = 0.0  # matrix FLOPs of the step (forward and backward), for TFLOP/s and MFU
+
+
+class Task:
+    """What one kind of model brings to the loop. Subclass it and fill in the methods that raise.
+
+    The loop calls, in order: :meth:`prepare`; then, with torch's random seed set to
+    ``config.seed``, :meth:`build_model`; for each epoch :meth:`epoch_batches`; for each step
+    :meth:`make_batch` and :meth:`loss`; every ``eval_every`` steps :meth:`evaluate` (rank 0
+    only); at the end :meth:`evaluate_final` (or :meth:`evaluate`) and :meth:`finish`.
+    """
+
+    #: the dev measures drawn in curves.png: (key in evaluate's dict, label), and the axis' name
+    curves: ClassVar[tuple[tuple[str, str], ...]] = ()
+    curves_axis: ClassVar[str] = "dev"
+    #: the label of the training loss' axis
+    loss_axis: ClassVar[str] = "training loss"
+
+    def __init__(self, config: LoopConfig) -> None:
+        self.config = config
+
+    def prepare(self) -> None:
+        """Load the data and check that it can be trained on; raise :class:`TrainingError` if not."""
+
+    def build_model(self) -> torch.nn.Module:
+        """A freshly initialised model, on the CPU (the loop moves it)."""
+        raise NotImplementedError
+
+    def epoch_batches(self, epoch: int) -> Sequence[Sequence[int]]:
+        """The batches of one epoch, as lists of example indices. The same (seed, epoch) must give
+        the same list: a resumed run finds its place in it. With several processes each trains on
+        every world-th index of a batch."""
+        raise NotImplementedError
+
+    def make_batch(self, indices: Sequence[int], device: torch.device) -> Batch:
+        raise NotImplementedError
+
+    def loss(self, output: Any, batch: Batch) -> torch.Tensor:
+        """The mean loss over ``batch.count`` units, a float32 scalar; ``output`` is the model's."""
+        raise NotImplementedError
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        """Measures of ``model`` on held-out data, recorded in metrics.json's "dev" list."""
+        return {}
+
+    def evaluate_final(self, model: torch.nn.Module) -> dict[str, float] | None:
+        """Measures of the model training ended with, when they differ from :meth:`evaluate`'s (on
+        more held-out data, say): then always taken and recorded. None: :meth:`evaluate`'s, taken
+        at the end unless the last evaluation was already of the final model."""
+        return None
+
+    def report(self, measured: dict[str, float]) -> str:
+        """One line for the progress bar after an evaluation."""
+        return ", ".join(f"{k} {v:.4g}" for k, v in measured.items())
+
+    def checkpoint_extra(self) -> dict[str, Any]:
+        """What else the checkpoint holds, at its top level (a vocabulary, say)."""
+        return {}
+
+    def finish(self, model: torch.nn.Module, run_dir: Path) -> None:
+        """Pictures or files made from the final model (rank 0, after the last checkpoint)."""
+
+
+@dataclass
+class RunResult:
+    run_dir: Path
+    model: torch.nn.Module
+    step: int
+    metrics: dict[str, list[dict[str, float]]]
+
+
+def choose_device(name: str) -> torch.device:
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise TrainingError(f"{name!r} is not a device: use auto, cpu, cuda or cuda:<index>") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise TrainingError(f"device {name!r} was asked for, but this machine has no CUDA GPU: use --device cpu or auto")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise TrainingError(f"device {name!r} does not exist: this machine has {torch.cuda.device_count()} GPU(s)")
+    elif device.type != "cpu":
+        raise TrainingError(f"device {name!r} is not supported: use auto, cpu, cuda or cuda:<index>")
+    return device
+
+
+# ---------------------------------------------------------------------------------------------
+# files of a run
+# ---------------------------------------------------------------------------------------------
+
+
+def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
+    """Write to a temporary file beside ``path`` and rename it: a crash never leaves half a file."""
+    tmp = path.with_name(path.name + ".tmp")
+    write(tmp)
+    os.replace(tmp, path)
+
+
+def save_json(path: Path, value: Any) -> None:
+    atomic_write(path, lambda p: p.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8"))
+
+
+def identity(config: LoopConfig) -> dict[str, Any]:
+    """The settings that make two runs the same run."""
+    return {k: v for k, v in asdict(config).items() if k not in config.RESUMABLE}
+
+
+def check_same_run(saved: dict[str, Any], config: LoopConfig, where: Path) -> None:
+    ours = identity(config)
+    theirs = {k: v for k, v in saved.items() if k not in config.RESUMABLE}
+    differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
+    if differ:
+        details = ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differ[:6])
+        raise TrainingError(
+            f"the checkpoint in {where} belongs to another configuration ({details}). Resume it with its own "
+            "settings (only " + ", ".join(sorted(config.RESUMABLE)) + " may change), or train in a new --run-dir."
+        )
+
+
+def read_checkpoint(path: str | Path, config_class: type[LoopConfig]) -> tuple[dict[str, Any], LoopConfig, Path]:
+    """(checkpoint, its config, its file) from a run folder or a checkpoint file, with clear errors."""
+    path = Path(path)
+    file = path / "checkpoint.pt" if path.is_dir() else path
+    if not file.is_file():
+        raise TrainingError(f"no checkpoint at {file}")
+    try:
+        checkpoint = torch.load(file, map_location="cpu", weights_only=False)
+    except Exception as exc:  # torch.load raises several kinds for a file that is not one of its own
+        raise TrainingError(f"{file} is not a checkpoint: {type(exc).__name__}: {exc}") from None
+    try:
+        config = config_class(**checkpoint["config"])
+    except (KeyError, TypeError) as exc:
+        raise TrainingError(f"{file} is not a checkpoint of this training loop ({exc})") from None
+    return checkpoint, config, file
+
+
+#: what a checkpoint holds only to continue training: an exported one leaves it out
+TRAINING_STATE = ("optimizer", "snapshots", "rng", "cuda_rng", "epoch", "position", "metrics")
+
+
+def export_run(run: str | Path, destination: str | Path, config_class: type[LoopConfig],
+               files: Sequence[str] = ("config.json", "metrics.json", "curves.png")) -> Path:
+    """Write a finished run's shippable form into ``destination``: ``checkpoint.pt`` with the
+    weights the run ended with (the averaged ones when it averaged), its config and the task's
+    extras, but no optimiser state or snapshots (it cannot be resumed), beside copies of ``files``.
+    Returns the checkpoint's path."""
+    run, destination = Path(run), Path(destination)
+    checkpoint, _, source = read_checkpoint(run, config_class)
+    if "optimizer" not in checkpoint:
+        raise TrainingError(f"{source} is already an exported model")
+    weights = checkpoint.get("averaged")
+    slim = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE}
+    slim.update(model=weights if weights is not None else checkpoint["model"], averaged=None)
+    destination.mkdir(parents=True, exist_ok=True)
+    target = destination / "checkpoint.pt"
+    atomic_write(target, lambda p: torch.save(slim, p))
+    for name in files:
+        if (source.parent / name).is_file():
+            shutil.copyfile(source.parent / name, destination / name)
+    return target
+
+
+def export_command(argv: Sequence[str], export: Callable[[str, str], Path], program: str) -> int:
+    """``program export RUN_DIR DESTINATION`` (``argv`` without the word export): the exit status."""
+    if len(argv) != 2:
+        print(f"usage: {program} export RUN_DIR DESTINATION", file=sys.stderr)
+        return 2
+    try:
+        path = export(argv[0], argv[1])
+    except TrainingError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"{path}: {path.stat().st_size / 2**20:.1f} MB")
+    return 0
+
+
+def draw_curves(metrics: dict[str, list[dict[str, float]]], path: Path, task: Task) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
+    train, dev = metrics["train"], metrics["dev"]
+    if train:
+        axes[0].plot([r["step"] for r in train], [r["loss"] for r in train])
+        axes[1].plot([r["step"] for r in train], [r["lr"] for r in train])
+    if dev and task.curves:
+        for (key, label), style in zip(task.curves, ("o-", "s-", "^-", "v-", "d-")):
+            axes[2].plot([r["step"] for r in dev if key in r], [r[key] for r in dev if key in r], style, label=label)
+        axes[2].legend()
+    axes[0].set(xlabel="step", ylabel=task.loss_axis)
+    axes[1].set(xlabel="step", ylabel="learning rate")
+    axes[2].set(xlabel="step", ylabel=task.curves_axis)
+    fig.tight_layout()
+    atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# training
+# ---------------------------------------------------------------------------------------------
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) or SIGTERM asks the loop to stop at the end of the current step, so that the
+    checkpoint it then writes is exactly the state between two steps; a second one stops at once,
+    unsaved."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():  # only there can signals be caught
+            self._previous = {s: signal.signal(s, self._handle) for s in self.SIGNALS}
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s, previous in self._previous.items():
+            signal.signal(s, previous)
+
+
+class Processes:
+    """This process's place among those ``torchrun`` started (one process, rank 0, without it).
+
+    Each process trains on its share of every global batch; DistributedDataParallel averages the
+    gradients, and the loss is scaled so that the average is the gradient of the global batch's
+    loss, the mean over all of its tokens. Only rank 0 measures, draws and writes files.
+    """
+
+    def __init__(self) -> None:
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+
+    @property
+    def distributed(self) -> bool:
+        return self.world > 1
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    def start(self, device: torch.device) -> None:
+        if self.distributed and not torch.distributed.is_initialized():
+            torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+
+    def share(self, indices: Sequence[int]) -> list[int]:
+        if len(indices) < self.world:
+            raise TrainingError(f"a batch of {len(indices)} examples cannot be shared by {self.world} processes: "
+                                "raise the batch size")
+        return list(indices[self.rank :: self.world])
+
+    def total(self, *values: float, device: torch.device) -> list[float]:
+        """Sums over the processes (the values themselves with one process)."""
+        if not self.distributed:
+            return list(values)
+        t = torch.tensor(values, dtype=torch.float64, device=device)
+        torch.distributed.all_reduce(t)
+        return t.tolist()
+
+    def wait(self) -> None:
+        if self.distributed:
+            torch.distributed.barrier()
+
+
+def snapshot(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
+
+
+def average_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """The element-wise mean of several state dicts; tensors that are not weights (integers) come
+    from the last one."""
+    last = snapshots[-1]
+    out = {}
+    for name, value in last.items():
+        if value.is_floating_point():
+            out[name] = (sum(s[name].double() for s in snapshots) / len(snapshots)).to(value.dtype)
+        else:
+            out[name] = value.clone()
+    return out
+
+
+def run_training(task: Task, resume: bool = False, progress: bool = True) -> RunResult:
+    """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``."""
+    config = task.config
+    if not config.run_dir:
+        raise TrainingError("no run folder: set run_dir (--run-dir)")
+    run_dir = Path(config.run_dir)
+    checkpoint_path = run_dir / "checkpoint.pt"
+    processes = Processes()
+    device = choose_device(config.device)
+    if processes.distributed and device.type == "cuda":
+        device = torch.device("cuda", processes.local_rank)  # one GPU per process
+    checkpoint = None
+    if resume:
+        if not checkpoint_path.is_file():
+            raise TrainingError(f"nothing to resume: {checkpoint_path} does not exist")
+        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
+        check_same_run(checkpoint["config"], config, run_dir)
+    elif checkpoint_path.exists():
+        raise TrainingError(
+            f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another --run-dir"
+        )
+    task.prepare()
+
+    processes.start(device)
+    torch.manual_seed(config.seed)
+    model = task.build_model().to(device)
+    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+    step, epoch, position = 0, 0, 0  # position: batches of this epoch already trained on
+    metrics: dict[str, list[dict[str, float]]] = {"train": [], "dev": []}
+    elapsed = 0.0
+    snapshots: list[dict[str, torch.Tensor]] = []  # for averaging: the weights at the last multiples of average_every
+    if checkpoint is not None:
+        if "optimizer" not in checkpoint:
+            raise TrainingError(f"{checkpoint_path} is an exported model, not a run: it cannot be resumed")
+        model.load_state_dict(checkpoint["model"])
+        snapshots = checkpoint.get("snapshots", [])
+        optimizer.load_state_dict(checkpoint["optimizer"])
+        step, epoch, position = checkpoint["step"], checkpoint["epoch"], checkpoint["position"]
+        metrics, elapsed = checkpoint["metrics"], checkpoint["elapsed"]
+        torch.set_rng_state(checkpoint["rng"])
+        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
+            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
+    if processes.main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_json(run_dir / "config.json", asdict(config))
+    forward: torch.nn.Module = model
+    if processes.distributed:
+        forward = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+    if config.compile:
+        forward = torch.compile(forward)
+
+    averaged: dict[str, torch.Tensor] | None = None  # set when training ends
+
+    def save_checkpoint() -> None:
+        if not processes.main:
+            return
+        state = {
+            **task.checkpoint_extra(),
+            "config": asdict(config), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+            "step": step, "epoch": epoch, "position": position, "metrics": metrics, "elapsed": elapsed,
+            "snapshots": snapshots, "averaged": averaged, "rng": torch.get_rng_state(),
+            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+        }
+        atomic_write(checkpoint_path, lambda p: torch.save(state, p))
+        save_json(run_dir / "metrics.json", metrics)
+
+    def measure(which: torch.nn.Module) -> dict[str, float]:
+        measured = task.evaluate(which)
+        model.train()
+        return measured
+
+    bar = tqdm(
+        total=config.max_steps, initial=step, desc="training", unit="step",
+        disable=not (progress and processes.main), dynamic_ncols=True,
+    )
+    window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
+    peak = peak_flops(device)
+    started = time.perf_counter() - elapsed
+    model.train()
+    with StopRequest() as stop_request:
+        try:
+            out_of_time, interrupted = bool(config.time_limit and elapsed >= config.time_limit), False
+            while step < config.max_steps and not out_of_time:
+                batches = task.epoch_batches(epoch)
+                if not batches:
+                    raise TrainingError("an epoch has no batches: the training data is empty or smaller than one batch")
+                while position < len(batches) and step < config.max_steps:
+                    batch = task.make_batch(processes.share(batches[position]), device)
+                    all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
+                    step += 1
+                    lr = noam_rate(step, config.d_model, config.warmup, config.lr_factor)
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+                        output = forward(*batch.inputs)
+                    loss = task.loss(output, batch)
+                    # The mean over this share's units, reweighted so that the processes' average is
+                    # the mean over the whole batch's.
+                    scaled = loss * (batch.count * processes.world / all_count) if processes.distributed else loss
+                    optimizer.zero_grad(set_to_none=True)
+                    scaled.backward()
+                    optimizer.step()
+                    position += 1
+                    if config.average_last and step % config.average_every == 0:
+                        snapshots = [*snapshots, snapshot(model)][-config.average_last :]
+                    elapsed = time.perf_counter() - started
+                    out_of_time = bool(config.time_limit and elapsed >= config.time_limit)
+                    loss_sum, stop, interrupted = processes.total(loss.item() * batch.count, float(out_of_time),
+                                                                  float(stop_request.requested), device=device)
+                    out_of_time, interrupted = stop > 0, interrupted > 0  # every process stops at the same step
+
+                    window_loss += loss_sum / all_count
+                    window_tokens += int(all_tokens)
+                    window_flops += all_flops
+                    log_every = max(1, min(50, config.eval_every))
+                    if step % log_every == 0:
+                        seconds = time.perf_counter() - window_start
+                        record = {"step": step, "loss": window_loss / log_every, "lr": lr,
+                                  "tokens_per_s": window_tokens / max(seconds, 1e-9),
+                                  "tflops_per_s": window_flops / max(seconds, 1e-9) / 1e12, "elapsed_s": elapsed}
+                        if peak:  # model FLOPs utilisation: the matrix products' share of the devices' peak
+                            record["mfu"] = record["tflops_per_s"] * 1e12 / (peak * processes.world)
+                        metrics["train"].append(record)
+                        shown = {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
+                        if peak:
+                            shown["MFU"] = f"{record['mfu']:.1%}"
+                        bar.set_postfix(shown)
+                        window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
+                    bar.update(1)
+                    if step % config.eval_every == 0 and processes.main:
+                        metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measure(model)})
+                        bar.write(f"step {step}: {task.report(metrics['dev'][-1])}")
+                    if step % config.checkpoint_every == 0:
+                        save_checkpoint()
+                    if out_of_time or interrupted:
+                        break
+                if position >= len(batches):
+                    epoch, position = epoch + 1, 0
+                if interrupted:
+                    break
+        finally:
+            bar.close()
+    if interrupted and not out_of_time:
+        save_checkpoint()
+        if processes.main:
+            print(f"interrupted after step {step}: `--resume {run_dir}` continues from here", file=sys.stderr)
+        raise KeyboardInterrupt
+    final_model: torch.nn.Module = model
+    if config.average_last:
+        # the final weights are one of the averaged; they are already the last snapshot at a multiple of average_every
+        last = snapshots if snapshots and step % config.average_every == 0 else [*snapshots, snapshot(model)]
+        last = last[-config.average_last :]
+        averaged = average_weights(last)
+        with torch.random.fork_rng(devices=[]):  # a fresh model's initialisation must not move the saved random state
+            final_model = task.build_model().to(device)
+        final_model.load_state_dict(averaged)
+    if processes.main:
+        measured = task.evaluate_final(final_model)
+        if measured is None and (config.average_last or not metrics["dev"] or metrics["dev"][-1]["step"] != step):
+            measured = measure(final_model)  # the final model is measured
+        if measured is not None:
+            if config.average_last:
+                measured["averaged"] = len(last)
+            metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measured})
+        save_checkpoint()
+        draw_curves(metrics, run_dir / "curves.png", task)
+        task.finish(final_model, run_dir)
+    processes.wait()
+    return RunResult(run_dir, final_model, step, metrics)
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def _boolean(text: str) -> bool:
+    if text.lower() in ("1", "true", "yes", "on"):
+        return True
+    if text.lower() in ("0", "false", "no", "off"):
+        return False
+    raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
+
+
+def _parser(config_class: type[LoopConfig], presets: dict[str, LoopConfig], prog: str, description: str,
+            default_preset: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser.add_argument("--preset", choices=sorted(presets), default=default_preset,
+                        help=f"the starting configuration (default: {default_preset})")
+    parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
+    parser.add_argument("--quiet", action="store_true", help="no progress bar")
+    example = presets[default_preset]
+    for f in fields(config_class):
+        flag = "--" + f.name.replace("_", "-")
+        kind = type(getattr(example, f.name))
+        if kind is bool:
+            parser.add_argument(flag, dest=f.name, type=_boolean, metavar="true|false", default=None)
+        else:
+            parser.add_argument(flag, dest=f.name, type=kind, default=None)
+    return parser
+
+
+def command_line(config_class: type[LoopConfig], presets: dict[str, LoopConfig], prog: str, description: str,
+                 argv: Sequence[str] | None = None, run_prefix: str = "", default_preset: str = "cpu",
+                 ) -> tuple[LoopConfig, bool, bool]:
+    """(config, resume, quiet) from the command line: a preset, or a run's saved config, plus overrides.
+
+    Every field of ``config_class`` is an option (``--max-steps 50``, ``--compile true``). A new
+    run's folder is ``runs/<run_prefix><preset>`` unless ``--run-dir`` says otherwise.
+    """
+    parser = _parser(config_class, presets, prog, description, default_preset)
+    args = parser.parse_args(argv)
+    overrides = {f.name: getattr(args, f.name) for f in fields(config_class) if getattr(args, f.name) is not None}
+    if args.resume:
+        saved = Path(args.resume) / "config.json"
+        if not saved.is_file():
+            parser.error(f"nothing to resume: {saved} does not exist")
+        base = json.loads(saved.read_text(encoding="utf-8"))
+        base["run_dir"] = args.resume
+    else:
+        base = asdict(presets[args.preset])
+        base["run_dir"] = base["run_dir"] or str(REPO / "runs" / f"{run_prefix}{args.preset}")
+    try:
+        config = config_class(**{**base, **overrides})
+    except (TypeError, ValueError) as exc:
+        parser.error(str(exc))
+    return config, bool(args.resume), args.quiet
+
+
+def launch(task: Task, resume: bool, quiet: bool, errors: tuple[type[Exception], ...] = ()) -> RunResult | int:
+    """Run a task from a command line: the result, or the exit status after a clear error (2) or an
+    interruption (130)."""
+    torch.set_num_threads(task.config.threads)
+    try:
+        return run_training(task, resume=resume, progress=not quiet)
+    except (TrainingError, *errors) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
