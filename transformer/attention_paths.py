@@ -13,13 +13,24 @@ capstone's masks never produce) gets zeros on the course path and NaN on the fus
 """
 from __future__ import annotations
 
+import contextlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
 
 PATHS = ("course", "fused")
+
+#: On a CPU, keys up to this many are attended with PyTorch's math backend rather than its CPU
+#: flash kernel, whose blocking costs more than it saves on short sequences. Measured with the
+#: capstone's CPU preset (about 12 tokens a word, 2 threads, benchmarks/RESULTS.md): 37,611 training
+#: tokens/s with the math backend, 32,371 with the flash kernel, 36,758 with the course's own
+#: attention. At chapter 7's 128-byte windows the flash kernel was the faster; the limit lies
+#: between the two measured lengths.
+CPU_MATH_MAX_KEYS = 32
 
 
 class FusedMultiHeadAttention(MultiHeadAttention):
@@ -43,7 +54,9 @@ class FusedMultiHeadAttention(MultiHeadAttention):
             real_key = ~key_padding_mask[:, None, None, :]  # (B, 1, 1, T_k)
             mask = real_key if mask is None else mask & real_key  # (B, 1, T_q, T_k)
         dropout = self.dropout.p if self.training else 0.0
-        context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, h, T_q, d_k)
+        short_on_cpu = q.device.type == "cpu" and k.shape[-2] <= CPU_MATH_MAX_KEYS
+        with sdpa_kernel(SDPBackend.MATH) if short_on_cpu else contextlib.nullcontext():
+            context = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout)  # (B, h, T_q, d_k)
         self.attn_weights = None  # the fused kernel never forms them
         return self.w_o(merge_heads(context))  # (B, T_q, d_model)
 
