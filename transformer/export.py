@@ -11,45 +11,20 @@ averaging snapshots it is a third of the run's checkpoint; it cannot be resumed.
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import torch
-
-from .train import TrainingError, atomic_write, load_trained
+from .loop import export_run
+from .train import TrainConfig, TrainingError, load_trained
 
 COPIED = ("config.json", "metrics.json", "curves.png", "attention.png")
 
 
 def export(run: str | Path, destination: str | Path) -> Path:
     """Write the shippable form of ``run`` (a run folder) into ``destination``; return the checkpoint's path."""
-    run, destination = Path(run), Path(destination)
-    source = run / "checkpoint.pt"
-    if not source.is_file():
-        raise TrainingError(f"no checkpoint at {source}: export a run folder that finished training")
-    checkpoint = torch.load(source, map_location="cpu", weights_only=False)
-    if "optimizer" not in checkpoint:
-        raise TrainingError(f"{source} is already an exported model")
     load_trained(run, device="cpu")  # refuses a checkpoint this code cannot load before anything is written
-    weights = checkpoint.get("averaged")
-    slim = {
-        "config": checkpoint["config"],
-        "model": weights if weights is not None else checkpoint["model"],
-        "vocabulary": checkpoint["vocabulary"],
-        "source_vocabulary": checkpoint["source_vocabulary"],
-        "step": checkpoint["step"],
-        "elapsed": checkpoint["elapsed"],
-        "averaged": None,
-    }
-    destination.mkdir(parents=True, exist_ok=True)
-    target = destination / "checkpoint.pt"
-    atomic_write(target, lambda p: torch.save(slim, p))
-    for name in COPIED:
-        if (run / name).is_file():
-            shutil.copyfile(run / name, destination / name)
-    return target
+    return export_run(run, destination, TrainConfig, COPIED)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
