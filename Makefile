@@ -34,9 +34,9 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 site: setup
 	$(VENV)/bin/jupyter-book build .
 
-## The linter (configured in pyproject.toml), then the whole test suite
+## The linter (configured in pyproject.toml), then the whole test suite; SKIP_SLOW=1 leaves out the long end-to-end items
 test: setup lint
-	$(PY) -m pytest
+	$(PY) -m pytest $(if $(SKIP_SLOW),-m "not slow")
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -205,9 +205,12 @@ chapter's own exercises invite, at least five per graded function, each written 
 """
 from __future__ import annotations
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 MEAN = "__STEM__.masked_mean"
+
+# The wrong submission of the tests that grade a whole class: the example's own mistake.
+SPOILED = Spoiled("masked_mean", "return kept_total / kept_count", "return kept_total / x.shape[1]")
 
 
 def mean_ignores_mask(x, mask):

@@ -55,6 +55,14 @@ def release_nb():
     return load
 
 
+def pytest_collection_modifyitems(config, items):
+    """Whatever reads the built website is slow (the build executes every page): `-m "not slow"`
+    leaves it out together with the items marked slow by hand."""
+    for item in items:
+        if "site" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
+
+
 @pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     """The built website (its _build/html), built once for every test that reads it."""

@@ -48,6 +48,11 @@ def build_site(root: Path) -> Path:
     (root / "feedback" / "mallory" / "ch02_attention" / "attention.html").write_text(f"<p>{DECOY}</p>")
     (root / "gradebook.db").write_bytes(f"SQLite format 3\0{DECOY} gradebook".encode())
     (root / "notes.md").write_text(f"# {DECOY} a stray page outside the table of contents\n")
+    # A contributor's `make site` leaves executed pages in the cache; a page whose code and inputs
+    # are unchanged need not run again (the cache keeps the digest of those inputs beside it).
+    cache = REPO / "_build" / ".jupyter_cache"
+    if cache.is_dir():
+        shutil.copytree(cache, root / "_build" / ".jupyter_cache")
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     done = subprocess.run(
         [str(Path(sys.executable).parent / "jupyter-book"), "build", "."],

@@ -162,6 +162,7 @@ def test_functional_attention_agrees_with_nn_multiheadattention():
 
 
 def test_functional_feed_forward_and_layer_norm_agree_with_pytorch():
+    assert _eval_module_cases("encoder.PositionwiseFeedForward") and _eval_module_cases("encoder.LayerNorm")
     for case in _eval_module_cases("encoder.PositionwiseFeedForward"):
         x = case.args[0].double()
         with torch.no_grad():
@@ -182,6 +183,7 @@ def test_functional_layers_agree_with_pytorch():
     from autograder.checks.decoder import layer_forward
     from autograder.checks.encoder import encoder_layer
 
+    assert _eval_module_cases("encoder.EncoderLayer") and _eval_module_cases("decoder.DecoderLayer")
     for case in _eval_module_cases("encoder.EncoderLayer"):
         i, x, mask = case.init, case.args[0].double(), case.kwargs.get("key_padding_mask")
         with torch.no_grad():

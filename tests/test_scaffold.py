@@ -27,7 +27,7 @@ from tests.conftest import CHAPTERS
 NUMBER = min(set(range(1, 100)) - {c.number for c in CHAPTERS})
 NAME, STEM, TITLE = f"ch{NUMBER:02d}_scaffolded", "scaffolded", "Scaffolded example"
 NEEDED = ("autograder/", "course/", "coursetools/", "solutions/", "reference/", "exercises/", "book/",
-          "tests/__init__.py", "tests/conftest.py", "tests/mistakes/", "tests/test_checks.py",
+          "tests/__init__.py", "tests/conftest.py", "tests/mistakes/", "tests/test_checks.py", "tests/test_determinism.py",
           "_toc.yml", "README.md", "nbgrader_config.py")
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
@@ -103,6 +103,17 @@ def test_the_course_tests_pass_on_the_example(course):
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     passed = int(done.stdout.strip().splitlines()[-1].split(" passed")[0].split()[-1])
     assert passed >= 2 + 1 + 1 + 1 + 5 + 1, done.stdout[-2000:]
+
+
+def test_the_whole_class_gradings_pick_it_up(course):
+    """The determinism tests list the chapters from the layout, and the chapter's catalogue names the
+    edit that spoils its solution; a class for the new chapter can be made from it."""
+    done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", "tests/test_determinism.py")
+    assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
+    assert f"test_judging_leaves_the_global_generator_alone[{STEM}]" in done.stdout, done.stdout[-2000:]
+    made = _run(course, "-c", f"from tests.test_determinism import _class; print(sorted(_class({STEM!r})))")
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert made.stdout.strip() == "['correct', 'crashing', 'stub', 'wrong']"
 
 
 def test_the_chapter_tables_pick_it_up(course, chapter):

@@ -2,6 +2,9 @@
 
 Each entry is a mistake a learner really makes, written as the learner would write it, and the
 words its check must use to name it. The tests prove every one is caught and diagnosed.
+
+Each catalogue also names one edit (``SPOILED``) that turns the chapter's solution into a wrong
+submission, so that the tests which grade a whole class build one for every chapter there is.
 """
 from __future__ import annotations
 
@@ -17,3 +20,12 @@ class Mistake:
     diagnosis: str  # a phrase the check's message must contain
     hidden_only: bool = False  # only the hidden cases are expected to expose it
 
+
+
+@dataclass(frozen=True)
+class Spoiled:
+    """One edit of a solution cell: in the answer cell ``grade_id``, ``right`` becomes ``wrong``."""
+
+    grade_id: str
+    right: str
+    wrong: str

@@ -6,12 +6,15 @@ import warnings
 
 import torch
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 SOFTMAX = "attention.softmax"
 SDPA = "attention.scaled_dot_product_attention"
 ADDITIVE = "attention.additive_attention"
 VARIANCE = "attention.score_variance"
+
+
+SPOILED = Spoiled("softmax", "return exps / exps.sum(dim=dim, keepdim=True)", "return exps / exps.sum()")
 
 
 # ----------------------------------------------------------------------------------------

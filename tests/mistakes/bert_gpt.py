@@ -9,7 +9,7 @@ from reference.decoder import subsequent_mask
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 TRAIN = "bert_gpt.bpe_train"
 ENCODE = "bert_gpt.bpe_encode"
@@ -18,6 +18,14 @@ LOSS = "bert_gpt.causal_lm_loss"
 SAMPLE = "bert_gpt.sample_next"
 BLOCK = "bert_gpt.GPTBlock"
 GENERATE = "bert_gpt.generate_with_cache"
+
+
+# Wrong only in training mode, like the encoder's.
+SPOILED = Spoiled(
+    "GPTBlock",
+    "self.dropout1(self.self_attn(normed, normed, normed, attn_mask=mask))",
+    "self.self_attn(normed, normed, normed, attn_mask=mask)",
+)
 
 
 # ----------------------------------------------------------------------------------------

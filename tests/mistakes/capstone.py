@@ -5,13 +5,16 @@ import math
 
 import torch
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 EDIT = "capstone.edit_distance"
 LOSS = "capstone.label_smoothed_cross_entropy"
 RATE = "capstone.noam_rate"
 BATCHES = "capstone.length_batches"
 BEAM = "capstone.beam_search"
+
+
+SPOILED = Spoiled("edit_distance", "previous[j - 1] + (x != y)", "previous[j - 1] + 1")
 
 
 # ----------------------------------------------------------------------------------------

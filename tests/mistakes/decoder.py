@@ -8,11 +8,14 @@ from reference.decoder import DecoderLayer
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 MASK = "decoder.subsequent_mask"
 LAYER = "decoder.DecoderLayer"
 STACK = "decoder.Decoder"
+
+
+SPOILED = Spoiled("subsequent_mask", "key_pos <= query_pos", "key_pos >= query_pos")
 
 
 # ----------------------------------------------------------------------------------------

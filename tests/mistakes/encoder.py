@@ -16,12 +16,16 @@ from reference.encoder import LayerNorm as RightNorm
 from reference.encoder import PositionwiseFeedForward as RightFFN
 from reference.multihead import MultiHeadAttention
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 FFN = "encoder.PositionwiseFeedForward"
 NORM = "encoder.LayerNorm"
 LAYER = "encoder.EncoderLayer"
 ENCODER = "encoder.Encoder"
+
+
+# Wrong only in training mode: exactly what the judges' dropout masks decide.
+SPOILED = Spoiled("EncoderLayer", "self.dropout1(attended)", "attended")
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,11 +7,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 SPLIT = "multihead.split_heads"
 MERGE = "multihead.merge_heads"
 MHA = "multihead.MultiHeadAttention"
+
+
+SPOILED = Spoiled("merge_heads", "x.transpose(1, 2).reshape(B, T, h * d_k)", "x.reshape(B, T, h * d_k)")
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,10 +7,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 TABLE = "positional.sinusoidal_encoding"
 LAYER = "positional.PositionalEmbedding"
+
+
+SPOILED = Spoiled("PositionalEmbedding", ", persistent=False)", ")")
 
 
 # ----------------------------------------------------------------------------------------

@@ -7,11 +7,14 @@ from typing import Any
 
 import torch
 
-from . import Mistake
+from . import Mistake, Spoiled
 
 RF = "prerequisites.receptive_field"
 RNN = "prerequisites.rnn_forward"
 GREEDY = "prerequisites.greedy_decode"
+
+
+SPOILED = Spoiled("rnn_forward", "h = torch.tanh(", "h = torch.sigmoid(")
 
 
 # ----------------------------------------------------------------------------------------
