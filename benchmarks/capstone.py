@@ -3,6 +3,9 @@
     python benchmarks/capstone.py                     the full measurement (about 25 minutes on CPU)
     python benchmarks/capstone.py --seconds 20 --test-words 200 --steps 5   a quick rehearsal
 
+0. The classical baseline, Phonetisaurus (a benchmark dependency: see benchmarks/phonetisaurus_g2p.py),
+   trained on the same training words and scored on the same test words with the same metric; its
+   training and decoding time, CPU seconds and wall-clock.
 1. CPU threads: training tokens/s of the CPU preset with 1 and 2 threads; the faster is used below.
 2. The CPU preset trained for --seconds, beside PyTorch's nn.Transformer of the same size trained
    by the same loop for the same time: test WER/PER (stress removed, standard split).
@@ -29,11 +32,14 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+import phonetisaurus_g2p  # noqa: E402  (beside this file)
+
 from reference.capstone import label_smoothed_cross_entropy, length_batches  # noqa: E402
 from transformer import data as g2p_data  # noqa: E402
 from transformer import train as T  # noqa: E402
 from transformer.evaluate import evaluate_run  # noqa: E402
 from transformer.g2p import Vocabularies, encode_pairs, make_batch  # noqa: E402
+from transformer.metrics import count_errors  # noqa: E402
 
 
 def hardware() -> str:
@@ -116,6 +122,23 @@ def trained(config: T.TrainConfig, folder: Path, test_words: int, beam: int) -> 
     }
 
 
+def classical_baseline(g2p: g2p_data.G2PData, test_words: int, folder: Path) -> None:
+    """Phonetisaurus on the capstone's split, scored as the course's model is."""
+    test = g2p.test
+    words = list(test.words[:test_words] if test_words else test.words)
+    try:
+        model, training = phonetisaurus_g2p.train(g2p.train.pairs, folder)
+    except phonetisaurus_g2p.Unavailable as missing:
+        print(f"   skipped: {missing}")
+        return
+    predictions, decoding = phonetisaurus_g2p.predict(model, words)
+    counts = count_errors(predictions, list(test.references[: len(words)]))
+    print(f"   trained on {len(g2p.train.pairs):,} pronunciations: {training.wall_seconds:.0f} s wall-clock, "
+          f"{training.cpu_seconds:.0f} CPU s (its binaries use one core)")
+    print(f"   decoded {len(words):,} test words: {decoding.wall_seconds:.1f} s wall-clock, {decoding.cpu_seconds:.1f} CPU s")
+    print(f"   WER {counts.wer:.2f} %, PER {counts.per:.2f} %")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="training time of each run (default 600)")
@@ -123,11 +146,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50, help="training steps of each throughput measurement")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each throughput comparison")
     parser.add_argument("--skip-cpu-training", action="store_true")
+    parser.add_argument("--skip-phonetisaurus", action="store_true", help="leave out the classical baseline")
     args = parser.parse_args()
     print(f"hardware: {hardware()}")
     g2p = g2p_data.load()
     cpu = torch.device("cpu")
     scratch = Path(tempfile.mkdtemp(prefix="capstone-benchmark-"))
+
+    if not args.skip_phonetisaurus:
+        print("\n0. the classical baseline: Phonetisaurus (joint-sequence WFST), the same split and metric")
+        classical_baseline(g2p, args.test_words, scratch / "phonetisaurus")
 
     print(f"\n1. CPU threads (CPU preset, training tokens/s, median of {args.rounds} interleaved rounds of {args.steps} steps)")
     cpu_preset = dataclasses.replace(T.PRESETS["cpu"], device="cpu")
