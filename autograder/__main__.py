@@ -7,7 +7,6 @@ nothing, when it does not get full marks; it refuses to run without bubblewrap u
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
@@ -73,11 +72,6 @@ def _selected(args, submissions):
     return [s for s in submissions if s.learner in chosen]
 
 
-def _alembic_on_path() -> None:
-    # nbgrader's gradebook runs the `alembic` program that sits beside this Python.
-    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
-
-
 def grade(args) -> int:
     from tqdm import tqdm
 
@@ -90,7 +84,6 @@ def grade(args) -> int:
     from .sandbox import fallback_warning, sandbox_gaps, sandboxed
     from .submissions import find_submissions, safe_name
 
-    _alembic_on_path()
     root = args.root.resolve()
     assignment, source = _source_notebook(root, args.assignment)
     submissions = _selected(args, find_submissions(root, args.assignment, assignment.notebook))
@@ -173,7 +166,6 @@ def export(args) -> int:
     from .exports import export as export_all
     from .gradebook import GradebookError
 
-    _alembic_on_path()
     root = args.root.resolve()
     gradebook = _open_gradebook(args.db or f"sqlite:///{root / 'gradebook.db'}")
     if gradebook is None:

@@ -198,7 +198,8 @@ class Gradebook:
         from sqlalchemy import inspect
 
         try:
-            with self.engine.connect() as conn:
+            # Under the lock: another process may be half way through creating the schema.
+            with self._schema_lock(), self.engine.connect() as conn:
                 tables = set(inspect(conn).get_table_names())
                 version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
                     if "alembic_version" in tables else None
@@ -290,8 +291,18 @@ class Gradebook:
         return pending, skipped
 
 
+def alembic_on_path() -> None:
+    """nbgrader's gradebook runs the `alembic` program that sits beside this Python."""
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
 def open_gradebook(db_url: str) -> Gradebook:
     """The gradebook at ``db_url``, checked: its URL, its driver, the connection and the schema."""
+    alembic_on_path()
     gradebook = Gradebook(_url(db_url))
     try:
         gradebook.check()
