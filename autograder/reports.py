@@ -133,7 +133,7 @@ def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | 
     for o in result.outcomes:
         verdict = '<span class="pass">passed</span>' if o.passed else '<span class="fail">failed</span>'
         detail = ""
-        if not o.passed and o.message:
+        if not o.passed and o.message and not o.hidden_failed:  # a hidden case is never described
             detail = f"<pre>{e(o.message)}</pre>"
         elif o.hidden_failed:
             detail = (
