@@ -56,9 +56,9 @@ release: setup
 check-release: setup
 	$(PY) -m coursetools release --check
 
-## Grade 40 submissions with this engine and with nbgrader autograde; print both times
+## Grade a class in one process and in two shards at once (time, memory), then 40 submissions against nbgrader autograde
 benchmark: setup
-	$(PY) benchmarks/grading.py
+	$(PY) benchmarks/grading.py --nbgrader
 
 clean:
 	rm -rf _build

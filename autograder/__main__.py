@@ -86,11 +86,11 @@ def grade(args) -> int:
 
     root = args.root.resolve()
     assignment, source = _source_notebook(root, args.assignment)
-    submissions = _selected(args, find_submissions(root, args.assignment, assignment.notebook))
+    everyone = find_submissions(root, args.assignment, assignment.notebook)
+    submissions = _selected(args, everyone)
     if not submissions:
-        print(f"no submissions of {args.assignment} under {root / 'submitted'}" + (" in this selection" if args.learners
-              or args.shard else ""))
-        return 1
+        print(f"no submissions of {args.assignment} under {root / 'submitted'}" + (" in this shard" if everyone else ""))
+        return 0 if everyone else 1  # a shard with no learner has nothing to do: not a failure of its batch job
     db_url = args.db or f"sqlite:///{root / 'gradebook.db'}"
     gradebook = _open_gradebook(db_url)  # before anything is graded: a wrong URL or a missing driver costs seconds
     if gradebook is None:
@@ -141,19 +141,19 @@ def grade(args) -> int:
         with tqdm(total=len(pending), desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
             results = grade_all(assignment, [s for s, _ in pending], limits, hidden, jobs=args.jobs, progress=bar,
                                 on_result=keep)
-    except (GradebookError, KeyboardInterrupt) as exc:
+    except (GradebookError, OSError, KeyboardInterrupt) as exc:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
         print(f"{reason}\nThe submissions graded before this are kept in the gradebook {gradebook}; run the same "
               "command again to grade the rest.", file=sys.stderr)
         gradebook.close()
         return 130 if isinstance(exc, KeyboardInterrupt) else 5
     csv_path = args.csv or root / "grades" / f"{args.assignment}.csv"
-    everyone = [r.result for r in gradebook.records(args.assignment)]
+    recorded = [r.result for r in gradebook.records(args.assignment)]
     gradebook.close()
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
-    reports.write_csv(csv_path, assignment, everyone)
+    reports.write_csv(csv_path, assignment, recorded)
     print(reports.summary(assignment, results, time.monotonic() - start))
-    print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(everyone)} learners)\n"
+    print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners)\n"
           f"feedback: {root / 'feedback'}/<learner>/{args.assignment}/{assignment.notebook}.html")
     if args.db:
         print(NBGRADER_DB.format(url=gradebook))

@@ -27,13 +27,10 @@ from pathlib import Path
 from .engine import Assignment, Result
 from .exchange import write_exchange_files
 from .gradebook import Gradebook, Record
-from .reports import write_csv, write_feedback
+from .reports import HIDDEN_ONLY, write_csv, write_feedback
 from .submissions import safe_name
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
-#: a hidden test's output on Gradescope: whether it passed, never what it tried
-HIDDEN_FAILED = ("Your function passes the visible tests but not the hidden ones: check cases the visible tests "
-                 "do not try (other shapes, dtypes, masks, extreme values).")
 
 
 def load_assignment(root: Path, name: str):
@@ -55,7 +52,7 @@ def gradescope_results(assignment: Assignment, result: Result, seconds: float | 
         if outcome.passed:
             output = "passed"
         elif outcome.hidden_failed:
-            output = HIDDEN_FAILED
+            output = HIDDEN_ONLY  # whether it passed, never what it tried
         else:
             output = outcome.message
         name = outcome.grade_id + (" (visible and hidden tests)" if outcome.grade_id in hidden else "")

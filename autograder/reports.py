@@ -126,6 +126,11 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
 """
 
 
+#: all that is said of a test failed on hidden cases only
+HIDDEN_ONLY = ("Your function passes the visible tests but not the hidden ones: check cases the visible tests "
+               "do not try (other shapes, dtypes, masks, extreme values).")
+
+
 def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | None = None) -> str:
     e = html.escape
     rows = []
@@ -136,10 +141,7 @@ def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | 
         if not o.passed and o.message and not o.hidden_failed:  # a hidden case is never described
             detail = f"<pre>{e(o.message)}</pre>"
         elif o.hidden_failed:
-            detail = (
-                "<pre>Your function passes the visible tests but not the hidden ones: check cases the visible tests "
-                "do not try (other shapes, dtypes, masks, extreme values).</pre>"
-            )
+            detail = f"<pre>{HIDDEN_ONLY}</pre>"
         hidden = " (visible and hidden tests)" if o.grade_id in hidden_ids else ""
         score = f"{o.points:g} / {o.max_points:g}"
         rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
