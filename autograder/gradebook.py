@@ -197,6 +197,8 @@ class Gradebook:
         """Connect, and refuse a schema that nbgrader would have to upgrade first. Writes nothing."""
         from sqlalchemy import inspect
 
+        if self.url.get_backend_name() == "sqlite" and self.url.database and not Path(self.url.database).exists():
+            return  # a new gradebook, made by prepare(); connecting now would leave an empty file behind
         try:
             # Under the lock: another process may be half way through creating the schema.
             with self._schema_lock(), self.engine.connect() as conn:
