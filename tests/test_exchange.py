@@ -1,6 +1,6 @@
 """nbgrader's whole exchange on the course's layout, with real learner accounts.
 
-As root, the test creates three accounts (each its own uid: nbgrader names a submission by the
+As root, the test creates two accounts (each its own uid: nbgrader names a submission by the
 user who made it) and removes them afterwards. On a course directory as a fresh clone has it
 (percent scripts only): generate_assignment, release_assignment; each learner fetches, works and
 submits; collect; `python -m autograder grade`; generate_feedback --force; release_feedback;
@@ -54,7 +54,7 @@ def _as(user: pwd.struct_passwd, command: list[str]) -> list[str]:
 
 @pytest.fixture(scope="module")
 def learners():
-    names = [f"aiayn{secrets.token_hex(3)}{i}" for i in range(3)]
+    names = [f"aiayn{secrets.token_hex(3)}{i}" for i in range(2)]
     made = []
     try:
         for name in names:
@@ -88,7 +88,7 @@ def exchanged(learners):
         assert not list((root / "solutions").rglob("*.ipynb"))  # as a fresh clone has it
         _nbgrader(root, exchange, "generate_assignment", sc.ASSIGNMENT)
         _nbgrader(root, exchange, "release_assignment", sc.ASSIGNMENT)
-        kinds = dict(zip([u.pw_name for u in learners], ("solved", "untouched", "wrong_softmax")))
+        kinds = dict(zip([u.pw_name for u in learners], ("solved", "wrong_softmax")))
         for user in learners:
             home = Path(user.pw_dir)
             _nbgrader(home, exchange, "fetch_assignment", sc.ASSIGNMENT, user=user)
@@ -103,6 +103,8 @@ def exchanged(learners):
         ours = {u.pw_name: (root / "feedback" / u.pw_name / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
                 for u in learners}
         regenerated = _nbgrader(root, exchange, "generate_feedback", sc.ASSIGNMENT, "--force")
+        after_generate = {u.pw_name: (root / "feedback" / u.pw_name / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
+                          for u in learners}
         _nbgrader(root, exchange, "release_feedback", sc.ASSIGNMENT)
         fetched = {}
         for user in learners:
@@ -111,7 +113,7 @@ def exchanged(learners):
             fetched[user.pw_name] = [p.read_text() for p in pages]
         exported = sc.autograder(root, "export", sc.ASSIGNMENT)
         yield {"root": root, "kinds": kinds, "ours": ours, "fetched": fetched, "exported": exported,
-               "regenerated": regenerated}
+               "regenerated": regenerated, "after_generate": after_generate}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -135,8 +137,7 @@ def test_the_fetched_feedback_shows_no_hidden_test(exchanged):
 
 def test_generate_feedback_writes_the_course_page_again(exchanged):
     assert "Writing" in exchanged["regenerated"].stderr  # not skipped: it ran, and wrote ...
-    for learner, page in exchanged["ours"].items():  # ... the course's page, as it was
-        assert (exchanged["root"] / "feedback" / learner / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text() == page
+    assert exchanged["after_generate"] == exchanged["ours"]  # ... the course's page, as it was
 
 
 def test_the_export_agrees_with_nbgrader(exchanged):
