@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox browser site test lint release check-release benchmark clean
+.PHONY: setup sandbox browser postgres site test lint release check-release benchmark clean
 
-setup: $(VENV)/.installed sandbox browser
+setup: $(VENV)/.installed sandbox browser postgres
 
 ## bubblewrap walls off submitted code while it is graded (Debian package bubblewrap)
 sandbox:
@@ -22,6 +22,13 @@ browser:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && apt-get install -y -qq chromium chromium-driver >/dev/null; \
 	  else echo "warning: chromium is missing (apt-get install chromium chromium-driver): the browser test is skipped"; fi; }
+
+## PostgreSQL: the gradebook several grading machines share, and the test of concurrent runs (Debian postgresql)
+postgres:
+	@ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; \
+	  else echo "warning: PostgreSQL is missing (apt-get install postgresql): the concurrent-gradebook test on PostgreSQL is skipped"; fi; }
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,9 +56,9 @@ release: setup
 check-release: setup
 	$(PY) -m coursetools release --check
 
-## Grade 40 submissions with this engine and with nbgrader autograde; print both times
+## Grade a class in one process and in two shards at once (time, memory), then 40 submissions against nbgrader autograde
 benchmark: setup
-	$(PY) benchmarks/grading.py
+	$(PY) benchmarks/grading.py --nbgrader
 
 clean:
 	rm -rf _build

@@ -1,4 +1,4 @@
-"""python -m autograder grade ASSIGNMENT | check NOTEBOOK
+"""python -m autograder grade ASSIGNMENT | export ASSIGNMENT... | check NOTEBOOK
 
 ``grade`` first grades the instructor's own solution through the same pipeline and stops, writing
 nothing, when it does not get full marks; it refuses to run without bubblewrap unless given
@@ -31,37 +31,70 @@ def _limits(args):
 
 def _source_notebook(root: Path, assignment: str):
     """The instructor's notebook of an assignment (its name and its cells, with nbgrader's metadata)."""
-    from course.layout import LayoutError, instructor_notebook
-    from course.notebook_format import read_instructor_notebook
+    from course.layout import LayoutError
+
+    from .exports import load_assignment
 
     try:
-        path = instructor_notebook(assignment, root)
+        graded, source = load_assignment(root, assignment)
     except LayoutError as exc:
         raise SystemExit(str(exc)) from None
-    return path.stem, read_instructor_notebook(path)
+    return graded, source
+
+
+#: said after a run that used --db: nbgrader's own commands do not see that option
+NBGRADER_DB = ("nbgrader's export, formgrader and generate_feedback read the gradebook named in nbgrader_config.py "
+               "(c.CourseDirectory.db_url, sqlite:///gradebook.db in this course), not this one: run them with "
+               "--CourseDirectory.db_url='{url}', or set that line to it")
+
+
+def _open_gradebook(db_url: str):
+    from .gradebook import GradebookError, open_gradebook
+
+    try:
+        return open_gradebook(db_url)
+    except GradebookError as exc:
+        print(f"error: {exc}\nNothing was graded or written.", file=sys.stderr)
+        return None
+
+
+def _selected(args, submissions):
+    from .shards import ShardError, parse_learners, parse_shard, select
+
+    try:
+        named = parse_learners(args.learners) if args.learners else None
+        shard = parse_shard(args.shard) if args.shard else None
+        chosen = set(select([s.learner for s in submissions], named, shard))
+    except ShardError as exc:
+        raise SystemExit(f"error: {exc}") from None
+    if shard is not None:
+        print(f"shard {shard}: {len(chosen)} of {len(submissions)} learners", file=sys.stderr)
+    return [s for s in submissions if s.learner in chosen]
 
 
 def grade(args) -> int:
-    import os
-
     from tqdm import tqdm
 
     from course.layout import REPO
 
     from . import reports
-    from .engine import Assignment, grade_all, self_check
+    from .engine import grade_all, self_check
+    from .exchange import write_exchange_files
+    from .gradebook import GradebookError
     from .sandbox import fallback_warning, sandbox_gaps, sandboxed
-    from .submissions import find_submissions
+    from .submissions import find_submissions, safe_name
 
-    # nbgrader's gradebook runs the `alembic` program that sits beside this Python.
-    os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     root = args.root.resolve()
-    notebook, source = _source_notebook(root, args.assignment)
-    assignment = Assignment.from_notebook(args.assignment, notebook, source)
-    submissions = find_submissions(root, args.assignment, notebook)
+    assignment, source = _source_notebook(root, args.assignment)
+    everyone = find_submissions(root, args.assignment, assignment.notebook)
+    submissions = _selected(args, everyone)
     if not submissions:
-        print(f"no submissions of {args.assignment} under {root / 'submitted'}")
-        return 1
+        print(f"no submissions of {args.assignment} under {root / 'submitted'}" + (" in this shard" if everyone else ""))
+        return 0 if everyone else 1  # a shard with no learner has nothing to do: not a failure of its batch job
+    db_url = args.db or f"sqlite:///{root / 'gradebook.db'}"
+    gradebook = _open_gradebook(db_url)  # before anything is graded: a wrong URL or a missing driver costs seconds
+    if gradebook is None:
+        return 4
     if not sandboxed():
         if not args.no_sandbox:
             print(f"error: {fallback_warning()}\nNothing was graded. To grade without the sandbox anyway (only code "
@@ -82,17 +115,71 @@ def grade(args) -> int:
         print(f"error: the set-up cannot grade {args.assignment}, so nothing was graded or written: {problem}",
               file=sys.stderr)
         return 3
-    with tqdm(total=len(submissions), desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
-        results = grade_all(assignment, submissions, limits, hidden, jobs=args.jobs, progress=bar)
-    db_url = args.db or f"sqlite:///{root / 'gradebook.db'}"
-    reports.ensure_assignment(db_url, assignment, source)
-    reports.write_gradebook(db_url, assignment, results)
+    try:
+        gradebook.prepare(assignment, source)
+        pending, skipped = gradebook.to_grade(assignment, source, submissions, limits.notebook_mb << 20, args.regrade)
+    except GradebookError as exc:
+        print(f"error: {exc}\nNothing was graded.", file=sys.stderr)
+        return 4
+    if skipped:
+        print(f"{skipped} submissions are graded already and unchanged since: skipped (--regrade grades them again)",
+              file=sys.stderr)
+    keys = {s.learner: key for s, key in pending}
+
+    def keep(result) -> None:
+        """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
+        key = keys[result.learner]
+        gradebook.record(assignment, result, key)
+        if safe_name(result.learner):
+            reports.write_feedback(root, assignment, [result])
+            for folder in reports.write_autograded(root, assignment, [result], source, limits.notebook_mb << 20):
+                write_exchange_files(folder, key.timestamp, key.secret)
+            write_exchange_files(root / "feedback" / result.learner / assignment.name, key.timestamp, key.secret)
+
+    results = []
+    try:
+        with tqdm(total=len(pending), desc=f"grading {args.assignment}", unit="submission", file=sys.stderr) as bar:
+            results = grade_all(assignment, [s for s, _ in pending], limits, hidden, jobs=args.jobs, progress=bar,
+                                on_result=keep)
+    except (GradebookError, OSError, KeyboardInterrupt) as exc:
+        reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
+        print(f"{reason}\nThe submissions graded before this are kept in the gradebook {gradebook}; run the same "
+              "command again to grade the rest.", file=sys.stderr)
+        gradebook.close()
+        return 130 if isinstance(exc, KeyboardInterrupt) else 5
     csv_path = args.csv or root / "grades" / f"{args.assignment}.csv"
-    reports.write_csv(csv_path, assignment, results)
-    reports.write_feedback(root, assignment, results)
-    reports.write_autograded(root, assignment, results, source, limits.notebook_mb << 20)
+    recorded = [r.result for r in gradebook.records(args.assignment)]
+    gradebook.close()
+    # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
+    reports.write_csv(csv_path, assignment, recorded)
     print(reports.summary(assignment, results, time.monotonic() - start))
-    print(f"gradebook: {db_url}\ngrades: {csv_path}\nfeedback: {root / 'feedback'}/<learner>/{args.assignment}/{notebook}.html")
+    print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners)\n"
+          f"feedback: {root / 'feedback'}/<learner>/{args.assignment}/{assignment.notebook}.html")
+    if args.db:
+        print(NBGRADER_DB.format(url=gradebook))
+    return 0
+
+
+def export(args) -> int:
+    from course.layout import LayoutError
+
+    from .exports import export as export_all
+    from .gradebook import GradebookError
+
+    root = args.root.resolve()
+    gradebook = _open_gradebook(args.db or f"sqlite:///{root / 'gradebook.db'}")
+    if gradebook is None:
+        return 4
+    try:
+        with gradebook:
+            for line in export_all(root, gradebook, args.assignments):
+                print(line)
+    except (LayoutError, GradebookError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 4
+    print(f"from the gradebook {gradebook}")
+    if args.db:
+        print(NBGRADER_DB.format(url=gradebook))
     return 0
 
 
@@ -113,9 +200,19 @@ def parser() -> argparse.ArgumentParser:
     g.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     g.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
     g.add_argument("--csv", type=Path, help="where to write the grades (default: <root>/grades/<assignment>.csv)")
+    g.add_argument("--learners", metavar="A,B,...", help="grade only these learners")
+    g.add_argument("--shard", metavar="K/N",
+                   help="grade only shard K (0 to N-1) of N, by a hash of the learner id; 'N' takes K from "
+                        "JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID, 'env' takes both from Slurm")
+    g.add_argument("--regrade", action="store_true",
+                   help="grade every submission again, even those graded already and unchanged since")
     g.add_argument("--no-sandbox", action="store_true",
                    help="grade even without bubblewrap, with resource limits only (submitted code can then read "
                         "your files and reach the network); without this flag grading refuses to start")
+    e = sub.add_parser("export", help="write the CSV, feedback pages, Gradescope and Canvas files from the gradebook")
+    e.add_argument("assignments", nargs="+", metavar="assignment")
+    e.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
+    e.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
     c.add_argument("notebook", type=Path)
     defaults = Limits()
@@ -131,7 +228,7 @@ def main(argv=None) -> int:
     args = arguments.parse_args(argv)
     if args.command == "check" and not args.notebook.is_file():
         arguments.error(f"no such notebook: {args.notebook}")
-    return grade(args) if args.command == "grade" else check(args)
+    return {"grade": grade, "export": export, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import time
 import traceback
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,19 +196,30 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
 
 
 def grade_all(assignment: Assignment, submissions: Iterable[Submission], limits: Limits, hidden_paths: list[Path],
-              jobs: int = 1, progress=None) -> list[Result]:
+              jobs: int = 1, progress=None, on_result: Callable[[Result], None] | None = None) -> list[Result]:
+    """Every submission's Result, sorted by learner. ``on_result`` receives each one as soon as it
+    is graded (to record it); when it raises, or the run is interrupted, no further submission is
+    started and the exception propagates: what was handed to ``on_result`` is kept."""
     import torch
 
     # The judges work on small tensors; extra threads would only fight the workers for the cores.
     torch.set_num_threads(1)
     submissions = list(submissions)
     results: list[Result] = []
-    with ThreadPoolExecutor(max_workers=max(jobs, 1)) as pool:
+    pool = ThreadPoolExecutor(max_workers=max(jobs, 1))
+    try:
         futures = [pool.submit(grade_submission, assignment, s, limits, hidden_paths) for s in submissions]
         for future in as_completed(futures):
-            results.append(future.result())
+            result = future.result()
+            if on_result is not None:
+                on_result(result)
+            results.append(result)
             if progress is not None:
                 progress.update(1)
+    except BaseException:
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown()
     return sorted(results, key=lambda r: r.learner)
 
 

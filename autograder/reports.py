@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import csv
 import html
+import os
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -20,68 +22,10 @@ def ensure_assignment(db_url: str, assignment: Assignment, source_nb) -> None:
     `nbgrader generate_assignment` (run by `make release`) normally does this; a fresh database
     gets the same records from nbgrader's own preprocessors.
     """
-    from nbgrader.api import Gradebook, MissingEntry
-    from nbgrader.preprocessors import ComputeChecksums, SaveCells
+    from .gradebook import open_gradebook
 
-    with Gradebook(db_url) as gb:
-        try:
-            gb.find_notebook(assignment.notebook, assignment.name)
-            return
-        except MissingEntry:
-            gb.update_or_create_assignment(assignment.name)
-    resources = {"nbgrader": {"notebook": assignment.notebook, "assignment": assignment.name, "db_url": db_url}}
-    nb, resources = ComputeChecksums().preprocess(source_nb, resources)
-    SaveCells().preprocess(nb, resources)
-
-
-def _timestamp_text(result: Result) -> str | None:
-    """The submission's timestamp.txt as nbgrader writes it (one short line), or None.
-
-    Read with a bound: the file is the learner's, and may be a link, a folder or a huge (sparse) file.
-    """
-    stamp = result.path.parent / "timestamp.txt" if result.path else None
-    if not stamp or stamp.is_symlink() or not stamp.is_file():
-        return None
-    try:
-        with stamp.open("rb") as f:
-            raw = f.read(101)
-    except OSError:
-        return None
-    if len(raw) > 100:
-        return None
-    text = raw.decode("utf-8", "replace").strip()
-    return text if text.isprintable() else None
-
-
-def _timestamp(result: Result) -> datetime | None:
-    from nbgrader.utils import parse_utc
-
-    text = _timestamp_text(result)
-    if text is None:
-        return None
-    try:
-        return parse_utc(text)
-    except Exception:  # a malformed timestamp is only a missing one
-        return None
-
-
-def write_gradebook(db_url: str, assignment: Assignment, results: list[Result]) -> None:
-    from nbgrader.api import Gradebook
-
-    with Gradebook(db_url) as gb:
-        for result in results:
-            if not safe_name(result.learner):
-                continue  # never an id in the gradebook
-            gb.update_or_create_student(result.learner)
-            kwargs = {}
-            stamp = _timestamp(result)
-            if stamp is not None:
-                kwargs["timestamp"] = stamp
-            gb.update_or_create_submission(assignment.name, result.learner, **kwargs)
-            for outcome in result.outcomes:
-                grade = gb.find_grade(outcome.grade_id, assignment.notebook, assignment.name, result.learner)
-                grade.auto_score = outcome.points
-            gb.db.commit()
+    with open_gradebook(db_url) as gradebook:
+        gradebook.prepare(assignment, source_nb)
 
 
 def autograded_notebook(result: Result, source_nb, max_bytes: int = 64 << 20):
@@ -125,33 +69,51 @@ def autograded_notebook(result: Result, source_nb, max_bytes: int = 64 << 20):
 
 
 def write_autograded(root: Path, assignment: Assignment, results: list[Result], source_nb,
-                     max_bytes: int = 64 << 20) -> None:
-    """The notebook and its timestamp, which is all nbgrader reads there; nothing else of the
-    submission's folder is copied, and the timestamp only as the short line it should be."""
+                     max_bytes: int = 64 << 20) -> list[Path]:
+    """The notebook, which is all of the submission nbgrader reads there (its timestamp and secret
+    are written beside it by :func:`autograder.exchange.write_exchange_files`)."""
     import nbformat
 
+    written = []
     for r in results:
         if not safe_name(r.learner):
             continue
         folder = root / "autograded" / r.learner / assignment.name
         folder.mkdir(parents=True, exist_ok=True)
         nbformat.write(autograded_notebook(r, source_nb, max_bytes), folder / f"{assignment.notebook}.ipynb")
-        stamp = _timestamp_text(r)
-        if stamp is not None:
-            (folder / "timestamp.txt").write_text(stamp + "\n", encoding="utf-8")
+        written.append(folder)
+    return written
 
 
-def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None:
+#: the course CSV's columns after the learner and the assignment: (header, value of a Result)
+SUMMARY_COLUMNS: list[tuple[str, Callable[[Assignment, Result], str]]] = [
+    ("score", lambda a, r: f"{r.score:g}"),
+    ("max_score", lambda a, r: f"{a.max_score:g}"),
+    ("status", lambda a, r: "not graded: " + r.error if r.error else "graded"),
+]
+
+
+def csv_columns(assignment: Assignment) -> list[tuple[str, Callable[[Assignment, Result], str]]]:
+    """Every column of the course CSV: learner, assignment, one per graded test, then the summary."""
+    def test_points(grade_id: str):
+        return lambda a, r: f"{next((o.points for o in r.outcomes if o.grade_id == grade_id), 0):g}"
+
+    return [("learner", lambda a, r: r.learner), ("assignment", lambda a, r: r.assignment),
+            *[(t.grade_id, test_points(t.grade_id)) for t in assignment.tests], *SUMMARY_COLUMNS]
+
+
+def write_csv(path: Path, assignment: Assignment, results: list[Result], columns=None) -> None:
+    """The grades, one row per learner. Written beside and then renamed into place, so that a
+    reader (or another grading run writing the same file) never sees half of it."""
+    columns = csv_columns(assignment) if columns is None else columns
     path.parent.mkdir(parents=True, exist_ok=True)
-    ids = [t.grade_id for t in assignment.tests]
-    with path.open("w", newline="", encoding="utf-8") as f:
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with partial.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
-        out.writerow(["learner", "assignment", *ids, "score", "max_score", "status"])
+        out.writerow([header for header, _ in columns])
         for r in results:
-            points = {o.grade_id: o.points for o in r.outcomes}
-            status = "not graded: " + r.error if r.error else "graded"
-            scores = [f"{points.get(i, 0):g}" for i in ids]
-            out.writerow([r.learner, r.assignment, *scores, f"{r.score:g}", f"{assignment.max_score:g}", status])
+            out.writerow([value(assignment, r) for _, value in columns])
+    partial.replace(path)
 
 
 STYLE = """
@@ -164,26 +126,28 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
 """
 
 
-def feedback_html(assignment: Assignment, result: Result) -> str:
+#: all that is said of a test failed on hidden cases only
+HIDDEN_ONLY = ("Your function passes the visible tests but not the hidden ones: check cases the visible tests "
+               "do not try (other shapes, dtypes, masks, extreme values).")
+
+
+def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | None = None) -> str:
     e = html.escape
     rows = []
     hidden_ids = {t.grade_id for t in assignment.tests if any(h for _, _, h in t.calls)}
     for o in result.outcomes:
         verdict = '<span class="pass">passed</span>' if o.passed else '<span class="fail">failed</span>'
         detail = ""
-        if not o.passed and o.message:
+        if not o.passed and o.message and not o.hidden_failed:  # a hidden case is never described
             detail = f"<pre>{e(o.message)}</pre>"
         elif o.hidden_failed:
-            detail = (
-                "<pre>Your function passes the visible tests but not the hidden ones: check cases the visible tests "
-                "do not try (other shapes, dtypes, masks, extreme values).</pre>"
-            )
+            detail = f"<pre>{HIDDEN_ONLY}</pre>"
         hidden = " (visible and hidden tests)" if o.grade_id in hidden_ids else ""
         score = f"{o.points:g} / {o.max_points:g}"
         rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
     notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
     error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
-    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
+    when = (graded_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     return (
         "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
         f"<title>{e(assignment.name)}: feedback for {e(result.learner)}</title>"
@@ -197,14 +161,15 @@ def feedback_html(assignment: Assignment, result: Result) -> str:
     )
 
 
-def write_feedback(root: Path, assignment: Assignment, results: list[Result]) -> list[Path]:
+def write_feedback(root: Path, assignment: Assignment, results: list[Result],
+                   graded_at: datetime | None = None) -> list[Path]:
     written = []
     for r in results:
         if not safe_name(r.learner):
             continue
         path = root / "feedback" / r.learner / assignment.name / f"{assignment.notebook}.html"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(feedback_html(assignment, r), encoding="utf-8")
+        path.write_text(feedback_html(assignment, r, graded_at), encoding="utf-8")
         written.append(path)
     return written
 

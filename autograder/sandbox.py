@@ -294,8 +294,27 @@ def worker_program() -> list[str]:
     return [sys.executable, "-m", "autograder.worker"]
 
 
+def installed_package() -> Path | None:
+    """Where this Python imports ``autograder`` from when no folder of the course is the current one."""
+    probe = "import importlib.util as u; s = u.find_spec('autograder'); print(s.origin if s and s.origin else '')"
+    try:
+        done = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    origin = done.stdout.strip()
+    return Path(origin).resolve().parent if done.returncode == 0 and origin else None
+
+
 def _hint(output: str) -> str:
     if "No module named 'autograder'" in output or "No module named autograder" in output:
+        installed = installed_package()
+        if installed is not None and installed != PACKAGE:
+            # Started from another copy of the course: its autograder/ shadows the installed one,
+            # and the sandbox mounts the copy that runs, which the worker's Python does not look in.
+            return (f"the sandboxed worker cannot import autograder: the grader runs the course found in the "
+                    f"current folder, {PACKAGE.parent}, but {sys.executable} has the course installed from "
+                    f"{installed.parent}, which the worker needs. Grade from {installed.parent}, or give this copy "
+                    f"its own environment (make setup in {PACKAGE.parent})")
         return "the sandboxed worker cannot import autograder: install the course with make setup"
     if "No module named 'torch'" in output:
         return "the sandboxed worker cannot import torch: install the course with make setup"

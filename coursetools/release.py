@@ -61,6 +61,22 @@ def _nbgrader(root: Path, *args: str) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
+def write_nbgrader_sources(root: Path, only: list[str] | None = None, stale_only: bool = True) -> list[Path]:
+    """nbgrader's .ipynb of each instructor notebook (generated, never committed), written where it is
+    missing or older than its percent script; nbgrader_config.py runs this before every nbgrader command,
+    so that `nbgrader generate_assignment` works on a fresh clone."""
+    written = []
+    for c in chapters(root):
+        if only is not None and c.assignment not in only:
+            continue
+        target = c.nbgrader_source
+        if stale_only and target.exists() and target.stat().st_mtime >= c.source.stat().st_mtime:
+            continue
+        write_notebook(to_nbgrader(c.source), target)
+        written.append(target)
+    return written
+
+
 def build(root: Path, only: list[str] | None = None) -> None:
     """Generate nbgrader notebooks, the release and the reference package under `root`.
 
@@ -72,8 +88,7 @@ def build(root: Path, only: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"no instructor notebooks for {sorted(unknown)}; known: {known}")
     chosen = [c for c in every if only is None or c.assignment in only]
-    for c in chosen:
-        write_notebook(to_nbgrader(c.source), c.nbgrader_source)
+    write_nbgrader_sources(root, [c.assignment for c in chosen], stale_only=False)
     for assignment in tqdm(
         [c.assignment for c in chosen], desc="generating the release", unit="assignment", disable=len(chosen) < 2
     ):

@@ -108,3 +108,22 @@ def test_every_limit_option_defaults_to_its_field_of_limits():
         assert cli._limits(args) == defaults
     args = parser.parse_args(["grade", ASSIGNMENT, "--memory-mb", "512", "--processes", "8", "--notebook-mb", "3"])
     assert cli._limits(args) == Limits(memory_mb=512, processes=8, notebook_mb=3)
+
+
+@pytest.mark.skipif(not sandbox.sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+def test_grading_from_a_second_copy_of_the_course_names_both_copies(course, tmp_path):
+    # A second copy of the course, run with the environment installed from this one: its own
+    # autograder/ (the current folder) shadows the installed one, which the sandbox does not mount.
+    import subprocess
+
+    copy = tmp_path / "copy"
+    for package in ("autograder", "course"):
+        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for folder in ("solutions", "submitted"):
+        shutil.copytree(course / folder, copy / folder)
+    done = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, *FAST], cwd=copy,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 3, done.stderr
+    assert f"the grader runs the course found in the current folder, {copy.resolve()}" in done.stderr
+    assert f"has the course installed from {REPO}, which the worker needs" in done.stderr
+    assert "nothing was graded or written" in done.stderr

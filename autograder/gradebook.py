@@ -1,0 +1,463 @@
+"""nbgrader's gradebook, checked before grading and written one submission at a time.
+
+:func:`open_gradebook` checks the URL, its driver, the connection and the schema before anything
+is graded, so that a missing package or a wrong address costs seconds, not a run. Each graded
+submission is then one transaction: nbgrader's rows (student, submission, a grade per test cell)
+and the course's own record of it (every test's verdict and message, the notes, the digest of
+what was graded), so an interrupted run keeps everything it finished and a later run knows what
+is still to do. Feedback and grade files are made from those records alone (:mod:`.exports`).
+
+Any number of processes may write into one gradebook at once. Creating the schema, the course
+and the assignment is serialised by a lock (PostgreSQL's advisory lock; for SQLite a lock on the
+database's folder); PostgreSQL writers also serialise their short transactions on an advisory
+lock, SQLite writers take the write lock when a transaction begins; and a transaction that still
+meets a conflict (a row another process created a moment ago, a busy database) is retried.
+"""
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import random
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from pathlib import Path
+
+from sqlalchemy import Column, DateTime, MetaData, String, Table, Text, create_engine, event, select, text
+from sqlalchemy.engine import URL, Engine, make_url
+from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
+from sqlalchemy.orm import Session
+
+from .engine import Assignment, Result, TestOutcome
+from .submissions import Submission, safe_name
+
+#: the Python package that provides each database driver SQLAlchemy may ask for
+DRIVER_PACKAGES = {
+    "psycopg": "psycopg[binary]",
+    "psycopg2": "psycopg2-binary",
+    "pg8000": "pg8000",
+    "asyncpg": "asyncpg",
+    "pymysql": "PyMySQL",
+    "mysqldb": "mysqlclient",
+    "mysqlconnector": "mysql-connector-python",
+    "oracledb": "oracledb",
+    "pyodbc": "pyodbc",
+}
+#: PostgreSQL advisory lock keys: one for creating the schema and the assignment, one for writes
+SCHEMA_LOCK, WRITE_LOCK = 0x61697961_6E6E0001, 0x61697961_6E6E0002
+ATTEMPTS = 8
+#: a stored error that was the grader's fault, not the submission's: such a submission is graded again
+GRADER_FAULTS = ("the grader's worker failed", "the grader failed on this submission")
+
+RECORDS = Table(
+    "autograder_result", MetaData(),
+    Column("assignment", String(128), primary_key=True),
+    Column("learner", String(128), primary_key=True),
+    Column("notebook", String(128), nullable=False),
+    Column("submission", String(64), nullable=False),  # digest of the handed-in notebook and its timestamp
+    Column("grader", String(64), nullable=False),  # digest of the tests it was graded with
+    Column("timestamp", String(100)),  # the submission's timestamp.txt, as nbgrader wrote it
+    Column("secret", String(256)),  # its submission_secret.txt: where nbgrader's exchange files its feedback
+    Column("graded_at", DateTime(), nullable=False),
+    Column("result", Text(), nullable=False),  # the Result, as JSON
+)
+
+
+class GradebookError(Exception):
+    """The gradebook cannot be used; the message says why and what to do."""
+
+
+def shown(url: URL | str) -> str:
+    """A URL fit to print: without its password."""
+    try:
+        return make_url(url).render_as_string(hide_password=True) if isinstance(url, str) else url.render_as_string()
+    except ArgumentError:
+        return str(url)
+
+
+def _url(db_url: str) -> URL:
+    try:
+        url = make_url(db_url)
+    except ArgumentError:
+        raise GradebookError(f"{db_url!r} is not a database URL (for example sqlite:///gradebook.db or "
+                             "postgresql://user@host/dbname)") from None
+    try:
+        dialect = url.get_dialect()
+    except NoSuchModuleError:
+        raise GradebookError(f"the gradebook URL {shown(url)} names a database kind SQLAlchemy does not know "
+                             f"({url.drivername!r})") from None
+    try:
+        dialect.import_dbapi()
+    except ImportError as exc:
+        driver = getattr(dialect, "driver", url.get_driver_name())
+        package = DRIVER_PACKAGES.get(driver, driver)
+        raise GradebookError(
+            f"the gradebook {shown(url)} needs the database driver {driver!r}, which is not installed "
+            f"({exc}): install it with `pip install '{package}'` in the course's environment") from None
+    if url.get_backend_name() == "sqlite" and url.database not in (None, "", ":memory:"):
+        folder = Path(url.database).resolve().parent
+        if not folder.is_dir():
+            raise GradebookError(f"the folder of the gradebook {shown(url)} does not exist: {folder}")
+        if not os.access(folder, os.W_OK):
+            raise GradebookError(f"the folder of the gradebook {shown(url)} is not writable: {folder}")
+    return url
+
+
+def _engine(url: URL) -> Engine:
+    if url.get_backend_name() != "sqlite":
+        return create_engine(url, future=True, pool_pre_ping=True)
+    engine = create_engine(url, future=True, connect_args={"timeout": 60})
+
+    # pysqlite begins a transaction only at the first write, after the reads that decided it:
+    # two processes that both read, then both write, deadlock. BEGIN IMMEDIATE takes the write
+    # lock first, so SQLite's own busy wait orders the writers.
+    @event.listens_for(engine, "connect")
+    def _no_implicit_transactions(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin_immediate(connection):
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    return engine
+
+
+def _transient(exc: Exception) -> bool:
+    """A conflict that the same transaction, tried again, resolves."""
+    if isinstance(exc, IntegrityError):
+        return True  # a row another process created between our read and our write
+    if isinstance(exc, OperationalError | DBAPIError):
+        words = str(exc).lower()
+        return exc.connection_invalidated or any(w in words for w in (
+            "locked", "busy", "deadlock", "could not serialize", "serialization", "already exists", "duplicate"))
+    return False
+
+
+def retried(action, what: str):
+    """``action()``, tried again (with a growing, jittered pause) while it meets transient conflicts."""
+    for attempt in range(ATTEMPTS):
+        try:
+            return action()
+        except (DBAPIError, IntegrityError) as exc:
+            if attempt == ATTEMPTS - 1 or not _transient(exc):
+                raise GradebookError(f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
+            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
+    raise AssertionError("unreachable")
+
+
+class Gradebook:
+    """One gradebook, its schema checked; see :func:`open_gradebook`."""
+
+    def __init__(self, url: URL):
+        self.url = url
+        self.engine = _engine(url)
+        self.postgres = url.get_backend_name() == "postgresql"
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> Gradebook:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __str__(self) -> str:
+        return shown(self.url)
+
+    # -- the schema, the course and the assignment ------------------------------------------------
+
+    @contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """Held while the schema or an assignment is created, by one process at a time."""
+        if self.postgres:
+            with self.engine.connect() as conn:
+                conn.execute(text("SELECT pg_advisory_lock(:key)"), {"key": SCHEMA_LOCK})
+                conn.commit()
+                try:
+                    yield
+                finally:
+                    conn.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": SCHEMA_LOCK})
+                    conn.commit()
+        elif self.url.get_backend_name() == "sqlite" and self.url.database not in (None, "", ":memory:"):
+            fd = os.open(Path(self.url.database).resolve().parent, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                yield
+            finally:
+                os.close(fd)
+        else:
+            yield
+
+    def check(self) -> None:
+        """Connect, and refuse a schema that nbgrader would have to upgrade first. Writes nothing."""
+        from sqlalchemy import inspect
+
+        if self.url.get_backend_name() == "sqlite" and self.url.database and not Path(self.url.database).exists():
+            return  # a new gradebook, made by prepare(); connecting now would leave an empty file behind
+        try:
+            # Under the lock: another process may be half way through creating the schema.
+            with self._schema_lock(), self.engine.connect() as conn:
+                tables = set(inspect(conn).get_table_names())
+                version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar() \
+                    if "alembic_version" in tables else None
+        except DBAPIError as exc:
+            raise GradebookError(f"cannot open the gradebook {self}: {str(exc.orig).strip() or exc}") from None
+        if version is not None:
+            from nbgrader.api import get_alembic_version
+
+            head = get_alembic_version()
+            if version != head:
+                raise GradebookError(
+                    f"the gradebook {self} has nbgrader's schema version {version}, this nbgrader expects {head}: "
+                    "back it up, then run `nbgrader db upgrade`")
+        elif tables - {RECORDS.name}:
+            raise GradebookError(f"the database {self} holds tables but no nbgrader schema: is it a gradebook?")
+
+    def prepare(self, assignment: Assignment, source_nb) -> None:
+        """nbgrader's schema, the course's records table, the assignment and its cells: created
+        where missing, once, however many processes ask at the same moment."""
+        def create() -> None:
+            from nbgrader.api import Gradebook as NbgraderGradebook
+            from nbgrader.api import MissingEntry
+
+            with self._schema_lock():
+                # nbgrader's own constructor creates its tables, stamps alembic and adds the course.
+                with NbgraderGradebook(self.url) as gb:
+                    try:
+                        gb.find_notebook(assignment.notebook, assignment.name)
+                        missing = False
+                    except MissingEntry:
+                        gb.update_or_create_assignment(assignment.name)
+                        missing = True
+                RECORDS.create(self.engine, checkfirst=True)
+                if missing:
+                    _save_cells(self.url, assignment, source_nb)
+
+        retried(create, f"preparing the gradebook {self} for {assignment.name}")
+
+    # -- one submission -----------------------------------------------------------------------------
+
+    def record(self, assignment: Assignment, result: Result, key: SubmissionKey) -> None:
+        """The submission's grades and the course's record of it, in one transaction."""
+        if not safe_name(result.learner):
+            return  # never an id in the gradebook
+
+        def write() -> None:
+            with Session(self.engine) as session, session.begin():
+                if self.postgres:
+                    session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK})
+                _write_grades(session, assignment, result, key.timestamp)
+                session.execute(RECORDS.delete().where(RECORDS.c.assignment == assignment.name,
+                                                       RECORDS.c.learner == result.learner))
+                session.execute(RECORDS.insert().values(
+                    assignment=assignment.name, learner=result.learner, notebook=assignment.notebook,
+                    submission=key.submission, grader=key.grader, timestamp=key.timestamp, secret=key.secret,
+                    graded_at=datetime.now(UTC).replace(tzinfo=None), result=json.dumps(to_dict(result))))
+
+        retried(write, f"recording {result.learner}'s grades in {self}")
+
+    # -- what is there ------------------------------------------------------------------------------
+
+    def records(self, assignment: str, learners: set[str] | None = None) -> list[Record]:
+        """The course's records of an assignment, by learner."""
+        def read() -> list[Record]:
+            with self.engine.connect() as conn:
+                if not self.engine.dialect.has_table(conn, RECORDS.name):
+                    return []
+                rows = conn.execute(select(RECORDS).where(RECORDS.c.assignment == assignment)
+                                    .order_by(RECORDS.c.learner)).mappings().all()
+            return [Record.from_row(r) for r in rows if learners is None or r["learner"] in learners]
+
+        return retried(read, f"reading {assignment} from {self}")
+
+    def to_grade(self, assignment: Assignment, source_nb, submissions: list[Submission], max_bytes: int,
+                 regrade: bool = False) -> tuple[list[tuple[Submission, SubmissionKey]], int]:
+        """The submissions that are not graded yet, were handed in again, or changed since (or all
+        with ``regrade``), each with its key; and how many were skipped as already graded."""
+        done = {r.learner: r for r in self.records(assignment.name)}
+        grader = grader_digest(assignment, source_nb)
+        pending, skipped = [], 0
+        for submission in submissions:
+            key = submission_key(submission, grader, max_bytes)
+            record = done.get(submission.learner)
+            if (not regrade and record is not None and record.submission == key.submission
+                    and record.grader == grader and not (record.result.error or "").startswith(GRADER_FAULTS)):
+                skipped += 1
+                continue
+            pending.append((submission, key))
+        return pending, skipped
+
+
+def alembic_on_path() -> None:
+    """nbgrader's gradebook runs the `alembic` program that sits beside this Python."""
+    import sys
+
+    bin_dir = str(Path(sys.executable).parent)
+    if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+        os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
+
+
+def open_gradebook(db_url: str) -> Gradebook:
+    """The gradebook at ``db_url``, checked: its URL, its driver, the connection and the schema."""
+    alembic_on_path()
+    gradebook = Gradebook(_url(db_url))
+    try:
+        gradebook.check()
+    except BaseException:
+        gradebook.close()
+        raise
+    return gradebook
+
+
+def _save_cells(url: URL, assignment: Assignment, source_nb) -> None:
+    """The notebook and its grade cells, recorded by nbgrader's own preprocessors (as
+    `nbgrader generate_assignment` does)."""
+    from nbgrader.preprocessors import ComputeChecksums, SaveCells
+
+    db_url = url.render_as_string(hide_password=False)
+    resources = {"nbgrader": {"notebook": assignment.notebook, "assignment": assignment.name, "db_url": db_url}}
+    nb, resources = ComputeChecksums().preprocess(source_nb, resources)
+    SaveCells().preprocess(nb, resources)
+
+
+def _write_grades(session: Session, assignment: Assignment, result: Result, timestamp: str | None) -> None:
+    """nbgrader's rows for one submission, as its ``add_submission`` lays them out, and the
+    automatic score of every graded cell; nothing is committed here."""
+    from nbgrader import api
+    from nbgrader.utils import parse_utc
+
+    student = session.get(api.Student, result.learner)
+    if student is None:
+        student = api.Student(id=result.learner)
+        session.add(student)
+    nb_assignment = session.scalars(select(api.Assignment).where(api.Assignment.name == assignment.name)).one()
+    submission = session.scalars(select(api.SubmittedAssignment).where(
+        api.SubmittedAssignment.assignment_id == nb_assignment.id,
+        api.SubmittedAssignment.student_id == result.learner)).one_or_none()
+    if submission is None:
+        # Built whole, then added: adding it cascades to every row below it (a row only linked to
+        # one already in the session would not be saved).
+        with session.no_autoflush:
+            submission = api.SubmittedAssignment(assignment=nb_assignment, student=student)
+            for notebook in nb_assignment.notebooks:
+                nb = api.SubmittedNotebook(notebook=notebook, assignment=submission)
+                for cell in notebook.grade_cells:
+                    api.Grade(cell=cell, notebook=nb)
+                for cell in notebook.solution_cells:
+                    api.Comment(cell=cell, notebook=nb)
+                for cell in notebook.task_cells:
+                    api.Comment(cell=cell, notebook=nb)
+                    api.Grade(cell=cell, notebook=nb)
+            session.add(submission)
+    if timestamp is not None:
+        try:
+            submission.timestamp = parse_utc(timestamp)
+        except Exception:  # a malformed timestamp is only a missing one
+            pass
+    session.flush()
+    points = {o.grade_id: o.points for o in result.outcomes}
+    for nb in submission.notebooks:
+        if nb.notebook.name != assignment.notebook:
+            continue
+        for grade in nb.grades:
+            if grade.cell.name in points:
+                grade.auto_score = points[grade.cell.name]
+
+
+# ---------------------------------------------------------------------------------------------
+# What was graded, and the record of it
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class SubmissionKey:
+    """What identifies one grading of one submission: what was handed in, and with which tests."""
+
+    submission: str
+    grader: str
+    timestamp: str | None = None
+    secret: str | None = None
+
+
+def grader_digest(assignment: Assignment, source_nb) -> str:
+    """The instructor's graded cells and points: a submission is graded again when they change."""
+    cells = [(c.source, c.metadata.get("nbgrader", {}).get("points")) for c in source_nb.cells
+             if c.metadata.get("nbgrader", {}).get("grade")]
+    return hashlib.sha256(json.dumps([assignment.name, assignment.notebook, cells]).encode()).hexdigest()
+
+
+def small_file(path: Path | None, limit: int) -> str | None:
+    """A short text file of the submission's folder (the learner's: it may be a link, a folder, or
+    huge), or None."""
+    if path is None or path.is_symlink() or not path.is_file():
+        return None
+    try:
+        with path.open("rb") as f:
+            raw = f.read(limit + 1)
+    except OSError:
+        return None
+    if len(raw) > limit:
+        return None
+    content = raw.decode("utf-8", "replace")
+    return content if content.strip().isprintable() else None
+
+
+def submission_key(submission: Submission, grader: str, max_bytes: int) -> SubmissionKey:
+    digest = hashlib.sha256()
+    folder = submission.path.parent if submission.path else None
+    timestamp = small_file(folder / "timestamp.txt", 100) if folder else None
+    secret = small_file(folder / "submission_secret.txt", 256) if folder else None
+    if secret is not None and not all(c in "0123456789abcdefABCDEF" for c in secret):
+        secret = None  # nbgrader writes hex; anything else would name a file where it must not
+    digest.update((timestamp or "").strip().encode() + b"\0")
+    if submission.path is None:
+        digest.update(b"rejected\0" + (submission.rejected or "").encode())
+    else:
+        try:
+            stat = submission.path.lstat()
+            if stat.st_size > max_bytes or submission.path.is_symlink():
+                digest.update(f"unread\0{stat.st_size}\0{stat.st_mtime_ns}".encode())
+            else:
+                digest.update(submission.path.read_bytes())
+        except OSError as exc:
+            digest.update(f"unreadable\0{exc.strerror}".encode())
+    return SubmissionKey(digest.hexdigest(), grader, timestamp.strip() if timestamp else None, secret)
+
+
+def to_dict(result: Result) -> dict:
+    data = dataclasses.asdict(result)
+    data["path"] = str(result.path) if result.path else None
+    return data
+
+
+def from_dict(data: dict) -> Result:
+    """A stored Result; fields it lacks take their defaults, fields this version does not know are left out."""
+    outcome_fields = {f.name for f in dataclasses.fields(TestOutcome)}
+    result_fields = {f.name for f in dataclasses.fields(Result)}
+    values = {k: v for k, v in data.items() if k in result_fields}
+    values["outcomes"] = [TestOutcome(**{k: v for k, v in o.items() if k in outcome_fields}) for o in data.get("outcomes", [])]
+    values["path"] = Path(values["path"]) if values.get("path") else None
+    return Result(**values)
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    """The course's record of one graded submission."""
+
+    learner: str
+    submission: str
+    grader: str
+    timestamp: str | None
+    secret: str | None
+    graded_at: datetime
+    result: Result
+
+    @classmethod
+    def from_row(cls, row) -> Record:
+        return cls(row["learner"], row["submission"], row["grader"], row["timestamp"], row["secret"],
+                   row["graded_at"], from_dict(json.loads(row["result"])))
