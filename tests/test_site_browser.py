@@ -365,7 +365,7 @@ def test_search_finds_the_attention_chapter_and_typesets_its_results(browser, se
 #: What a learner would type, and the page that explains it: English as the site writes it and as
 #: a reader may spell it, and the Chinese names the glossary gives.
 QUERIES = [
-    ("warmup", "ch08_capstone"), ("warm-up", "ch08_capstone"), ("learning rate", "ch08_capstone"),
+    ("warmup", "ch08_capstone"), ("warmup", "ch04_encoder"), ("warm-up", "ch08_capstone"), ("learning rate", "ch08_capstone"),
     ("label smoothing", "ch08_capstone"), ("beam search", "ch08_capstone"), ("perplexity", "ch08_capstone"),
     ("positional encoding", "ch06_positional"), ("sinusoidal", "ch06_positional"),
     ("layer normalization", "ch04_encoder"), ("layer normalisation", "ch04_encoder"), ("feedforward", "ch04_encoder"),
