@@ -1,4 +1,4 @@
-"""python -m coursetools release [--check] | new-chapter chNN_topic [--title T] | tables [--check]"""
+"""python -m coursetools release [--check] | new-chapter chNN_topic [--title T] | tables [--check] | cjk-font [--check]"""
 import argparse
 import sys
 
@@ -55,6 +55,19 @@ def _tables(args) -> int:
     return 1 if problems else 0
 
 
+def _cjk_font(args) -> int:
+    from . import cjk_font
+
+    if not args.check:
+        for path in cjk_font.write(REPO):
+            print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size:,} bytes)")
+    lacking = {weight: chars for weight, chars in cjk_font.missing(REPO).items() if chars}
+    for weight, chars in lacking.items():
+        print(f"the {weight} subset lacks {len(chars)} character(s) the pages use: {''.join(sorted(chars))}")
+    print("run `python -m coursetools cjk-font`" if lacking else "the font subsets cover every Chinese character of the pages")
+    return 1 if lacking else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m coursetools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -66,8 +79,10 @@ def main(argv=None) -> int:
     new.add_argument("--title", help="the page's title (default: the topic, capitalised)")
     tab = sub.add_parser("tables", help="rewrite the chapter tables of README.md and book/intro.md from the course")
     tab.add_argument("--check", action="store_true", help="only say whether the tables agree with the course")
+    font = sub.add_parser("cjk-font", help="write the site's Chinese font subsets from Debian's fonts-noto-cjk")
+    font.add_argument("--check", action="store_true", help="only say whether the subsets cover the pages")
     args = parser.parse_args(argv)
-    command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables}[args.command]
+    command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables, "cjk-font": _cjk_font}[args.command]
     try:
         return command(args)
     except (LayoutError, NotebookSourceError) as exc:  # a ScaffoldError is a LayoutError

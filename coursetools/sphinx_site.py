@@ -1,13 +1,18 @@
 """The website's own Sphinx extension, loaded by `_config.yml` (`sphinx: extra_extensions`).
 
-It does four things that jupyter-book 1.x does not do by itself:
+It does five things that jupyter-book 1.x does not do by itself:
 
 - **Math without a network.** MathJax is copied into the built site from the pinned
   `sphinx-mathjax-offline` package, so `mathjax_path` is a path inside `_static/`, and it is
   loaded on every page (search results show formulas too, see `site_static/search-math.js`).
 - **A way to the exercise.** Every chapter page gets a box near its top with a download link to
   its released notebook (a `{download}` link, so the file is published with the site), the
-  command that checks it, and a link to the repository (`repository: url:` in `_config.yml`).
+  command that checks it, and a link to the repository (`repository: url:` in `_config.yml`;
+  while that is empty, neither the box nor the header links a repository, and the build says so).
+  The box goes after the first paragraph that ends a sentence, so it never splits one.
+- **A search that finds what a learner types.** Each page carries, as keywords, the spellings of
+  its words a reader may type instead ("warmup" for "warm-up", "normalization") and the Chinese
+  names, from the glossary, of the terms it explains.
 - **Pages that follow the code.** With `execute_notebooks: cache`, a page is re-executed only
   when its own code cells change. The pages also run the course's Python (`transformer/`,
   `reference/`, ...), so a digest of those folders is kept beside the cache: when it changes,
@@ -21,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import re
 import shutil
 from importlib import metadata
 from pathlib import Path, PurePosixPath
@@ -104,11 +110,25 @@ def copy_mathjax(app: Sphinx, exc: Exception | None) -> None:
 # ---------------------------------------------------------------- the exercise box
 
 
-def _repository_url(app: Sphinx) -> str:
-    url = (app.config.html_theme_options or {}).get("repository_url", "")
+def repository_url(config) -> str:
+    """The repository's address (`repository: url:` in _config.yml); "" while it is unset."""
+    return str((config.html_theme_options or {}).get("repository_url") or "").strip()
+
+
+def configure_repository(app: Sphinx, config) -> None:
+    """Show the header's repository button only when there is an address for it to lead to.
+
+    `repository: url:` is left empty until the course has a public home: the site then links no
+    repository at all (a placeholder address would be a dead link on every page) and says so.
+    """
+    url = repository_url(config)
+    config.html_theme_options = {**(config.html_theme_options or {}), "use_repository_button": bool(url)}
     if not url:
-        raise ExtensionError("the exercise boxes link the repository: set `repository: url:` in _config.yml")
-    return url
+        logger.warning(REPOSITORY_UNSET, type="course", subtype="repository")
+
+
+REPOSITORY_UNSET = ("the repository's address is unset (`repository: url:` in _config.yml is empty): the site "
+                    "shows no repository button, and the exercise boxes give the download and the commands only")
 
 
 def exercise_pages(app: Sphinx) -> dict[str, list[str]]:
@@ -152,15 +172,34 @@ def exercise_box(docname: str, notebooks: list[str], repository: str) -> nodes.a
     else:
         box += _paragraph("This page has no exercise of its own: the model is built from the parts you write in ",
                           *links, ".")
-    box += _paragraph(
-        "Its tests need the course's code: clone ",
-        nodes.reference("", repository, refuri=repository, internal=False),
-        ", run ", nodes.literal("", "make setup"), " once, and open the notebook in Jupyter (",
-        nodes.literal("", ".venv/bin/jupyter lab " + notebooks[0]), "). To check a whole notebook the way it is graded:",
-    )
+    setup = [", run ", nodes.literal("", "make setup"), " once, and open the notebook in Jupyter (",
+             nodes.literal("", ".venv/bin/jupyter lab " + notebooks[0]), "). To check a whole notebook the way it is graded:"]
+    if repository:
+        box += _paragraph("Its tests need the course's code: clone ",
+                          nodes.reference("", repository, refuri=repository, internal=False), *setup)
+    else:
+        box += _paragraph("Its tests need the course's code: in a copy of the course's repository", *setup)
     commands = "\n".join(f".venv/bin/python -m autograder check {notebook}" for notebook in notebooks)
     box += nodes.literal_block(commands, commands, language="bash")
     return box
+
+
+SENTENCE_END = re.compile(r"[.!?][)\]\"'”’*_]*$")
+
+
+def box_position(section: nodes.section) -> int:
+    """Where a page's exercise box goes among its first section's children.
+
+    After the first paragraph that ends a sentence, so that the page still starts by saying what
+    it is about and the box never cuts a sentence off from the formula or list that completes
+    it; under the title when no such paragraph comes before the first subsection.
+    """
+    for index, child in enumerate(section.children[1:], start=1):
+        if isinstance(child, nodes.section):
+            break
+        if isinstance(child, nodes.paragraph) and SENTENCE_END.search(child.astext().rstrip()):
+            return index + 1
+    return 1
 
 
 def insert_exercise_box(app: Sphinx, doctree: nodes.document) -> None:
@@ -171,11 +210,58 @@ def insert_exercise_box(app: Sphinx, doctree: nodes.document) -> None:
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None:
         raise ExtensionError(f"{docname} has no title to put its exercise box under")
-    # After the opening paragraph, so that the page still starts by saying what it is about,
-    # unless that paragraph leads into what follows it (it ends with a colon): then under the title.
-    opening = section.children[1] if len(section.children) > 1 else None
-    leads_on = opening is None or not isinstance(opening, nodes.paragraph) or opening.astext().rstrip().endswith(":")
-    section.insert(1 if leads_on else 2, exercise_box(docname, notebooks, _repository_url(app)))
+    section.insert(box_position(section), exercise_box(docname, notebooks, repository_url(app.config)))
+
+
+# ---------------------------------------------------------------- what a search finds
+
+GLOSSARY = "book/glossary"
+_GLOSSARY_ENTRY = re.compile(r"^(?P<term>\S[^\n]*)\n(?P<body>(?:[ \t]+\S[^\n]*\n?)+)", re.M)
+_CHINESE_RUN = re.compile(r"[\u3400-\u4dbf\u4e00-\u9fff]+")
+_EXPLAINED_IN = re.compile(r"Explained in \{doc\}`[^`<]*<([^>`]+)>`")
+_HYPHENATED = re.compile(r"\b[A-Za-z]+(?:-[A-Za-z]+)+\b")
+_BRITISH = re.compile(r"\b([A-Za-z]{3,})is(e|es|ed|ing|ation|ations)\b")
+
+
+def spelling_variants(text: str) -> set[str]:
+    """Words a reader may type for words of the text: "warmup" for "warm-up", "normalization" for
+    "normalisation". The index splits a hyphenated word in two, and its stemmer does not join the
+    British and American spellings, so without them such a search finds nothing."""
+    joined = {word.replace("-", "").lower() for word in _HYPHENATED.findall(text)}
+    american = {f"{base}iz{ending}".lower() for base, ending in _BRITISH.findall(text)
+                if f"{base}ise".lower() not in _ISE_WORDS}
+    return joined | american
+
+
+# Words spelt -ise on both sides of the Atlantic.
+_ISE_WORDS = {"advise", "comprise", "compromise", "concise", "devise", "exercise", "expertise", "likewise",
+              "noise", "otherwise", "precise", "premise", "promise", "revise", "surprise", "supervise", "wise"}
+
+
+def glossary_keywords(glossary: str) -> dict[str, set[str]]:
+    """page -> the Chinese names of the glossary's terms that it explains, each run of characters
+    a keyword of its own: the glossary gives them, the chapter that explains a term never does."""
+    keywords: dict[str, set[str]] = {}
+    block = glossary[glossary.index("{glossary}"):]
+    for entry in _GLOSSARY_ENTRY.finditer(block):
+        body = entry["body"]
+        chapter = _EXPLAINED_IN.search(" ".join(body.split()))
+        name = re.search(r"\*\*([^*]+)\*\*", body)
+        if chapter and name:
+            page = str(PurePosixPath(GLOSSARY).parent / chapter.group(1))
+            runs = {run.removeprefix("又称") for run in _CHINESE_RUN.findall(name.group(1))}
+            keywords.setdefault(page, set()).update(r for r in runs if r)
+    return keywords
+
+
+def add_search_keywords(app: Sphinx, doctree: nodes.document) -> None:
+    """Give each page, as `<meta name="keywords">` (Sphinx's search indexes those), the spellings
+    of its words that a reader may type instead and the Chinese names of the terms it explains."""
+    glossary = Path(app.srcdir) / f"{GLOSSARY}.md"
+    by_page = glossary_keywords(glossary.read_text(encoding="utf-8")) if glossary.is_file() else {}
+    words = spelling_variants(doctree.astext()) | by_page.get(app.env.docname, set())
+    if words:
+        doctree.insert(0, nodes.meta("", name="keywords", content=", ".join(sorted(words))))
 
 
 # ---------------------------------------------------------------- re-execution when the code changes
@@ -277,11 +363,13 @@ def setup(app: Sphinx) -> dict[str, Any]:
     # MathJax on every page, not only pages with equations: search results show formulas too.
     app.set_html_assets_policy("always")
     app.connect("config-inited", add_static_path)
+    app.connect("config-inited", configure_repository)
     app.add_js_file("search-math.js", defer="defer")
     app.connect("builder-inited", check_mathjax)
     app.connect("builder-inited", check_sources, priority=900)  # after myst-nb has set its cache path
     app.connect("env-get-outdated", outdated_pages)
     app.connect("doctree-read", insert_exercise_box, priority=400)  # before Sphinx collects download links
+    app.connect("doctree-read", add_search_keywords)
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after MathJax adds its scripts
     app.connect("build-finished", copy_mathjax)
     app.connect("build-finished", write_stamp)

@@ -20,6 +20,7 @@ from course.layout import REPO, sources
 from course.notebook_format import to_nbgrader, write_notebook
 
 DECOY = "DECOY-4b1d9e"
+BUILD_LOG = "build-output.txt"
 
 
 def project_files() -> list[str]:
@@ -60,7 +61,14 @@ def build_site(root: Path) -> Path:
     )
     assert done.returncode == 0, f"jupyter-book build failed:\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}"
     assert "Traceback" not in done.stdout, done.stdout[-6000:]
+    # What the build printed, beside the published site (tests read its warnings).
+    (root / "_build" / BUILD_LOG).write_text(done.stdout + done.stderr, encoding="utf-8")
     return root / "_build" / "html"
+
+
+def build_log(site: Path) -> str:
+    """What the build of `site` (a `build_site` result) printed."""
+    return (site.parent / BUILD_LOG).read_text(encoding="utf-8")
 
 
 def toc_pages() -> list[str]:

@@ -18,9 +18,15 @@ from tests.conftest import REPO
 # Matplotlib figures are drawn at 92 dpi; at most this wide (644 px), a figure fits the page's
 # column (660 px in a 1280 px window, measured in Chromium) without being scaled down.
 MAX_WIDTH_IN = 7.0
+#: A figure of several panels is drawn at most this wide (460 px), so that on a 390 px phone,
+#: shrunk to the column, it keeps three quarters of its size (tests/test_site_browser.py measures
+#: it); where panels side by side would then be too narrow, they are stacked.
+PANELS_MAX_WIDTH_IN = 5.0
 DPI = 92
 DRAWS = re.compile(r"\bplt\.(show|subplots|figure|imshow|plot)\(|\bfig\.savefig\(")
 FIGSIZE = re.compile(r"figsize=\(\s*([0-9.]+)\s*,")
+_ARG = r"((?:[^,()=]|\([^()]*\))+?)"  # a positional argument, such as 2 or len(columns)
+SUBPLOTS = re.compile(rf"plt\.subplots\(\s*{_ARG}\s*,\s*{_ARG}\s*[,)]")
 PATHLIKE = re.compile(r"(^|\s)(\S*[/\\]\S*|\S+\.(png|svg|jpe?g))(\s|$)", re.I)
 
 
@@ -33,6 +39,20 @@ def figure_cells(page: str):
     for index, cell in enumerate(nb.cells):
         if cell.cell_type == "code" and DRAWS.search(cell.source):
             yield index, cell
+
+
+def panels(cell) -> bool:
+    """Whether the cell draws a figure of several panels (plt.subplots with a grid bigger than 1)."""
+    for rows, cols in SUBPLOTS.findall(cell.source):
+        if not (rows.strip() == "1" and cols.strip() == "1"):
+            return True
+    return False
+
+
+def multi_panel_figures() -> list[str]:
+    """The names of the site's figures with several panels."""
+    return sorted(cell.metadata["mystnb"]["figure"]["name"] for page in _pages()
+                  for _, cell in figure_cells(page) if panels(cell))
 
 
 def problems(page: str, cell) -> list[str]:
@@ -51,6 +71,9 @@ def problems(page: str, cell) -> list[str]:
     for width in FIGSIZE.findall(cell.source):
         if float(width) > MAX_WIDTH_IN:
             found.append(f"figsize width {width} in is scaled down in the page's column (at most {MAX_WIDTH_IN})")
+        elif panels(cell) and float(width) > PANELS_MAX_WIDTH_IN:
+            found.append(f"figsize width {width} in: a figure of several panels is too small on a phone "
+                         f"(at most {PANELS_MAX_WIDTH_IN}; stack its panels)")
     return found
 
 
@@ -85,6 +108,8 @@ def test_a_bare_figure_cell_is_caught():
     bare = jupytext.reads("```{code-cell} ipython3\nfig, ax = plt.subplots(figsize=(9, 3))\nplt.show()\n```\n",
                           fmt="md:myst").cells[0]
     assert len(problems("x", bare)) == 4
+    assert any("several panels" in p for p in problems("x", jupytext.reads(
+        "```{code-cell} ipython3\nfig, axes = plt.subplots(1, 3, figsize=(7, 3))\n```\n", fmt="md:myst").cells[0]))
     bare.metadata["mystnb"] = {"figure": {"caption": "A plot of the loss against the step.", "name": "f"},
                                "image": {"alt": "_build/jupyter_execute/book/x_1_0.png"}}
     assert any("file name" in p for p in problems("x", bare))

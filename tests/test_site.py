@@ -6,6 +6,8 @@ where nbgrader's generated solution notebooks sit. Nothing of theirs may reach t
 """
 from __future__ import annotations
 
+import re
+
 from course.layout import chapters, sources
 from course.notebook_format import secret_lines, to_nbgrader
 from tests.conftest import REPO
@@ -79,7 +81,6 @@ def test_cells_marked_remove_input_keep_their_code_off_the_site(site):
 
 
 def test_every_internal_link_and_image_resolves(site):
-    import re
     from urllib.parse import unquote, urlparse
 
     broken = []
@@ -98,7 +99,6 @@ def test_every_internal_link_and_image_resolves(site):
 
 
 def test_every_chapter_page_links_its_exercise_notebook(site):
-    import re
 
     import yaml
 
@@ -119,4 +119,60 @@ def test_every_chapter_page_links_its_exercise_notebook(site):
             published = (site / page).parent / link
             assert published.read_bytes() == release.read_bytes(), f"{page} links a copy of {release.name} that differs"
         repository = yaml.safe_load((REPO / "_config.yml").read_text())["repository"]["url"]
-        assert f'href="{repository}"' in box.group(1), f"{page}'s exercise box does not link the repository"
+        external = re.findall(r'<a class="reference external" href="([^"]+)"', box.group(1))
+        if repository:
+            assert external == [repository], f"{page}'s exercise box links {external}, not the repository"
+        else:
+            assert not external, f"the repository's address is unset, yet {page}'s exercise box links {external}"
+        assert "autograder check" in re.sub(r"<[^>]+>", "", box.group(1)), f"{page}'s exercise box gives no command"
+
+
+def test_the_repository_is_linked_only_when_its_address_is_set(site):
+    """`repository: url:` empty: no header button, no link, and the build says so (the state the
+    course ships in until it has a public address). Set: the button leads there."""
+    import yaml
+
+    from tests.site_build import build_log
+
+    repository = yaml.safe_load((REPO / "_config.yml").read_text())["repository"]["url"]
+    html = (site / f"{_toc_pages()[1]}.html").read_text(encoding="utf-8")
+    button = re.search(r'<a href="([^"]*)"[^>]*btn-source-repository-button', html)
+    if repository:
+        assert button and button.group(1) == repository, "the header has no button to the repository"
+    else:
+        assert not button, f"the address is unset, yet the header links {button.group(1)}"
+        assert "repository's address is unset" in build_log(site), "the build does not say that the address is unset"
+
+
+def test_the_exercise_box_never_cuts_a_sentence(site):
+    """The box comes after a paragraph that ends a sentence, never between a sentence and the
+    formula or list that completes it (chapter 2's opening sentence once ended with a comma)."""
+    pages = [p for p in _toc_pages() if "exercise-box" in (site / f"{p}.html").read_text(encoding="utf-8")]
+    assert len(pages) >= 8, pages
+    for page in pages:
+        html = (site / f"{page}.html").read_text(encoding="utf-8")
+        before = html[: re.search(r'<div class="[^"]*\bexercise-box\b', html).start()]
+        last = re.findall(r"<p>(.*?)</p>", before, re.S)
+        text = re.sub(r"<[^>]+>", "", last[-1]).strip() if last else ""
+        assert re.search(r"[.!?][)\]\"'”’]*$", text), f"{page}: the exercise box follows {text[-80:]!r}"
+
+
+def test_every_chinese_character_on_the_site_is_in_its_font(site):
+    """The glossary's Chinese must not depend on a CJK font being installed: the site ships
+    subsets of Noto Sans CJK SC (coursetools/cjk_font.py) and uses them for these code points."""
+    from coursetools import cjk_font
+
+    published = site / "_static" / "fonts"
+    assert (published / cjk_font.LICENCE.name).is_file(), "the font's licence is not published with it"
+    shown: set[str] = set()
+    for page in site.rglob("*.html"):
+        shown |= cjk_font.cjk_characters([page.read_text(encoding="utf-8")])
+    assert len(shown) > 100, "the glossary's Chinese terms are missing from the site"
+    css = (site / "_static" / "course.css").read_text(encoding="utf-8")
+    for weight in cjk_font.SOURCES:
+        font = published / cjk_font.subset_path(weight).name
+        assert f"fonts/{font.name}" in css, f"course.css does not use {font.name}"
+        assert font.stat().st_size < 150_000, f"{font.name} is {font.stat().st_size:,} bytes: not a subset"
+        lacking = shown - cjk_font.covered(font)
+        assert not lacking, (f"{font.name} lacks {''.join(sorted(lacking))}, shown on the site: "
+                             "run `python -m coursetools cjk-font`")
