@@ -62,11 +62,11 @@ class PretrainConfig(LoopConfig):
     """The loop's settings (:class:`LoopConfig`), then the model's and the data's."""
 
     d_model: int = 128
-    h: int = 4
-    N: int = 4
-    d_ff: int = 512
-    dropout: float = 0.1
-    max_len: int = 32
+    h: int = 4  # attention heads
+    N: int = 4  # encoder layers
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.1  # dropout rate (the paper's P_drop)
+    max_len: int = 32  # longest word, in tokens, the model takes
     batch_size: int = 128  # words per batch
     peak_lr: float = 1e-3
     warmup: int = 300

@@ -68,10 +68,10 @@ class GPTTrainConfig(LoopConfig):
 
     # the model
     d_model: int = 128
-    h: int = 4
-    N: int = 4
-    d_ff: int = 512
-    dropout: float = 0.0
+    h: int = 4  # attention heads
+    N: int = 4  # blocks (decoder-only)
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.0  # dropout rate (the paper's P_drop)
     block_size: int = 128  # bytes of context
     attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
     # the data

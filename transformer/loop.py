@@ -63,6 +63,7 @@ from tqdm import tqdm
 
 from reference.capstone import noam_rate
 
+from .cli import Parser, field_comments
 from .flops import peak_flops
 
 REPO = Path(__file__).resolve().parent.parent
@@ -86,26 +87,26 @@ class LoopConfig:
     it its own default by declaring it again.
     """
 
-    d_model: int = 128
+    d_model: int = 128  # the model's width: the size of every token's vector (the paper's d_model)
     # the optimisation
     peak_lr: float = 3e-3  # the rate at the end of the warm-up: sets the factor of equation 3
-    warmup: int = 500
-    max_steps: int = 100_000
+    warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
+    max_steps: int = 100_000  # training steps before stopping
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
-    seed: int = 0
+    seed: int = 0  # the seed of the weights, the batches and dropout: the same seed gives the same run
     # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
     # weights at the last `average_last` multiples of `average_every` steps and at the final step
     average_last: int = 0  # snapshots averaged (0: keep the final weights as they are)
-    average_every: int = 200
+    average_every: int = 200  # steps between the snapshots that are averaged
     # measuring
     eval_every: int = 500  # steps between evaluations
-    checkpoint_every: int = 500
+    checkpoint_every: int = 500  # steps between checkpoints (what --resume continues from)
     # where and how
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads
     precision: str = "fp32"  # fp32, or bf16 (autocast)
     compile: bool = False  # torch.compile the model
-    run_dir: str = ""
+    run_dir: str = ""  # the run folder (default: runs/<preset>)
 
     #: settings that may change when a run is resumed: they decide when to stop, what to measure
     #: and where to run, not what the next training step computes. A task adds its own.
@@ -619,19 +620,22 @@ def _boolean(text: str) -> bool:
 
 def _parser(config_class: type[LoopConfig], presets: dict[str, LoopConfig], prog: str, description: str,
             default_preset: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument("--preset", choices=sorted(presets), default=default_preset,
                         help=f"the starting configuration (default: {default_preset})")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     example = presets[default_preset]
+    notes = field_comments(config_class)
     for f in fields(config_class):
         flag = "--" + f.name.replace("_", "-")
         kind = type(getattr(example, f.name))
+        shown = f"{notes.get(f.name, '')} (preset {default_preset}: {getattr(example, f.name)!r})".lstrip()
+        shown = shown.replace("%", "%%")  # argparse formats help with %
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, type=_boolean, metavar="true|false", default=None)
+            parser.add_argument(flag, dest=f.name, type=_boolean, metavar="true|false", default=None, help=shown)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=None)
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=shown)
     return parser
 
 

@@ -63,21 +63,21 @@ class TrainConfig(LoopConfig):
 
     # the model
     d_model: int = 128
-    h: int = 4
-    N: int = 2
-    d_ff: int = 512
-    dropout: float = 0.0
-    share_embeddings: bool = True
+    h: int = 4  # attention heads
+    N: int = 2  # layers (of the encoder and of the decoder)
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.0  # dropout rate (the paper's P_drop)
+    share_embeddings: bool = True  # one embedding matrix for letters and phonemes, also used by the output layer
     attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
     implementation: str = "course"  # course (the chapters' parts), or torch (nn.Transformer, for comparison)
     parts: str = "reference"  # reference, or mine: the parts of your own exercise notebooks
     parts_dir: str = ""  # where your notebooks are (default: exercises/)
     # the data
-    stress: bool = False
+    stress: bool = False  # keep the stress digits of the vowels (AH0, AH1) in the targets
     train_words: int = 0  # use only the first n training words (0: all of them)
     # the optimisation
     max_tokens: int = 1024  # padded tokens per batch (the larger of source and target length)
-    label_smoothing: float = 0.1
+    label_smoothing: float = 0.1  # the label smoothing epsilon of the loss (the paper's 0.1)
     # measuring
     eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
 
@@ -243,7 +243,7 @@ class G2PTask(Task):
         return evaluate(model, self.data.dev, self.vocabs, _device_of(model), self.config.eval_words)
 
     def report(self, measured: dict[str, float]) -> str:
-        return f"dev WER {measured['wer']:.1f} %, PER {measured['per']:.2f} %"
+        return dev_line(measured)
 
     def checkpoint_extra(self) -> dict[str, list[str]]:
         return {"vocabulary": list(self.vocabs.target.tokens), "source_vocabulary": list(self.vocabs.source.tokens)}
@@ -251,6 +251,15 @@ class G2PTask(Task):
     def finish(self, model: torch.nn.Module, run_dir: Path) -> None:
         assert self.data is not None
         draw_attention(model, list(self.data.dev.words[:3]), self.vocabs, _device_of(model), run_dir / "attention.png")
+
+
+def dev_line(measured: dict[str, float]) -> str:
+    """The dev figures as printed, with a word on a PER above 100 %, which early in training is right."""
+    line = f"dev WER {measured['wer']:.1f} %, PER {measured['per']:.2f} %"
+    if measured["per"] > 100:
+        line += (" (over 100 %: the predictions are longer than the references, often running on to the length "
+                 "limit early in training, and every extra phoneme counts as one more edit)")
+    return line
 
 
 def _device_of(model: torch.nn.Module) -> torch.device:
@@ -299,7 +308,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     dev = result.metrics["dev"][-1] if result.metrics["dev"] else None
     print(f"{count_parameters(result.model):,} parameters, {result.step} steps; run folder: {result.run_dir}")
     if dev:
-        print(f"dev ({dev['words']} words): WER {dev['wer']:.1f} %, PER {dev['per']:.2f} %")
+        print(f"{dev['words']} words: {dev_line(dev)}")
     return 0
 
 
