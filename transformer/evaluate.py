@@ -27,6 +27,7 @@ from .cli import Parser
 from .decoding import batched_beam_search
 from .g2p import Vocabularies, pad, predict
 from .metrics import closest_reference, count_errors
+from .parts import EXERCISES, G2P_PARTS, NEEDED, PartsError, course_parts, learner_parts
 from .train import TrainingError, draw_attention, load_trained
 
 MAX_LEN = 32  # longer than any pronunciation in the dictionary (20 phonemes)
@@ -51,6 +52,19 @@ def beam_predict(model, words: Sequence[str], vocabs: Vocabularies, beam_size: i
     return out
 
 
+@torch.no_grad()
+def learner_beam_predict(model, words: Sequence[str], vocabs: Vocabularies, beam_search, beam_size: int, alpha: float,
+                         progress: bool = False) -> list[list[str]]:
+    """Pronunciations by the learner's chapter 8 ``beam_search``, which decodes one word at a time."""
+    device = next(model.parameters()).device
+    out = []
+    for word in tqdm(words, desc=f"your beam {beam_size}", unit="word", disable=not progress):
+        src = torch.tensor([vocabs.source.encode(word, eos=True)], device=device)  # (1, S)
+        tokens, _ = beam_search(model, src, beam_size, MAX_LEN, vocabs.target.bos_id, vocabs.target.eos_id, alpha)
+        out.append(vocabs.target.decode(torch.as_tensor(tokens).tolist()))
+    return out
+
+
 def sample_words(count: int, limit: int, seed: int) -> list[int]:
     """``limit`` indices of ``count`` drawn at random with ``seed``, in the split's order (all when 0)."""
     if not limit or limit >= count:
@@ -64,6 +78,10 @@ def evaluate_run(run: str | Path, split: str = "test", beam: int = 4, alpha: flo
     if beam < 1:
         raise TrainingError(f"the beam size must be at least 1 (1 decodes greedily only), got {beam}")
     model, config, vocabs = load_trained(run, device)
+    parts = course_parts(G2P_PARTS)
+    if config.parts == "mine":  # a run trained on your parts is measured with yours too
+        parts = learner_parts(Path(config.parts_dir or EXERCISES), NEEDED, G2P_PARTS)
+        print(parts.listing())
     chosen = g2p_data.load(stress=config.stress).split(split)
     if not len(chosen):
         raise TrainingError(f"the {split} split is empty")
@@ -81,23 +99,27 @@ def evaluate_run(run: str | Path, split: str = "test", beam: int = 4, alpha: flo
             # A beam of k costs about k greedy decodings, more for the longer hypotheses it keeps.
             print(f"greedy took {time.perf_counter() - began:.0f} s; beam {beam} will take roughly "
                   f"{beam * (time.perf_counter() - began):.0f} s or more", flush=True)
-        decodings[f"beam {beam}, alpha {alpha}"] = beam_predict(model, words, vocabs, beam, alpha, progress=progress)
+        if "beam_search" in parts.checks:
+            decodings[f"beam {beam}, alpha {alpha}"] = learner_beam_predict(
+                model, words, vocabs, parts["beam_search"], beam, alpha, progress=progress)
+        else:
+            decodings[f"beam {beam}, alpha {alpha}"] = beam_predict(model, words, vocabs, beam, alpha, progress=progress)
     results: dict = {"split": split, "words": len(words), "stress": config.stress, "seed": seed if sampled else None,
                      "decodings": {}}
     print(f"{'decoding':24s} {'WER':>7s} {'PER':>7s}" + ("   (without stress: WER, PER)" if config.stress else ""))
     for name, predictions in decodings.items():
-        counts = count_errors(predictions, references)
+        counts = count_errors(predictions, references, distance=parts["edit_distance"])
         row = {"wer": counts.wer, "per": counts.per}
         line = f"{name:24s} {counts.wer:6.2f}% {counts.per:6.2f}%"
         if config.stress:
-            loose = count_errors(predictions, references, ignore_stress=True)
+            loose = count_errors(predictions, references, ignore_stress=True, distance=parts["edit_distance"])
             row |= {"wer_without_stress": loose.wer, "per_without_stress": loose.per}
             line += f"   {loose.wer:6.2f}% {loose.per:6.2f}%"
         results["decodings"][name] = row
         print(line)
     scored = []
     for word, prediction, refs in zip(words, decodings["greedy"], references):
-        distance, closest = closest_reference(prediction, refs)
+        distance, closest = closest_reference(prediction, refs, parts["edit_distance"])
         scored.append((distance, word, prediction, closest))
     scored.sort(key=lambda item: (-item[0], item[1]))
     if worst:
@@ -132,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         evaluate_run(args.run, args.split, args.beam, args.alpha, args.limit, args.device, args.worst, not args.quiet,
                      args.seed)
-    except TrainingError as exc:
+    except (TrainingError, PartsError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     return 0

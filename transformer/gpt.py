@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from reference.bert_gpt import causal_lm_loss, sample_next
+from reference.bert_gpt import sample_next
 
 from . import stdlib_text
 from .attention_paths import PATHS
@@ -57,6 +57,7 @@ from .loop import (
     run_training,
 )
 from .model import count_parameters
+from .parts import GPT_PARTS
 
 #: no byte is padding: every window is full
 NO_PADDING = -1
@@ -181,11 +182,11 @@ def bits_per_character(model: GPT, context: str, text: str, stride: int, device:
 
 @torch.no_grad()
 def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float = 0.8, top_k: int = 0,
-             top_p: float = 1.0, seed: int = 0) -> str:
-    """``prompt`` followed by ``length`` bytes drawn one at a time by chapter 7's ``sample_next``."""
+             top_p: float = 1.0, seed: int = 0, sample: Callable = sample_next) -> str:
+    """``prompt`` followed by ``length`` bytes drawn one at a time by chapter 7's ``sample_next`` (or ``sample``)."""
     if length < 0:
         raise ValueError(f"length must be at least 0, got {length}")
-    sample_next(torch.zeros(1, 2), temperature, top_k, top_p)  # its argument checks, before any work
+    sample(torch.zeros(1, 2), temperature, top_k, top_p)  # its argument checks, before any work
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     ids = list((prompt or "\n").encode("utf-8"))
@@ -195,7 +196,7 @@ def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float
         for _ in range(length):
             window = torch.tensor([ids[-model.config.block_size :]], device=device)
             logits = model(window)[:, -1].float()  # (1, 256)
-            ids.append(int(sample_next(logits, temperature, top_k, top_p, generator)[0]))
+            ids.append(int(sample(logits, temperature, top_k, top_p, generator)[0]))
     finally:
         model.train(was_training)
     text = bytes(ids).decode("utf-8", errors="replace")
@@ -211,6 +212,7 @@ class GPTTask(Task):
     """Next-byte prediction on the standard library, for :func:`transformer.loop.run_training`."""
 
     config: GPTTrainConfig
+    PARTS = GPT_PARTS  # with --parts mine: your causal_lm_loss trains the model
     curves = (("bpc", "held-out"),)
     curves_axis = "bits per character"
     loss_axis = "training loss (nats per byte)"
@@ -251,7 +253,7 @@ class GPTTask(Task):
                      flops=3 * forward_flops(self.model_config, B, block))
 
     def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return causal_lm_loss(output.float(), batch.targets, NO_PADDING)
+        return self.parts["causal_lm_loss"](output.float(), batch.targets, NO_PADDING)
 
     def _bits(self, model: torch.nn.Module, chars: int) -> dict[str, float]:
         assert self.data is not None

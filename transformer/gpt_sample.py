@@ -11,10 +11,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from reference.bert_gpt import sample_next
 
 from .cli import Parser
 from .gpt import generate, load_trained
 from .loop import TrainingError
+from .parts import EXERCISES, GPT_PARTS, PartsError, learner_parts
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -29,9 +33,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--device", default="auto", help="auto, cpu, cuda, cuda:1, ... (default auto)")
     args = parser.parse_args(argv)
     try:
-        model, _ = load_trained(args.run, device=args.device)
-        text = generate(model, args.prompt, args.length, args.temperature, args.top_k, args.top_p, args.seed)
-    except (TrainingError, ValueError) as exc:
+        model, config = load_trained(args.run, device=args.device)
+        sample = sample_next
+        if config.parts == "mine":  # a run trained on your parts draws with your sample_next too
+            parts = learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS)
+            print(parts.listing(), file=sys.stderr)
+            sample = parts["sample_next"]
+        text = generate(model, args.prompt, args.length, args.temperature, args.top_k, args.top_p, args.seed, sample)
+    except (TrainingError, PartsError, ValueError) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     print(text)

@@ -3,7 +3,7 @@
     python -m transformer.pronounce transformer attention
     python -m transformer.pronounce --checkpoint runs/cpu --beam 4 supercalifragilistic
 
-By default the checkpoint the repository ships (``checkpoints/g2p-cpu``) is used.
+By default the checkpoint the course ships (``checkpoints/g2p-cpu``) is used.
 """
 from __future__ import annotations
 
@@ -12,12 +12,14 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from course.layout import CHECKPOINTS
+
 from .cli import Parser
 from .evaluate import MAX_LEN, beam_predict
 from .g2p import predict
 from .train import TrainingError, load_trained
 
-SHIPPED = Path(__file__).resolve().parent.parent / "checkpoints" / "g2p-cpu"
+SHIPPED = CHECKPOINTS / "g2p-cpu"
 WORD = re.compile(r"[a-z']+")
 
 
