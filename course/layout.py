@@ -22,8 +22,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 #: this package's own folder: an installed course (pip install) keeps its data and checkpoints here
 PACKAGE = Path(__file__).resolve().parent
-#: installed from a wheel or a git URL (site-packages holds no pyproject.toml), not a clone
-INSTALLED = not (REPO / "pyproject.toml").is_file()
+#: installed from a wheel or a git URL, not a clone: only a clone has the instructor notebooks
+INSTALLED = not (REPO / "solutions").is_dir()
 #: the CMUdict word lists and the shipped trained models: at the root of a clone, inside the package when installed
 DATA = (PACKAGE if INSTALLED else REPO) / "data"
 CHECKPOINTS = (PACKAGE if INSTALLED else REPO) / "checkpoints"

@@ -36,6 +36,37 @@ later chapters and the capstone import these instead of keeping copies.
 '''
 
 
+COURSE_PACKAGE = r'''# The course's Python package holds the checks this notebook's test cells call.
+try:
+    import autograder  # noqa: F401
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "This notebook needs the course's package in the environment its kernel runs in. Install it "
+        "(in a cell: %pip install ...), then restart the kernel:\n"
+        "    pip install \"attention-course @ git+{url}\"\n"
+        "or, in a clone of the repository, run: make setup"
+    ) from None'''
+
+
+def repository_url(root: Path) -> str:
+    """`repository: url:` of the course's _config.yml (this repository's, for a partial copy without one)."""
+    import yaml
+
+    config = root / "_config.yml" if (root / "_config.yml").is_file() else REPO / "_config.yml"
+    url = (yaml.safe_load(config.read_text(encoding="utf-8")).get("repository") or {}).get("url")
+    if not url:
+        raise SystemExit("the release tells learners where to install the course from: set `repository: url:` in _config.yml")
+    return url
+
+
+def course_package_cell(url: str) -> dict:
+    """The first code cell of every released notebook: it finds the course's package or says how to install it."""
+    return {"cell_type": "code", "id": "course-package", "execution_count": None, "outputs": [],
+            "metadata": {"nbgrader": {"grade": False, "solution": False, "locked": True, "task": False,
+                                      "grade_id": "course-package", "schema_version": 3}},
+            "source": COURSE_PACKAGE.format(url=url)}
+
+
 def reference_source(source: Path) -> str:
     """The importable module of a notebook: its exported and solution cells, nothing else.
 
@@ -72,8 +103,12 @@ def build(root: Path, only: list[str] | None = None) -> None:
     if unknown:
         raise SystemExit(f"no instructor notebooks for {sorted(unknown)}; known: {known}")
     chosen = [c for c in every if only is None or c.assignment in only]
+    cell = course_package_cell(repository_url(root))
     for c in chosen:
-        write_notebook(to_nbgrader(c.source), c.nbgrader_source)
+        nb = to_nbgrader(c.source)
+        first_code = next(i for i, x in enumerate(nb.cells) if x.cell_type == "code")
+        nb.cells.insert(first_code, nbformat.from_dict(cell))
+        write_notebook(nb, c.nbgrader_source)
     for assignment in tqdm(
         [c.assignment for c in chosen], desc="generating the release", unit="assignment", disable=len(chosen) < 2
     ):
@@ -97,6 +132,7 @@ def _stage(root: Path) -> Path:
     """A scratch course directory holding only what the build reads."""
     tmp = Path(tempfile.mkdtemp(prefix="course-release-"))
     shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+    shutil.copy(root / "_config.yml", tmp / "_config.yml")  # the repository the notebooks install from
     for src in sources(root):
         dest = tmp / SOLUTIONS / src.parent.name / src.name
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -198,9 +198,11 @@ def test_the_gpt_and_bert_commands_take_your_chapter_7_parts(tmp_path, capsys):
     task.use_learner_parts()
     assert task.parts["causal_lm_loss"].__module__.startswith("_learner_parts_")
     assert task.parts["sample_next"].__module__.startswith("_learner_parts_")
+    block = task.build_model().blocks[0]
+    assert type(block).__module__.startswith("_learner_parts_")  # the model is made of your GPTBlocks
     pretrain = bert.PretrainTask(dataclasses.replace(bert.PRETRAIN_PRESETS["tiny"], parts="mine", parts_dir=str(folder)))
     pretrain.use_learner_parts()
     assert pretrain.parts["mask_tokens"].__module__.startswith("_learner_parts_")
     out = capsys.readouterr().out
-    assert "yours: causal_lm_loss, sample_next" in out and "yours: mask_tokens" in out
+    assert "yours: GPTBlock, causal_lm_loss, sample_next" in out and "yours: mask_tokens" in out
     assert gpt.GPTTask(gpt.PRESETS["tiny"]).parts["causal_lm_loss"].__module__ == "reference.bert_gpt"

@@ -57,7 +57,7 @@ from .loop import (
     run_training,
 )
 from .model import count_parameters
-from .parts import GPT_PARTS
+from .parts import EXERCISES, GPT_PARTS, learner_parts
 
 #: no byte is padding: every window is full
 NO_PADDING = -1
@@ -96,6 +96,8 @@ class GPTTrainConfig(LoopConfig):
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
+        if self.parts == "mine" and self.attention != "course":
+            raise ValueError("attention=fused replaces the attention of the blocks; with parts=mine use attention=course")
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
@@ -212,7 +214,7 @@ class GPTTask(Task):
     """Next-byte prediction on the standard library, for :func:`transformer.loop.run_training`."""
 
     config: GPTTrainConfig
-    PARTS = GPT_PARTS  # with --parts mine: your causal_lm_loss trains the model
+    PARTS = GPT_PARTS  # with --parts mine: your GPTBlocks, trained with your causal_lm_loss
     curves = (("bpc", "held-out"),)
     curves_axis = "bits per character"
     loss_axis = "training loss (nats per byte)"
@@ -235,7 +237,8 @@ class GPTTask(Task):
             raise TrainingError("the held-out text is empty: there is nothing to measure the model on")
 
     def build_model(self) -> GPT:
-        return GPT(self.model_config)
+        # The course's own blocks are built by GPT itself (building them twice would draw other initial weights).
+        return GPT(self.model_config, self.parts["GPTBlock"] if self.config.parts == "mine" else None)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         block, size = self.config.block_size, self.config.batch_size
@@ -293,7 +296,10 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     """A trained GPT from a run folder or its checkpoint file, in eval mode."""
     checkpoint, config, file = read_checkpoint(path, GPTTrainConfig)
     assert isinstance(config, GPTTrainConfig)
-    model = GPT(config.model_config())
+    block = None
+    if config.parts == "mine":  # the blocks a run trained on your parts was made of
+        block = learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS)["GPTBlock"]
+    model = GPT(config.model_config(), block)
     weights = checkpoint.get("averaged")
     try:
         model.load_state_dict(weights if weights is not None else checkpoint["model"])

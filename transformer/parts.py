@@ -43,7 +43,7 @@ NEEDED = {
 }
 #: the other parts each command uses, by notebook: the learner's where written, else the course's
 G2P_PARTS = {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance", "beam_search")}
-GPT_PARTS = {"bert_gpt": ("causal_lm_loss", "sample_next")}
+GPT_PARTS = {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
 BERT_PARTS = {"bert_gpt": ("mask_tokens",)}
 _STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.MULTILINE)
 _REFERENCE_IMPORT = re.compile(r"^(\s*from\s+)reference\.(\w+)(\s+import\s)", re.MULTILINE)
