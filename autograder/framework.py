@@ -521,14 +521,23 @@ def raised_message(name: str, case: Case, result: Raised) -> str:
     )
 
 
-def run_check(check: Check, fn: Callable, hidden: bool = False) -> str:
-    """Run a check entirely in this process, as the notebooks do."""
+def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: float | None = None) -> str:
+    """Run a check entirely in this process, as the notebooks do, each call under the grader's time limit."""
+    from .time_limit import CallTimedOut, call_seconds_default, call_time_limit, endless_loop_message
+
     if not callable(fn):
         raise CheckFailed(f"expected the function `{check.function}`, got {type(fn).__name__}")
+    seconds = call_seconds_default() if call_seconds is None else call_seconds
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden).install()
+    results = []
     try:
-        results = [call_learner(fn, case, wires, check.forbidden) for case in cases]
+        for case in cases:
+            try:
+                with call_time_limit(seconds):
+                    results.append(call_learner(fn, case, wires, check.forbidden))
+            except CallTimedOut:
+                raise CheckFailed(endless_loop_message(check.function, seconds, case.label)) from None
     finally:
         wires.uninstall()
     return check.verdict(cases, results)

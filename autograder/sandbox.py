@@ -44,7 +44,7 @@ class Limits:
     cell_seconds: float = 30.0  # one cell of the submission
     submission_seconds: float = 300.0  # everything for one submission
     startup_seconds: float = 120.0  # the worker's start (an interpreter and torch), before any learner code
-    memory_mb: int = 2048  # address space of each of the submission's processes
+    memory_mb: int = 2048  # memory each of the submission's processes may allocate (its data segment)
     output_kb: int = 64  # what is kept of everything it prints
     file_mb: int = 16  # largest file it may write
     scratch_mb: int = 64  # its /tmp, all files together (in memory)
@@ -193,13 +193,20 @@ def _mounts(hidden: list[Path]) -> list[str]:
     for path in mounted:
         parents(path)
         args.extend(["--ro-bind", str(path), str(path)])
-    # What the mounts would bring along that the worker must not see: a course directory below
-    # one of them, or the course's own packages installed (copied) into a site-packages.
-    covered = [h for h in hidden if any(m in h.parents for m in mounted)]
-    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
-    for path in covered:
+    for path in _covered(hidden, mounted):
         args.extend(["--tmpfs", str(path)])
     return args
+
+
+def _covered(hidden: list[Path], mounted: list[Path]) -> list[Path]:
+    """What the mounts would bring along that the worker must not see: a course directory below one
+    of them, or the course's own packages installed (copied) into a site-packages.
+
+    Only what exists: a path that is not there hides nothing, and bubblewrap cannot make one inside
+    a read-only mount (an installed course's REPO/solutions would lie inside site-packages)."""
+    covered = [h for h in hidden if h.exists() and any(m in h.parents for m in mounted)]
+    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
+    return list(dict.fromkeys(covered))
 
 
 _OPTIONS: dict[str, frozenset] = {}
@@ -252,9 +259,7 @@ def _under_scratch(hidden: list[Path]) -> list[str]:
     for path in visible_paths():
         if scratch in path.parents:
             args.extend(["--ro-bind", str(path), str(path)])
-    covered = [h for h in hidden if scratch in h.parents and any(m in h.parents for m in visible_paths())]
-    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
-    for path in covered:
+    for path in _covered(hidden, visible_paths()):
         if scratch in path.parents:
             args.extend(["--tmpfs", str(path)])
     return args

@@ -22,6 +22,7 @@ from course.layout import reference_module
 from . import wire
 from .references import reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
+from .time_limit import endless_loop_message
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
 MAX_WORKER_STARTS = 3
@@ -185,10 +186,7 @@ class Session:
             self._end_child()
             if self.left(1) <= 0:
                 raise TimeoutError from None
-            return Failure(
-                f"`{function}` did not finish within {self.limits.call_seconds:g} s on the case {case.label}: "
-                "is there an endless loop, or a loop that never reaches its `break`?"
-            )
+            return Failure(endless_loop_message(function, self.limits.call_seconds, case.label))
         except WorkerGone:
             self._end_child()
             return Failure(

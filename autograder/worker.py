@@ -28,11 +28,15 @@ import importlib
 import importlib.abc
 import importlib.util
 import os
-import resource
 import signal
 import socket
 import sys
 import traceback
+
+try:
+    import resource  # Unix only
+except ImportError:  # pragma: no cover - Windows
+    resource = None  # type: ignore[assignment]
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
 
@@ -44,10 +48,19 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def _memory_limit() -> int:
+    """The limit that caps memory the learner's code allocates: the data segment, which holds every
+    heap and anonymous mapping (Linux 4.7 on). Not the address space: a CUDA build of torch reserves
+    many GB of it that it never uses, and would fail under any sensible cap."""
+    return getattr(resource, "RLIMIT_DATA", resource.RLIMIT_AS)
+
+
 def _limit(args) -> None:
     """The resource limits of the worker and of every process it starts, before any of them runs."""
     memory, cpu, size = args.memory_mb << 20, args.cpu_seconds, args.file_mb << 20
-    limits = [(resource.RLIMIT_AS, (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
+    if resource is None:  # Windows: no resource limits, only the grader's time limits
+        return
+    limits = [(_memory_limit(), (memory, memory)), (resource.RLIMIT_CPU, (cpu, cpu + 5)),
               (resource.RLIMIT_FSIZE, (size, size)), (resource.RLIMIT_CORE, (0, 0))]
     if args.processes:  # only in the sandbox's own user namespace, where it counts this submission alone
         limits.append((resource.RLIMIT_NPROC, (args.processes, args.processes)))

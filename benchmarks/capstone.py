@@ -142,7 +142,8 @@ def classical_baseline(g2p: g2p_data.G2PData, test_words: int, folder: Path) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--seconds", type=float, default=600.0, help="training time of each run (default 600)")
-    parser.add_argument("--test-words", type=int, default=0, help="score only the first N test words (default: all)")
+    parser.add_argument("--test-words", type=int, default=0,
+                        help="score only N test words, drawn at random with seed 0 (default: all)")
     parser.add_argument("--steps", type=int, default=50, help="training steps of each throughput measurement")
     parser.add_argument("--rounds", type=int, default=5, help="interleaved rounds of each throughput comparison")
     parser.add_argument("--skip-cpu-training", action="store_true")

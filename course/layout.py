@@ -20,6 +20,23 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
+#: this package's own folder: an installed course (pip install) keeps its data and checkpoints here
+PACKAGE = Path(__file__).resolve().parent
+#: installed from a wheel or a git URL, not a clone: only a clone has the instructor notebooks
+INSTALLED = not (REPO / "solutions").is_dir()
+#: the CMUdict word lists and the shipped trained models: at the root of a clone, inside the package when installed
+DATA = (PACKAGE if INSTALLED else REPO) / "data"
+CHECKPOINTS = (PACKAGE if INSTALLED else REPO) / "checkpoints"
+
+
+def runs() -> Path:
+    """Where a training run's folder goes by default: runs/ in a clone, ./runs where an installed course is used."""
+    return Path.cwd() / "runs" if INSTALLED else REPO / "runs"
+
+
+def learner_notebooks() -> Path:
+    """Where --parts mine looks for the learner's notebooks by default: the release in a clone, else here."""
+    return Path.cwd() if INSTALLED else REPO / "exercises"
 
 SOLUTIONS = "solutions"
 EXERCISES = "exercises"

@@ -36,6 +36,39 @@ later chapters and the capstone import these instead of keeping copies.
 '''
 
 
+COURSE_PACKAGE = r'''# The course's Python package holds the checks this notebook's test cells call.
+try:
+    import autograder  # noqa: F401
+except ModuleNotFoundError:
+    raise ModuleNotFoundError(
+        "This notebook needs the course's package in the environment its kernel runs in. Install it "
+        "(in a cell: %pip install ...), then restart the kernel:\n"
+        {install}
+        "or, in a clone of the repository, run: make setup"
+    ) from None'''
+# How the first cell tells a learner to install the course: from its public repository once
+# _config.yml names one, until then from the wheel an instructor hands out.
+INSTALL_FROM_GIT = '"    pip install \\"attention-course @ git+{url}\\"\\n"'
+INSTALL_FROM_WHEEL = '"    pip install attention_course-<version>-py3-none-any.whl   (the course\'s wheel, from your instructor)\\n"'
+
+
+def repository_url(root: Path) -> str:
+    """`repository: url:` of the course's _config.yml (this repository's, for a partial copy without one);
+    empty while the course has no public address."""
+    import yaml
+
+    config = root / "_config.yml" if (root / "_config.yml").is_file() else REPO / "_config.yml"
+    return (yaml.safe_load(config.read_text(encoding="utf-8")).get("repository") or {}).get("url") or ""
+
+
+def course_package_cell(url: str) -> dict:
+    """The first code cell of every released notebook: it finds the course's package or says how to install it."""
+    return {"cell_type": "code", "id": "course-package", "execution_count": None, "outputs": [],
+            "metadata": {"nbgrader": {"grade": False, "solution": False, "locked": True, "task": False,
+                                      "grade_id": "course-package", "schema_version": 3}},
+            "source": COURSE_PACKAGE.format(install=INSTALL_FROM_GIT.format(url=url) if url else INSTALL_FROM_WHEEL)}
+
+
 def reference_source(source: Path) -> str:
     """The importable module of a notebook: its exported and solution cells, nothing else.
 
@@ -61,6 +94,14 @@ def _nbgrader(root: Path, *args: str) -> None:
         raise RuntimeError(f"nbgrader {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}")
 
 
+def nbgrader_source(root: Path, chapter) -> nbformat.NotebookNode:
+    """The instructor notebook in nbgrader's format, its first code cell the course-package cell."""
+    nb = to_nbgrader(chapter.source)
+    first_code = next(i for i, x in enumerate(nb.cells) if x.cell_type == "code")
+    nb.cells.insert(first_code, nbformat.from_dict(course_package_cell(repository_url(root))))
+    return nb
+
+
 def write_nbgrader_sources(root: Path, only: list[str] | None = None, stale_only: bool = True) -> list[Path]:
     """nbgrader's .ipynb of each instructor notebook (generated, never committed), written where it is
     missing or older than its percent script; nbgrader_config.py runs this before every nbgrader command,
@@ -72,7 +113,7 @@ def write_nbgrader_sources(root: Path, only: list[str] | None = None, stale_only
         target = c.nbgrader_source
         if stale_only and target.exists() and target.stat().st_mtime >= c.source.stat().st_mtime:
             continue
-        write_notebook(to_nbgrader(c.source), target)
+        write_notebook(nbgrader_source(root, c), target)
         written.append(target)
     return written
 
@@ -112,6 +153,7 @@ def _stage(root: Path) -> Path:
     """A scratch course directory holding only what the build reads."""
     tmp = Path(tempfile.mkdtemp(prefix="course-release-"))
     shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
+    shutil.copy(root / "_config.yml", tmp / "_config.yml")  # the repository the notebooks install from
     for src in sources(root):
         dest = tmp / SOLUTIONS / src.parent.name / src.name
         dest.parent.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ NUMBER = min(set(range(1, 100)) - {c.number for c in CHAPTERS})
 NAME, STEM, TITLE = f"ch{NUMBER:02d}_scaffolded", "scaffolded", "Scaffolded example"
 NEEDED = ("autograder/", "course/", "coursetools/", "solutions/", "reference/", "exercises/", "book/",
           "tests/__init__.py", "tests/conftest.py", "tests/mistakes/", "tests/test_checks.py", "tests/test_determinism.py",
-          "_toc.yml", "README.md", "nbgrader_config.py")
+          "_toc.yml", "_config.yml", "README.md", "nbgrader_config.py")
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
 

@@ -33,12 +33,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from course.layout import runs
+
 from . import data as g2p_data
 from . import syllables
 from .bert_data import copy_encoder, labelled_batch, masked_batch, masked_lm_loss, masked_lm_scores, predict
 from .bert_model import BertClassifier, BertConfig, BertForMaskedLM, CharVocabulary
 from .loop import (
-    REPO,
     Batch,
     LoopConfig,
     RunResult,
@@ -52,6 +53,7 @@ from .loop import (
     run_training,
     save_json,
 )
+from .parts import BERT_PARTS
 
 #: the fields that decide the encoder's shape: a fine-tuning run must share them with its --init run
 ENCODER_FIELDS = ("d_model", "h", "N", "d_ff", "max_len")
@@ -62,11 +64,11 @@ class PretrainConfig(LoopConfig):
     """The loop's settings (:class:`LoopConfig`), then the model's and the data's."""
 
     d_model: int = 128
-    h: int = 4
-    N: int = 4
-    d_ff: int = 512
-    dropout: float = 0.1
-    max_len: int = 32
+    h: int = 4  # attention heads
+    N: int = 4  # encoder layers
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.1  # dropout rate (the paper's P_drop)
+    max_len: int = 32  # longest word, in tokens, the model takes
     batch_size: int = 128  # words per batch
     peak_lr: float = 1e-3
     warmup: int = 300
@@ -166,6 +168,7 @@ class _BertTask(Task):
 class PretrainTask(_BertTask):
     """Masked-language modelling on the spellings of the G2P training words."""
 
+    PARTS = BERT_PARTS  # with --parts mine: your mask_tokens masks the words
     curves = (("accuracy", "masked letters right"),)
     curves_axis = "dev (share)"
     loss_axis = "training loss (masked letters)"
@@ -187,7 +190,8 @@ class PretrainTask(_BertTask):
         # The mask's generator is seeded from torch's global one, which the checkpoint saves, so a
         # resumed run draws the masks an uninterrupted one would.
         generator = torch.Generator().manual_seed(int(torch.randint(2**62, ())))
-        inputs, labels = masked_batch([self.words[i] for i in indices], self.vocab, self.model_config.max_len, generator)
+        inputs, labels = masked_batch([self.words[i] for i in indices], self.vocab, self.model_config.max_len, generator,
+                                      masking=self.parts["mask_tokens"])
         chosen = int((labels != -100).sum())
         tokens = int((inputs != self.vocab.pad_id).sum())
         flops = encoder_flops(self.model_config, *inputs.shape, head=self.model_config.d_model * (self.model_config.d_model
@@ -357,7 +361,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if isinstance(config, FinetuneConfig) and not resume and not any(a.startswith("--run-dir") for a in argv):
         # one folder per experiment, so that runs of one preset do not collide
         preset = Path(config.run_dir).name.removeprefix(prefix)  # the loop named it runs/<prefix><preset>
-        config = replace(config, run_dir=str(REPO / "runs" / run_name(config, preset)))
+        config = replace(config, run_dir=str(runs() / run_name(config, preset)))
     result = launch(task_class(config), resume, quiet)
     if isinstance(result, int):
         return result

@@ -29,10 +29,11 @@ def batch_generator(seed: int, epoch: int, position: int) -> torch.Generator:
 
 
 def masked_batch(words: Sequence[str], vocab: CharVocabulary, max_len: int,
-                 generator: torch.Generator, rate: float = 0.15) -> tuple[torch.Tensor, torch.Tensor]:
-    """(inputs, labels), each (B, T): the words with BERT's masking, and the ids to recover (-100 elsewhere)."""
+                 generator: torch.Generator, rate: float = 0.15, masking=mask_tokens) -> tuple[torch.Tensor, torch.Tensor]:
+    """(inputs, labels), each (B, T): the words with BERT's masking (chapter 7's mask_tokens, or the learner's
+    ``masking``), and the ids to recover (-100 elsewhere)."""
     ids = vocab.batch(words, max_len)  # (B, T)
-    return mask_tokens(ids, vocab.mask_id, len(vocab), vocab.special_ids, generator, rate)
+    return masking(ids, vocab.mask_id, len(vocab), vocab.special_ids, generator, rate)
 
 
 def masked_lm_loss(logits: torch.Tensor, labels: torch.Tensor) -> tuple[torch.Tensor, int]:

@@ -28,7 +28,9 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-DATA_DIR = Path(__file__).resolve().parent.parent / "data" / "cmudict-split"
+from course.layout import DATA
+
+DATA_DIR = DATA / "cmudict-split"
 SPLITS = ("train", "dev", "test")
 
 PAD, BOS, EOS = "<pad>", "<bos>", "<eos>"

@@ -10,11 +10,11 @@ averaging snapshots it is a third of the run's checkpoint; it cannot be resumed.
 """
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from .cli import Parser
 from .loop import export_run
 from .train import TrainConfig, TrainingError, load_trained
 
@@ -28,7 +28,7 @@ def export(run: str | Path, destination: str | Path) -> Path:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m transformer.export", description=__doc__.split("\n")[0])
+    parser = Parser(prog="python -m transformer.export", description=__doc__.split("\n")[0])
     parser.add_argument("run", help="a run folder")
     parser.add_argument("destination", help="the folder to write (created when missing)")
     args = parser.parse_args(argv)

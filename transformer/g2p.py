@@ -72,12 +72,16 @@ def make_batch(
 
 @torch.no_grad()
 def predict(model: torch.nn.Module, words: Sequence[str], vocabs: Vocabularies, device: torch.device | str = "cpu",
-            batch_size: int = 256, max_len: int = 32) -> list[list[str]]:
-    """Greedy pronunciations of words (chapter 1's decoder), in the order given."""
+            batch_size: int = 256, max_len: int = 32, progress: bool = False) -> list[list[str]]:
+    """Greedy pronunciations of words (chapter 1's decoder), in the order given; ``progress`` shows a bar
+    counting words, with the time left."""
+    from tqdm import tqdm
+
     was_training = model.training
     model.eval()
     order = sorted(range(len(words)), key=lambda i: len(words[i]))  # similar lengths pad little
     out: list[list[str]] = [[] for _ in words]
+    bar = tqdm(total=len(words), desc="greedy", unit="word", disable=not progress)
     try:
         for start in range(0, len(order), batch_size):
             chunk = order[start : start + batch_size]
@@ -85,6 +89,8 @@ def predict(model: torch.nn.Module, words: Sequence[str], vocabs: Vocabularies, 
             ys = greedy_decode(model, src, max_len, vocabs.target.bos_id, vocabs.target.eos_id, vocabs.target.pad_id)
             for i, row in zip(chunk, ys.tolist()):
                 out[i] = vocabs.target.decode(row)
+            bar.update(len(chunk))
     finally:
+        bar.close()
         model.train(was_training)
     return out

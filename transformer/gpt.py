@@ -31,13 +31,13 @@ from __future__ import annotations
 
 import math
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from reference.bert_gpt import causal_lm_loss, sample_next
+from reference.bert_gpt import sample_next
 
 from . import stdlib_text
 from .attention_paths import PATHS
@@ -57,6 +57,7 @@ from .loop import (
     run_training,
 )
 from .model import count_parameters
+from .parts import EXERCISES, GPT_PARTS, learner_parts
 
 #: no byte is padding: every window is full
 NO_PADDING = -1
@@ -68,10 +69,10 @@ class GPTTrainConfig(LoopConfig):
 
     # the model
     d_model: int = 128
-    h: int = 4
-    N: int = 4
-    d_ff: int = 512
-    dropout: float = 0.0
+    h: int = 4  # attention heads
+    N: int = 4  # blocks (decoder-only)
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.0  # dropout rate (the paper's P_drop)
     block_size: int = 128  # bytes of context
     attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
     # the data
@@ -95,6 +96,8 @@ class GPTTrainConfig(LoopConfig):
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
+        if self.parts == "mine" and self.attention != "course":
+            raise ValueError("attention=fused replaces the attention of the blocks; with parts=mine use attention=course")
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
@@ -181,11 +184,11 @@ def bits_per_character(model: GPT, context: str, text: str, stride: int, device:
 
 @torch.no_grad()
 def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float = 0.8, top_k: int = 0,
-             top_p: float = 1.0, seed: int = 0) -> str:
-    """``prompt`` followed by ``length`` bytes drawn one at a time by chapter 7's ``sample_next``."""
+             top_p: float = 1.0, seed: int = 0, sample: Callable = sample_next) -> str:
+    """``prompt`` followed by ``length`` bytes drawn one at a time by chapter 7's ``sample_next`` (or ``sample``)."""
     if length < 0:
         raise ValueError(f"length must be at least 0, got {length}")
-    sample_next(torch.zeros(1, 2), temperature, top_k, top_p)  # its argument checks, before any work
+    sample(torch.zeros(1, 2), temperature, top_k, top_p)  # its argument checks, before any work
     device = next(model.parameters()).device
     generator = torch.Generator(device=device).manual_seed(seed)
     ids = list((prompt or "\n").encode("utf-8"))
@@ -195,7 +198,7 @@ def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float
         for _ in range(length):
             window = torch.tensor([ids[-model.config.block_size :]], device=device)
             logits = model(window)[:, -1].float()  # (1, 256)
-            ids.append(int(sample_next(logits, temperature, top_k, top_p, generator)[0]))
+            ids.append(int(sample(logits, temperature, top_k, top_p, generator)[0]))
     finally:
         model.train(was_training)
     text = bytes(ids).decode("utf-8", errors="replace")
@@ -211,6 +214,7 @@ class GPTTask(Task):
     """Next-byte prediction on the standard library, for :func:`transformer.loop.run_training`."""
 
     config: GPTTrainConfig
+    PARTS = GPT_PARTS  # with --parts mine: your GPTBlocks, trained with your causal_lm_loss
     curves = (("bpc", "held-out"),)
     curves_axis = "bits per character"
     loss_axis = "training loss (nats per byte)"
@@ -233,7 +237,8 @@ class GPTTask(Task):
             raise TrainingError("the held-out text is empty: there is nothing to measure the model on")
 
     def build_model(self) -> GPT:
-        return GPT(self.model_config)
+        # The course's own blocks are built by GPT itself (building them twice would draw other initial weights).
+        return GPT(self.model_config, self.parts["GPTBlock"] if self.config.parts == "mine" else None)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         block, size = self.config.block_size, self.config.batch_size
@@ -251,7 +256,7 @@ class GPTTask(Task):
                      flops=3 * forward_flops(self.model_config, B, block))
 
     def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return causal_lm_loss(output.float(), batch.targets, NO_PADDING)
+        return self.parts["causal_lm_loss"](output.float(), batch.targets, NO_PADDING)
 
     def _bits(self, model: torch.nn.Module, chars: int) -> dict[str, float]:
         assert self.data is not None
@@ -291,7 +296,10 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     """A trained GPT from a run folder or its checkpoint file, in eval mode."""
     checkpoint, config, file = read_checkpoint(path, GPTTrainConfig)
     assert isinstance(config, GPTTrainConfig)
-    model = GPT(config.model_config())
+    block = None
+    if config.parts == "mine":  # the blocks a run trained on your parts was made of
+        block = learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS)["GPTBlock"]
+    model = GPT(config.model_config(), block)
     weights = checkpoint.get("averaged")
     try:
         model.load_state_dict(weights if weights is not None else checkpoint["model"])

@@ -52,9 +52,11 @@ class GPT(bert_gpt.GPT):
     exercise's ``generate_with_cache`` runs on a trained model as it is.
     """
 
-    def __init__(self, config: GPTConfig) -> None:
+    def __init__(self, config: GPTConfig, block: type[nn.Module] | None = None) -> None:
         super().__init__(config.vocab_size, config.d_model, config.h, config.d_ff, config.N, max_len=config.block_size,
                          dropout=config.dropout)
+        if block is not None:  # another GPTBlock (the learner's, with --parts mine)
+            self.blocks = nn.ModuleList(block(config.d_model, config.h, config.d_ff, config.dropout) for _ in range(config.N))
         self.config = config
         self._init_weights()
         use_attention(self, config.attention)

@@ -61,9 +61,12 @@ from typing import Any, ClassVar
 import torch
 from tqdm import tqdm
 
+from course.layout import runs
 from reference.capstone import noam_rate
 
+from .cli import Parser, field_comments
 from .flops import peak_flops
+from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_parts
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -86,31 +89,36 @@ class LoopConfig:
     it its own default by declaring it again.
     """
 
-    d_model: int = 128
+    d_model: int = 128  # the model's width: the size of every token's vector (the paper's d_model)
     # the optimisation
     peak_lr: float = 3e-3  # the rate at the end of the warm-up: sets the factor of equation 3
-    warmup: int = 500
-    max_steps: int = 100_000
+    warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
+    max_steps: int = 100_000  # training steps before stopping
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
-    seed: int = 0
+    seed: int = 0  # the seed of the weights, the batches and dropout: the same seed gives the same run
     # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
     # weights at the last `average_last` multiples of `average_every` steps and at the final step
     average_last: int = 0  # snapshots averaged (0: keep the final weights as they are)
-    average_every: int = 200
+    average_every: int = 200  # steps between the snapshots that are averaged
     # measuring
     eval_every: int = 500  # steps between evaluations
-    checkpoint_every: int = 500
+    checkpoint_every: int = 500  # steps between checkpoints (what --resume continues from)
     # where and how
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads
     precision: str = "fp32"  # fp32, or bf16 (autocast)
     compile: bool = False  # torch.compile the model
-    run_dir: str = ""
+    run_dir: str = ""  # the run folder (default: runs/<preset>)
+    # whose code
+    parts: str = "reference"  # reference, or mine: the parts of your own exercise notebooks
+    parts_dir: str = ""  # where your notebooks are (default: exercises/)
+    allow_failing_parts: bool = False  # with --parts mine, train even when one of your parts fails its visible check
 
     #: settings that may change when a run is resumed: they decide when to stop, what to measure
     #: and where to run, not what the next training step computes. A task adds its own.
     RESUMABLE: ClassVar[frozenset[str]] = frozenset(
-        {"max_steps", "time_limit", "eval_every", "checkpoint_every", "device", "threads", "run_dir"}
+        {"max_steps", "time_limit", "eval_every", "checkpoint_every", "device", "threads", "run_dir", "parts_dir",
+         "allow_failing_parts"}
     )
 
     def __post_init__(self) -> None:
@@ -125,6 +133,8 @@ class LoopConfig:
             raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
         if self.time_limit < 0:
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
+        if self.parts not in ("reference", "mine"):
+            raise ValueError(f"parts must be reference or mine, got {self.parts!r}")
 
     @property
     def lr_factor(self) -> float:
@@ -158,8 +168,26 @@ class Task:
     #: the label of the training loss' axis
     loss_axis: ClassVar[str] = "training loss"
 
+    #: with --parts mine, the model's parts the learner must have written, by notebook (see transformer.parts)
+    MODEL_PARTS: ClassVar[dict[str, tuple[str, ...]]] = {}
+    #: the other parts the task uses: the learner's where written, else the course's
+    PARTS: ClassVar[dict[str, tuple[str, ...]]] = {}
+
     def __init__(self, config: LoopConfig) -> None:
         self.config = config
+        self.parts = course_parts(self.PARTS)
+
+    def use_learner_parts(self, say: Callable[[str], None] = print) -> None:
+        """Take the parts from the learner's notebooks, say whose each one is, and run their visible checks."""
+        self.parts = learner_parts(Path(self.config.parts_dir or EXERCISES), self.MODEL_PARTS, self.PARTS)
+        say(self.parts.listing())
+        check_parts(self.parts, self.config.allow_failing_parts, say)
+
+    def rate(self, step: int) -> float:
+        """The learning rate at ``step`` (from 1): equation 3, with the learner's noam_rate when it is used."""
+        config = self.config
+        schedule = self.parts.functions.get("noam_rate", noam_rate)
+        return schedule(step, config.d_model, config.warmup, config.lr_factor)
 
     def prepare(self) -> None:
         """Load the data and check that it can be trained on; raise :class:`TrainingError` if not."""
@@ -454,6 +482,8 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
         raise TrainingError(
             f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another --run-dir"
         )
+    if config.parts == "mine":
+        task.use_learner_parts(print if processes.main else lambda line: None)
     task.prepare()
 
     processes.start(device)
@@ -523,7 +553,7 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
                     batch = task.make_batch(processes.share(batches[position]), device)
                     all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
                     step += 1
-                    lr = noam_rate(step, config.d_model, config.warmup, config.lr_factor)
+                    lr = task.rate(step)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
@@ -619,19 +649,22 @@ def _boolean(text: str) -> bool:
 
 def _parser(config_class: type[LoopConfig], presets: dict[str, LoopConfig], prog: str, description: str,
             default_preset: str) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description)
+    parser = Parser(prog=prog, description=description)
     parser.add_argument("--preset", choices=sorted(presets), default=default_preset,
                         help=f"the starting configuration (default: {default_preset})")
     parser.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its checkpoint")
     parser.add_argument("--quiet", action="store_true", help="no progress bar")
     example = presets[default_preset]
+    notes = field_comments(config_class)
     for f in fields(config_class):
         flag = "--" + f.name.replace("_", "-")
         kind = type(getattr(example, f.name))
+        shown = f"{notes.get(f.name, '')} (preset {default_preset}: {getattr(example, f.name)!r})".lstrip()
+        shown = shown.replace("%", "%%")  # argparse formats help with %
         if kind is bool:
-            parser.add_argument(flag, dest=f.name, type=_boolean, metavar="true|false", default=None)
+            parser.add_argument(flag, dest=f.name, type=_boolean, metavar="true|false", default=None, help=shown)
         else:
-            parser.add_argument(flag, dest=f.name, type=kind, default=None)
+            parser.add_argument(flag, dest=f.name, type=kind, default=None, help=shown)
     return parser
 
 
@@ -654,7 +687,7 @@ def command_line(config_class: type[LoopConfig], presets: dict[str, LoopConfig],
         base["run_dir"] = args.resume
     else:
         base = asdict(presets[args.preset])
-        base["run_dir"] = base["run_dir"] or str(REPO / "runs" / f"{run_prefix}{args.preset}")
+        base["run_dir"] = base["run_dir"] or str(runs() / f"{run_prefix}{args.preset}")
     try:
         config = config_class(**{**base, **overrides})
     except (TypeError, ValueError) as exc:
@@ -668,7 +701,7 @@ def launch(task: Task, resume: bool, quiet: bool, errors: tuple[type[Exception],
     torch.set_num_threads(task.config.threads)
     try:
         return run_training(task, resume=resume, progress=not quiet)
-    except (TrainingError, *errors) as exc:
+    except (TrainingError, PartsError, *errors) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:

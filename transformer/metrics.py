@@ -12,7 +12,7 @@ figures computed that way do not compare with these.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from reference.capstone import edit_distance
@@ -50,21 +50,25 @@ class ErrorCounts:
         return 100.0 * self.edits / self.reference_length
 
 
-def closest_reference(prediction: Phonemes, references: Sequence[Phonemes]) -> tuple[int, Phonemes]:
-    """(edit distance, reference) for the reference nearest to the prediction; ties go to the first listed."""
+def closest_reference(prediction: Phonemes, references: Sequence[Phonemes],
+                      distance: Callable[[list, list], int] | None = None) -> tuple[int, Phonemes]:
+    """(edit distance, reference) for the reference nearest to the prediction; ties go to the first listed.
+    ``distance`` is chapter 8's edit_distance unless another (the learner's) is given."""
     if not references:
         raise ValueError("a word needs at least one reference pronunciation")
+    measure = distance or edit_distance
     best = None
     for reference in references:
-        distance = edit_distance(list(prediction), list(reference))
-        if best is None or distance < best[0]:
-            best = (distance, reference)
+        distance_ = measure(list(prediction), list(reference))
+        if best is None or distance_ < best[0]:
+            best = (distance_, reference)
     assert best is not None
     return best
 
 
 def count_errors(
-    predictions: Sequence[Phonemes], references: Sequence[Sequence[Phonemes]], ignore_stress: bool = False
+    predictions: Sequence[Phonemes], references: Sequence[Sequence[Phonemes]], ignore_stress: bool = False,
+    distance: Callable[[list, list], int] | None = None,
 ) -> ErrorCounts:
     """Error counts of a list of predictions, each against its word's list of references.
 
@@ -78,6 +82,6 @@ def count_errors(
         if ignore_stress:
             prediction = [strip_stress(p) for p in prediction]
             refs = [[strip_stress(p) for p in r] for r in refs]
-        distance, closest = closest_reference(prediction, refs)
-        counts += ErrorCounts(1, int(distance > 0), distance, len(closest))
+        edits, closest = closest_reference(prediction, refs, distance)
+        counts += ErrorCounts(1, int(edits > 0), edits, len(closest))
     return counts

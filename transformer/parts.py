@@ -1,26 +1,36 @@
-"""Build the model from the learner's own notebooks instead of the reference parts.
+"""The parts a command uses, taken from the learner's own notebooks instead of the course's.
 
-Each completed exercise notebook of chapters 2 to 6 (``exercises/<chapter>/<name>.ipynb``) is
-exported the way ``reference/`` is generated from the instructor notebooks: its ``export`` and
-answer cells, in order, become a module. Where a notebook imports an earlier chapter's part from
-``reference``, the learner's own version is used instead, so the model is the learner's all the
-way down. An answer still holding ``raise NotImplementedError()`` is a missing part, named in
-the error.
+Each exercise notebook (``exercises/<chapter>/<name>.ipynb``) is exported the way ``reference/``
+is generated from the instructor notebooks: its ``export`` and answer cells, in order, become a
+module. Where a notebook imports an earlier chapter's part from ``reference``, the learner's own
+version is used instead, so the model is the learner's all the way down. The model's parts
+(chapters 2 to 6) must all be written; an answer still holding ``raise NotImplementedError()`` is
+a missing part, named in the error. The other parts a command uses (chapter 8's loss, schedule,
+batching, beam search and edit distance; chapter 7's for GPT and BERT) are the learner's where
+written and the course's where not, and the command lists which is which. Before training, each
+of the learner's parts runs its notebook's visible check; one that fails stops the run with the
+check's message unless ``--allow-failing-parts true`` is given.
 """
 from __future__ import annotations
 
 import ast
+import importlib
 import re
 import sys
 import types
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import torch
 
+from course.layout import learner_notebooks
+
 from .model import Memory, Transformer, TransformerConfig
 
-EXERCISES = Path(__file__).resolve().parent.parent / "exercises"
+EXERCISES = learner_notebooks()
 #: the notebooks the model is made of, each after the ones it imports
 NOTEBOOKS = ("attention", "multihead", "encoder", "decoder", "positional")
 #: what the model takes from each
@@ -31,6 +41,10 @@ NEEDED = {
     "decoder": ("subsequent_mask", "DecoderLayer", "Decoder"),
     "positional": ("sinusoidal_encoding", "PositionalEmbedding"),
 }
+#: the other parts each command uses, by notebook: the learner's where written, else the course's
+G2P_PARTS = {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance", "beam_search")}
+GPT_PARTS = {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
+BERT_PARTS = {"bert_gpt": ("mask_tokens",)}
 _STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.MULTILINE)
 _REFERENCE_IMPORT = re.compile(r"^(\s*from\s+)reference\.(\w+)(\s+import\s)", re.MULTILINE)
 
@@ -40,7 +54,8 @@ class PartsError(RuntimeError):
 
 
 def find_notebook(name: str, folder: Path = EXERCISES) -> Path:
-    found = sorted(Path(folder).glob(f"*/{name}.ipynb"))
+    # In the release's layout (<chapter>/<name>.ipynb), or side by side as downloaded from the site.
+    found = sorted(Path(folder).glob(f"*/{name}.ipynb")) + sorted(Path(folder).glob(f"{name}.ipynb"))
     if not found:
         raise PartsError(f"no notebook {name}.ipynb under {folder}: the model needs chapters 2 to 6")
     if len(found) > 1:
@@ -72,10 +87,59 @@ def export(notebook: Path) -> tuple[str, list[str]]:
 
 def load_parts(folder: Path = EXERCISES) -> dict[str, types.ModuleType]:
     """The learner's modules of chapters 2 to 6, importing each other rather than ``reference``."""
-    exported = {name: (find_notebook(name, folder), *export(find_notebook(name, folder))) for name in NOTEBOOKS}
+    return learner_parts(folder, NEEDED).modules
+
+
+@dataclass
+class Parts:
+    """The functions a command uses, each the learner's or the course's."""
+
+    functions: dict[str, Any] = field(default_factory=dict)  # name -> the function (or class) used
+    checks: dict[str, str] = field(default_factory=dict)  # name -> its check id, for the learner's parts only
+    modules: dict[str, types.ModuleType] = field(default_factory=dict)  # the learner's modules, by notebook
+    course: dict[str, str] = field(default_factory=dict)  # name -> why the course's is used
+
+    def __getitem__(self, name: str) -> Any:
+        return self.functions[name]
+
+    def listing(self) -> str:
+        """Which parts are the learner's and which the course's, for the start of a run."""
+        lines = ["--parts mine: the parts this run uses"]
+        if self.checks:
+            lines.append("  yours: " + ", ".join(self.checks))
+        for name, why in self.course.items():
+            lines.append(f"  the course's: {name} ({why})")
+        return "\n".join(lines)
+
+
+def course_parts(*uses: dict[str, tuple[str, ...]]) -> Parts:
+    """Every part from the course's reference modules."""
+    parts = Parts()
+    for use in uses:
+        for notebook, names in use.items():
+            module = importlib.import_module(f"reference.{notebook}")
+            parts.functions |= {name: getattr(module, name) for name in names}
+    return parts
+
+
+def learner_parts(folder: Path, required: dict[str, tuple[str, ...]],
+                  optional: dict[str, tuple[str, ...]] | None = None) -> Parts:
+    """The learner's parts: every one of ``required`` (or a PartsError naming what is missing), and
+    those of ``optional`` the learner has written, the course's for the others."""
+    optional = optional or {}
+    order = [n for n in NOTEBOOKS + tuple(optional) if n in required or n in optional]
+    exported = {}
+    for name in order:
+        try:
+            path = find_notebook(name, folder)
+        except PartsError:
+            if name in required:
+                raise
+            continue
+        exported[name] = (path, *export(path))
     missing = [
         f"{part} ({path.parent.name}/{path.name})"
-        for name, (path, _, unfinished) in exported.items() for part in unfinished if part in NEEDED[name]
+        for name, (path, _, unfinished) in exported.items() for part in unfinished if part in required.get(name, ())
     ]
     if missing:
         raise PartsError(
@@ -87,11 +151,15 @@ def load_parts(folder: Path = EXERCISES) -> dict[str, types.ModuleType]:
     root = types.ModuleType(package)
     root.__path__ = []  # a package, so that "package.attention" can be imported
     sys.modules[package] = root
-    modules = {}
-    for name in NOTEBOOKS:
-        path, source, _ = exported[name]
+    parts = Parts()
+
+    def own(match: re.Match) -> str:
+        chapter = match.group(2)
+        return f"{match.group(1)}{package if chapter in parts.modules else 'reference'}.{chapter}{match.group(3)}"
+
+    for name, (path, source, unfinished) in exported.items():
         # Earlier chapters come from the learner's own modules, not from the reference ones.
-        source = _REFERENCE_IMPORT.sub(lambda m: f"{m.group(1)}{package}.{m.group(2)}{m.group(3)}", source)
+        source = _REFERENCE_IMPORT.sub(own, source)
         module = types.ModuleType(f"{package}.{name}")
         module.__file__ = str(path)
         sys.modules[module.__name__] = module
@@ -99,12 +167,61 @@ def load_parts(folder: Path = EXERCISES) -> dict[str, types.ModuleType]:
             exec(compile(source, str(path), "exec"), module.__dict__)
         except Exception as exc:
             raise PartsError(f"running the code of {path} failed: {type(exc).__name__}: {exc}") from exc
-        absent = [n for n in NEEDED[name] if not hasattr(module, n)]
+        wanted = required.get(name, ()) + optional.get(name, ())
+        absent = [n for n in wanted if not hasattr(module, n)]
         if absent:
             raise PartsError(f"{path} defines no {', '.join(absent)}: keep the names the exercise gives")
         setattr(root, name, module)
-        modules[name] = module
-    return modules
+        parts.modules[name] = module
+        graded = _graded(name)
+        for part in wanted:
+            if part in unfinished:
+                parts.functions[part] = getattr(importlib.import_module(f"reference.{name}"), part)
+                parts.course[part] = f"yours in {path.parent.name}/{path.name} still raises NotImplementedError"
+            else:
+                parts.functions[part] = getattr(module, part)
+                if part in graded:
+                    parts.checks[part] = f"{name}.{part}"
+    for name, names in optional.items():
+        for part in names:
+            if part not in parts.functions:
+                parts.functions[part] = getattr(importlib.import_module(f"reference.{name}"), part)
+                parts.course[part] = f"no {name}.ipynb under {folder}"
+    return parts
+
+
+def _graded(notebook: str) -> set[str]:
+    from autograder.checks import chapter_checks
+
+    try:
+        return set(chapter_checks(notebook))
+    except KeyError:
+        return set()
+
+
+def check_parts(parts: Parts, allow_failing: bool = False, say: Callable[[str], None] = print) -> None:
+    """Run the visible check of each of the learner's parts; a failure stops the run (a PartsError with the
+    check's message) unless ``allow_failing``, which only says so."""
+    from autograder.checks import get
+    from autograder.framework import CheckFailed, run_check
+
+    failures = []
+    for name, check_id in parts.checks.items():
+        try:
+            run_check(get(check_id), parts[name])
+        except CheckFailed as failure:
+            failures.append(f"{name}: {failure}")
+    if not failures:
+        say(f"  each of your {len(parts.checks)} parts passes its notebook's visible check")
+        return
+    report = "\n".join(failures)
+    if not allow_failing:
+        raise PartsError(
+            f"{len(failures)} of your parts fail their notebook's visible check, so the run would train (or measure) "
+            f"something wrong:\n{report}\nFix them (their test cells say the same), or pass --allow-failing-parts "
+            "true to train with them anyway."
+        )
+    say(f"  warning: {len(failures)} of your parts fail their check, and --allow-failing-parts goes on:\n{report}")
 
 
 class LearnerTransformer(Transformer):

@@ -183,14 +183,14 @@ def _counted_once(text: str, num_merges: int) -> list[tuple[int, int]]:
 
 
 def bpe_apply(text: str, merges: Sequence[tuple[int, int]], *, order: str = "learnt", right_to_left: bool = False,
-              first_only: bool = False, characters: bool = False) -> list[int]:
+              first_only: bool = False, characters: bool = False, first_id: int = 256) -> list[int]:
     """Encoding: every merge applied to the whole sequence, one after another."""
     seq = _units(text, characters)
     numbered = list(enumerate(merges))
     if order == "reversed":
         numbered.reverse()
     for k, pair in numbered:
-        seq = _replace(seq, tuple(pair), 256 + k, right_to_left, first_only)
+        seq = _replace(seq, tuple(pair), first_id + k, right_to_left, first_only)
     return seq
 
 
@@ -494,6 +494,9 @@ class BpeEncode(Check):
             (lambda t, m: bpe_apply(t, m, characters=True),
              "you started from the characters of the text (ord(c)); start from its UTF-8 bytes, "
              "list(text.encode('utf-8'))."),
+            (lambda t, m: bpe_apply(t, m, first_id=257),
+             "your new ids start at 257; the k-th merge makes the id 256 + k (ids 0-255 are the bytes, so merge 0 "
+             "makes 256), which is how the merges name the tokens they join: (256, 99) joins merge 0's token and 'c'."),
         ]
         case, mine = wrong[0]
         for mistaken, message in diagnoses:
@@ -889,7 +892,7 @@ def _softmax(values: dict[int, float]) -> dict[int, float]:
 def sampling_distribution(row: Sequence[float], temperature: float, top_k: int, top_p: float, *,
                           temperature_rule: str = "divide", k_shift: int = 0, crossing: bool = True,
                           sorted_nucleus: bool = True, order: str = "k-then-p", p_before_temperature: bool = False,
-                          ) -> list[float]:
+                          nucleus_extra: int = 0) -> list[float]:
     """The probability of each token of one row of logits under the rules, token by token in float64.
 
     The keyword arguments switch on the rules known mistakes follow.
@@ -918,11 +921,13 @@ def sampling_distribution(row: Sequence[float], temperature: float, top_k: int, 
             return kept
         probs = _softmax({v: logits_for_p[v] for v in kept})
         ranked = sorted(probs, key=lambda v: (-probs[v], v)) if sorted_nucleus else sorted(probs)
-        chosen, mass = [], 0.0
+        chosen, mass, extra = [], 0.0, nucleus_extra
         for v in ranked:
             if crossing:
                 if mass >= top_p:
-                    break
+                    if extra <= 0:
+                        break
+                    extra -= 1
                 chosen.append(v)
                 mass += probs[v]
             else:
@@ -968,8 +973,8 @@ class SampleNext(Check):
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(73 if not hidden else 730)
 
-        def case(n_rows, V, n, seed, temperature=None, top_k=None, top_p=None, tag="", scale=1.5):
-            rows = torch.randn(n_rows, V, generator=g, dtype=torch.float64) * scale  # (n_rows, V): the distributions
+        def case(n_rows, V, n, seed, temperature=None, top_k=None, top_p=None, tag="", scale=1.5, rows_from=None):
+            rows = torch.randn(n_rows, V, generator=rows_from or g, dtype=torch.float64) * scale  # (n_rows, V)
             logits = rows.repeat_interleave(n, dim=0).float()  # (R * n, V): each row drawn n times
             kwargs: dict[str, Any] = {"generator": _generator(seed)}
             shown = []
@@ -1005,6 +1010,9 @@ class SampleNext(Check):
             case(2, 6, 1, seed=10, top_p=0.0, tag="invalid"),
             case(2, 6, 1, seed=10, top_p=1.5, tag="invalid"),
         ]
+        # A high temperature with both filters, where the order of the three steps shows: drawn from a generator of
+        # its own, so that the other cases keep their rows.
+        out.insert(7, case(3, 16, 5000, seed=21, temperature=2.5, top_k=8, top_p=0.5, rows_from=seeded(74)))
         if hidden:
             hidden_main = case(3, 20, 5000, seed=11, temperature=1.2, tag="main")
             out += [
@@ -1036,12 +1044,16 @@ class SampleNext(Check):
                 "by the temperature or drawing."
             )
         if (isinstance(result, Raised) and case.tag != "invalid" and result.type == "RuntimeError"
-                and "multinomial" in result.message):
+                and ("multinomial" in result.message or "probability tensor" in result.message)):
+            _, top_k, top_p = self._settings(case)
+            empty = ("some row kept no token at all: the most likely token is always kept, even when its probability "
+                     "alone passes top_p (keep a token when the tokens more likely than it hold less than top_p "
+                     "together: cumsum - probs < top_p, not cumsum <= top_p). " if top_p < 1 else "")
             raise CheckFailed(
                 raised_message("`sample_next`", case, result)
-                + "\ntorch.multinomial needs, in every row, non-negative probabilities with a positive sum: keep at "
-                "least the most likely token in the nucleus, and give removed tokens probability 0 (logit -inf "
-                "before the softmax), not NaN."
+                + f"\n{empty}torch.multinomial needs, in every row, non-negative probabilities with a positive sum: "
+                "keep at least the most likely token, and give removed tokens probability 0 (logit -inf before the "
+                "softmax), not NaN."
             )
         super().reject_non_results(case, result)
 
@@ -1102,6 +1114,14 @@ class SampleNext(Check):
                         return False
             return True
 
+        def likelihood(rule: Callable[[list[float]], list[float]]) -> float:
+            """The log-probability of the observed counts under a rule (consistent ones only: no zero hit)."""
+            total = 0.0
+            for row, counts, _ in observed:
+                p = rule(row)
+                total += sum(c * math.log(p[v]) for v, c in enumerate(counts) if c)
+            return total
+
         def rules(**mistake: Any) -> Callable[[list[float]], list[float]]:
             return lambda row: sampling_distribution(row, temperature, top_k, top_p, **mistake)
 
@@ -1135,6 +1155,10 @@ class SampleNext(Check):
             ]
         if top_p < 1:
             diagnoses += [
+                (rules(nucleus_extra=1),
+                 "the nucleus kept one token more than it should: the token after the one whose probability takes the "
+                 "total past top_p was kept too. Keep a token when the tokens more likely than it hold less than top_p "
+                 "together (cumsum - probs < top_p): the crossing token is the last one kept."),
                 (rules(crossing=False),
                  "the nucleus left out the token that takes the total past top_p; keep the smallest set whose "
                  "probabilities reach top_p, that token included: a token is kept when the tokens more likely than "
@@ -1149,8 +1173,8 @@ class SampleNext(Check):
             if temperature != 1:
                 diagnoses.append((
                     rules(p_before_temperature=True),
-                    "the nucleus was chosen from the probabilities without the temperature; apply the temperature "
-                    "first, then top-k, then top-p on what is left.",
+                    "the temperature was applied after top-k and top-p (the nucleus was chosen from the probabilities "
+                    "without it); apply the temperature first, then top-k, then top-p on what is left.",
                 ))
         if top_k > 0 or top_p < 1:
             diagnoses.append((
@@ -1159,9 +1183,11 @@ class SampleNext(Check):
                 "position back to its token with the indices the sort returned (or scatter the filter back to "
                 "vocabulary order before drawing).",
             ))
-        for rule, message in diagnoses:
-            if consistent(rule):
-                raise CheckFailed(f"`sample_next`'s draws are wrong on the case {case.label}: {message}")
+        fitting = [(rule, message) for rule, message in diagnoses if consistent(rule)]
+        if fitting:
+            # Two mistakes can both pass the 5-sigma bounds; the draws are far likelier under the one made.
+            _, message = max(fitting, key=lambda pair: likelihood(pair[0]))
+            raise CheckFailed(f"`sample_next`'s draws are wrong on the case {case.label}: {message}")
         expected_rule = rules()
         for block, (row, counts, n) in enumerate(observed):
             p = expected_rule(row)
@@ -1226,7 +1252,8 @@ def gpt_block(
 
     ``wiring`` per sub-layer: "pre" x + f(LN(x)) (right); "post" LN(x + f(x)), the paper's;
     "no-residual" f(LN(x)); "normed-residual" LN(x) + f(LN(x)), the residual taken after the norm;
-    "inner" x + LN(f(x)). ``dropout`` draws the residual dropout's masks and, unless told otherwise,
+    "inner" x + LN(f(x)); "dropped-sum" dropout(x + f(LN(x))). ``dropout`` draws the residual dropout's masks and,
+    unless told otherwise,
     those of the attention weights and the FFN's hidden layer, in the order the course's modules
     draw them.
     """
@@ -1261,6 +1288,8 @@ def gpt_block(
             x = x + drop(f(x))
         elif wire == "inner":
             x = x + n(drop(f(x)))
+        elif wire == "dropped-sum":
+            x = drop(x + f(n(x)))
     return x
 
 
@@ -1289,6 +1318,12 @@ GPT_BLOCK_MISTAKES: list[tuple[dict, str]] = [
     (dict(wiring=("normed-residual", "normed-residual")),
      "the residual was taken after the LayerNorm (x = norm(x); x = x + Sublayer(x)), so the residual path is "
      "normalised at every block. Keep x itself on the residual path: x = x + Sublayer(norm(x))."),
+    (dict(wiring=("normed-residual", "pre")),
+     "the attention's residual was taken after norm1 (x = norm1(x); x = x + self_attn(x, ...)), so the input itself "
+     "never reaches the output. Keep x on the residual path: a = norm1(x); x = x + dropout1(self_attn(a, a, a, ...))."),
+    (dict(wiring=("pre", "normed-residual")),
+     "the feed-forward network's residual was taken after norm2 (x = norm2(x); x = x + feed_forward(x)). Keep x on "
+     "the residual path: x = x + dropout2(feed_forward(norm2(x)))."),
     (dict(wiring=("inner", "inner")),
      "the LayerNorm was applied to the sub-layer's output, x + LayerNorm(Sublayer(x)); pre-norm normalises the "
      "sub-layer's input: x + Sublayer(LayerNorm(x))."),
@@ -1305,6 +1340,9 @@ GPT_BLOCK_MISTAKES: list[tuple[dict, str]] = [
 ]
 
 GPT_BLOCK_TRAINING_MISTAKES: list[tuple[Callable[[oracles.Dropout], dict], str]] = [
+    (lambda d: dict(dropout=d, wiring=("dropped-sum", "dropped-sum")),
+     "in training mode dropout was applied to the residual sum, dropout1(x + self_attn(...)), so it also drops parts "
+     "of x itself; drop only the sub-layer's output before it is added: x = x + dropout1(self_attn(a, a, a, ...))."),
     (lambda d: dict(dropout=None, inner_dropout=d),
      "in training mode dropout1 and dropout2 are never used: apply them to each sub-layer's output before it is added "
      "to x."),

@@ -573,6 +573,18 @@ class LengthBatches(Check):
                 f"`length_batches` gave the same batches for another seed ({by_tag['other-seed'][0].label}): seed your "
                 "generator from the seed argument."
             )
+        if "next-epoch" in by_tag:
+            def contents(batches: list[list[int]]) -> list[list[int]]:
+                return sorted(sorted(b) for b in batches)
+
+            if contents(self._batches(*by_tag["next-epoch"])) == contents(main):
+                raise CheckFailed(
+                    f"`length_batches` put the same examples together in every epoch ({main_case.label}), only the "
+                    "order of the batches changed: the examples of equal length were not shuffled, so each word always "
+                    "meets the same neighbours. Shuffle the indices first (torch.randperm with your generator), then "
+                    "sort them by length with a stable sort (list.sort, sorted), which keeps the shuffled order among "
+                    "equal lengths."
+                )
         longest = [max(lengths[i] for i in b) for b in main]
         if len(set(longest)) > 3 and (longest == sorted(longest) or longest == sorted(longest, reverse=True)):
             raise CheckFailed(
@@ -605,8 +617,13 @@ def _lp(n_generated: int, alpha: float, form: str = "gnmt") -> float:
 
 def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, *, kind="log_softmax", eos_finishes=True,
           finished_take_slots=True, per_hypothesis=False, form="gnmt", normalise=True, count_bos=False,
-          finished_first=True) -> tuple[list[int], float]:
-    """Beam search as the exercise defines it; the keyword arguments switch on known mistakes."""
+          finished_first=True, shrink_for_good=False, finished_stay=False) -> tuple[list[int], float]:
+    """Beam search as the exercise defines it; the keyword arguments switch on known mistakes.
+
+    ``shrink_for_good``: each finished hypothesis takes a place of the beam for the rest of the search;
+    ``finished_stay``: a hypothesis ending in <eos> stays in the beam as it is, competing by its raw score
+    with the extensions of the others.
+    """
     memory = model.encode(src)  # (1, S, d)
 
     def norm(tokens: list[int], score: float) -> float:
@@ -615,7 +632,8 @@ def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, *, kind="log_so
 
     live, finished = [([bos_id], 0.0)], []
     for _ in range(max_len):
-        if not live:
+        width = beam_size - len(finished) if shrink_for_good else beam_size
+        if not live or width <= 0:
             break
         by_length: dict[int, list[int]] = {}
         for index, (tokens, _) in enumerate(live):
@@ -628,8 +646,14 @@ def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, *, kind="log_so
         if per_hypothesis and len(live) > 1:
             chosen = [(i * V + int(scores[i].argmax()), float(scores[i].max())) for i in range(len(live))]
         else:
-            top = scores.flatten().topk(min(beam_size, scores.numel()))
+            top = scores.flatten().topk(min(width, scores.numel()))
             chosen = list(zip(top.indices.tolist(), top.values.tolist()))
+            if finished_stay:
+                # The finished ones take part as they are (index -1 - j for finished[j]).
+                pool = chosen + [(-1 - j, score) for j, (_, score) in enumerate(finished)]
+                chosen = sorted(pool, key=lambda pair: -pair[1])[:beam_size]
+                finished = [finished[-1 - index] for index, _ in chosen if index < 0]
+                chosen = [pair for pair in chosen if pair[0] >= 0]
             if not finished_take_slots:
                 # Finished hypotheses do not count: take extensions until beam_size of them stay live.
                 order = scores.flatten().argsort(descending=True).tolist()
@@ -722,6 +746,9 @@ class BeamSearch(Check):
             case(9, 3, 3, seed=2, note=" (no hypothesis can end in time)"),
             # A model unsure of when to stop: finished hypotheses of several lengths compete.
             case(2, 3, 10, seed=0, vocab_size=8, alpha=2.0, src=torch.tensor([[6, 5]]), eos_slope=0.5),
+            # Here a beam that stays smaller, finished hypotheses kept in the beam and a final choice by raw scores
+            # each end somewhere else.
+            case(3, 3, 10, seed=8, vocab_size=8, alpha=1.0, src=torch.tensor([[7, 3, 4]]), eos_slope=0.5),
         ]
         if hidden:
             out += [
@@ -737,6 +764,12 @@ class BeamSearch(Check):
         return out
 
     def reject_non_results(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "ValueError" and "empty" in result.message:
+            raise CheckFailed(
+                raised_message("`beam_search`", case, result)
+                + "\nno hypothesis finished within max_len steps here, so the list of finished ones is empty: then "
+                "return the live hypothesis with the best normalised score instead (max(finished or live, ...))."
+            )
         if isinstance(result, Raised) and result.type in ("RuntimeError", "IndexError"):
             raise CheckFailed(
                 raised_message("`beam_search`", case, result)
@@ -747,9 +780,8 @@ class BeamSearch(Check):
             )
         super().reject_non_results(case, result)
 
-    def judge(self, case: Case, result: Any) -> None:
-        model_spec, src = case.args
-        k, max_len, bos_id, eos_id, alpha = (case.kwargs[x] for x in ("beam_size", "max_len", "bos_id", "eos_id", "alpha"))
+    def _result(self, case: Case, result: Any) -> tuple[list[int], float]:
+        """The learner's (tokens, score) as plain values, or a message about their form."""
         tokens, score = expect_tuple(result, 2, "`beam_search`", case, "tokens, score")
         tokens = expect_tensor(tokens, "`beam_search`'s tokens", case)
         if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 1:
@@ -761,12 +793,32 @@ class BeamSearch(Check):
             score = score.item()
         if isinstance(score, bool) or not isinstance(score, (int, float)):
             raise CheckFailed(f"`beam_search`'s score is {score!r} on the case {case.label}: return it as a float.")
-        mine = tokens.tolist()
+        return tokens.tolist(), float(score)
 
-        def run(**mistake: Any) -> tuple[list[int], float]:
-            return _beam(materialize(model_spec), src.clone(), k, max_len, bos_id, eos_id, alpha, **mistake)
+    def judge(self, case: Case, result: Any) -> None:
+        self._result(case, result)  # the form of every result first; the values in judge_all
 
-        expected_tokens, expected_score = run()
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        answers = [(case, self._result(case, result)) for case, result in zip(cases, results)]
+
+        def explains(mistake: dict[str, Any]) -> bool:
+            """Whether a mistake gives the learner's tokens on every case."""
+            for case, (mine, _) in answers:
+                try:
+                    if _run(case, **mistake)[0] != mine:
+                        return False
+                except Exception:  # a mistake that cannot run on this case explains nothing there
+                    return False
+            return True
+
+        for case, (mine, score) in answers:
+            self._judge_values(case, mine, score, explains)
+
+    def _judge_values(self, case: Case, mine: list[int], score: float,
+                      explains: Callable[[dict[str, Any]], bool]) -> None:
+        model_spec, src = case.args
+        k, max_len, bos_id, eos_id, alpha = (case.kwargs[x] for x in ("beam_size", "max_len", "bos_id", "eos_id", "alpha"))
+        expected_tokens, expected_score = _run(case)
         # The independent oracles first: they must agree with the grader's beam, or the grader is wrong.
         if case.tag == "greedy":
             greedy = _greedy(materialize(model_spec), src.clone(), max_len, bos_id, eos_id)
@@ -808,36 +860,18 @@ class BeamSearch(Check):
                 f"where {expected_score:.6g} was expected: the sum of its tokens' log-probabilities, divided by "
                 "((5 + |Y|) / 6) ** alpha."
             )
-        diagnoses: list[tuple[Callable[[], tuple[list[int], float]], str]] = [
-            (lambda: run(kind="logits"),
-             "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
-             "torch.log_softmax(logits[:, -1], dim=-1)."),
-            (lambda: run(kind="probs"),
-             "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
-            (lambda: run(per_hypothesis=True),
-             "each hypothesis was extended by its own best token only; compare all extensions of all live "
-             "hypotheses together and keep the beam_size best (topk over the flattened (k, V) scores)."),
-            (lambda: run(eos_finishes=False),
-             "hypotheses went on after <eos>: an extension that ends in eos_id is finished, leaves the beam and is "
-             "never extended again."),
-            (lambda: run(finished_take_slots=False),
-             "the beam kept beam_size live hypotheses although some had finished: a finished hypothesis takes its "
-             "place among the beam_size kept, so the beam shrinks (this is what makes beam size 1 greedy)."),
-            (lambda: run(normalise=False),
-             "the final choice ignored the length penalty: rank finished hypotheses by score / ((5 + |Y|) / 6) ** alpha."),
-            (lambda: run(form="power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
-            (lambda: run(count_bos=True), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
-            (lambda: run(finished_first=False),
-             "an unfinished hypothesis was returned although one had finished: return the best finished hypothesis, "
-             "and a live one only when none finished within max_len steps."),
-        ]
-        for mistaken, message in diagnoses:
+        matching = []
+        for mistake, message in BEAM_MISTAKES:
             try:
-                candidate, _ = mistaken()
+                candidate, _ = _run(case, **mistake)
             except Exception:  # a mistake that cannot run on this case
                 continue
             if candidate == mine and candidate != expected_tokens:
-                raise CheckFailed(f"`beam_search`'s result is wrong on the case {case.label}: {message}")
+                matching.append((mistake, message))
+        if matching:
+            # Several mistakes can give the same tokens on one case; name the one that explains every case.
+            _, message = next((m for m in matching if explains(m[0])), matching[0]) if len(matching) > 1 else matching[0]
+            raise CheckFailed(f"`beam_search`'s result is wrong on the case {case.label}: {message}")
         if case.tag == "greedy":
             raise CheckFailed(
                 f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "
@@ -852,8 +886,50 @@ class BeamSearch(Check):
         raise CheckFailed(
             f"`beam_search` returned {mine} on the case {case.label} where {expected_tokens} was expected "
             f"(normalised score {expected_score:.6g}). At every step keep the beam_size best extensions of all live "
-            "hypotheses together; those ending in eos_id finish; return the finished one with the best normalised score."
+            "hypotheses together (beam_size of them at every step, however many have finished before); those ending "
+            "in eos_id finish and leave; return the finished one with the best normalised score."
         )
+
+
+def _run(case: Case, **mistake: Any) -> tuple[list[int], float]:
+    """The grader's beam search on a case, with a mistake switched on if asked."""
+    model_spec, src = case.args
+    k, max_len, bos_id, eos_id, alpha = (case.kwargs[x] for x in ("beam_size", "max_len", "bos_id", "eos_id", "alpha"))
+    return _beam(materialize(model_spec), src.clone(), k, max_len, bos_id, eos_id, alpha, **mistake)
+
+
+BEAM_MISTAKES: list[tuple[dict[str, Any], str]] = [
+    (dict(kind="logits"),
+     "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
+     "torch.log_softmax(logits[:, -1], dim=-1)."),
+    (dict(kind="probs"),
+     "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
+    (dict(per_hypothesis=True),
+     "each hypothesis was extended by its own best token only; compare all extensions of all live "
+     "hypotheses together and keep the beam_size best (topk over the flattened (k, V) scores)."),
+    (dict(eos_finishes=False),
+     "hypotheses went on after <eos>: an extension that ends in eos_id is finished, leaves the beam and is "
+     "never extended again."),
+    (dict(finished_take_slots=False),
+     "the beam kept beam_size live hypotheses although some had finished: a finished hypothesis takes its "
+     "place among the beam_size kept at the step it finishes, so the beam shrinks for that step (this is what makes "
+     "beam size 1 greedy)."),
+    (dict(shrink_for_good=True),
+     "the beam stayed smaller after a hypothesis finished: a finished hypothesis takes one of the beam_size places "
+     "only at the step it finishes. At every step take the beam_size best extensions of the hypotheses still live, "
+     "however many finished before."),
+    (dict(normalise=False),
+     "the final choice ignored the length penalty: rank finished hypotheses by score / ((5 + |Y|) / 6) ** alpha."),
+    (dict(finished_stay=True),
+     "your search did not finish at <eos>: a hypothesis ending in eos_id stayed in the beam and kept competing for "
+     "its place with the extensions of the others. Set it aside among the finished ones (it leaves the beam), and "
+     "choose among the finished ones by their normalised scores at the end."),
+    (dict(form="power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
+    (dict(count_bos=True), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
+    (dict(finished_first=False),
+     "an unfinished hypothesis was returned although one had finished: return the best finished hypothesis, "
+     "and a live one only when none finished within max_len steps."),
+]
 
 
 CHECKS = [EditDistance, LabelSmoothedCrossEntropy, NoamRate, LengthBatches, BeamSearch]

@@ -16,7 +16,8 @@
 # 3. `mask_tokens`: BERT's masked-language-model corruption of a batch, and its labels;
 # 4. `causal_lm_loss`: GPT's next-token loss, padding left out;
 # 5. `sample_next`: drawing the next token with a temperature, top-k and top-p (nucleus) sampling;
-# 6. `GPTBlock`: a pre-norm decoder-only block, built from your parts of chapters 3 to 5;
+# 6. `GPTBlock`: a pre-norm decoder-only block, built from the course's parts of chapters 3 to 5
+#    (`MultiHeadAttention`, `LayerNorm`, `PositionwiseFeedForward`, imported below);
 # 7. `generate_with_cache`: greedy generation that keeps every block's keys and values, so that each
 #    step reads one new position instead of the whole sequence again.
 #
@@ -232,8 +233,11 @@ print(f"{len(line.encode('utf-8'))} bytes -> {len(ids)} tokens; round trip exact
 #   all the others in `range(vocab_size)`;
 # * choose each position holding an ordinary token independently with probability `rate`
 #   (BERT's 0.15); never choose a special token;
-# * for each chosen position, draw which of the three things happens (0.8, 0.1, 0.1); a random
-#   replacement is drawn uniformly from the ordinary ids (it may by chance be the original token);
+# * for each chosen position, draw which of the three things happens (0.8, 0.1, 0.1) with **one**
+#   uniform number `u` (`torch.rand` with `generator`): `u < 0.8` puts `[MASK]`, `0.8 <= u < 0.9` a
+#   random ordinary id, drawn uniformly from the ordinary ids (it may by chance be the original
+#   token), and the rest keep their token; a second draw that overwrites some `[MASK]`s would
+#   change the shares;
 # * return `(inputs, labels)`, both `LongTensor`s of shape `(B, T)`: `inputs` is `ids` with the
 #   replacements made, and `labels` holds the original id at the chosen positions and **-100**
 #   everywhere else, the value `F.cross_entropy` ignores by default (`ignore_index=-100`);
@@ -319,7 +323,8 @@ print("label:   ", "".join((words[i] if i != -100 else ".").ljust(width) for i i
 # * position `t` predicts `ids[:, t + 1]`: the logits of positions `0 .. T-2` meet the targets
 #   `ids[:, 1:]`, and the logits of the last position have nothing to predict;
 # * sequences are padded at the end with `pad_id`: a target equal to `pad_id` is left out of the
-#   sum and of the count $N$;
+#   sum and of the count $N$; when every target is padding, $N = 0$ and the result is NaN (0 / 0),
+#   as `F.cross_entropy` gives;
 # * return a 0-dimensional tensor in the dtype of `logits`, through which gradients flow.
 #
 # You may use `F.cross_entropy` (its `ignore_index` argument) or `torch.log_softmax`; the point is
@@ -632,7 +637,10 @@ class GPT(nn.Module):
 # * `prompt` is a `LongTensor` of shape `(B, T0)`, every row the same length; the first step reads
 #   the whole prompt in one pass (with a causal mask, as in the block: its positions must not see
 #   each other's future), and every later step reads the one token the step before produced, at
-#   its position in the sequence (the first generated token sits at position `T0`).
+#   its position in the sequence (the first generated token sits at position `T0`). When
+#   `T_new` positions starting at position `start` are read at once, query `t` (at position
+#   `start + t`) may see the keys `0 .. start + t`: that mask is the last `T_new` rows of the full
+#   causal mask, `subsequent_mask(start + T_new)[start:]`, of shape `(T_new, start + T_new)`.
 # * Return `(tokens, logits, cache)`: `tokens` of shape `(B, steps)`, the generated ids; `logits` of
 #   shape `(B, steps, V)`, step `s`'s logits, from which token `s` was chosen (argmax over the
 #   vocabulary); `cache`, a list with one `(k, v)` pair per block, each of shape
@@ -721,7 +729,11 @@ plain_time = time.perf_counter() - began
 began = time.perf_counter()
 cached_tokens, cached_logits, cache = generate_with_cache(gpt, prompt, 120)
 cached_time = time.perf_counter() - began
-print("same tokens:", torch.equal(plain_tokens, cached_tokens),
-      f"| largest logit difference: {(plain_logits - cached_logits).abs().max():.1e}")
+difference = (plain_logits - cached_logits).abs().max().item()
+same = torch.equal(plain_tokens, cached_tokens) and difference < 1e-4  # float32 rounding stays far below 1e-4
+print("same tokens:", torch.equal(plain_tokens, cached_tokens), f"| largest logit difference: {difference:.1e}")
+print("the cache agrees with reading the whole sequence" if same else
+      "WRONG: with a cache the logits differ from reading the whole sequence (rounding stays below 1e-4): "
+      "your GPTBlock or your generate_with_cache is wrong; their test cells above say which and how")
 print("cache of block 0:", tuple(cache[0][0].shape), "= (B, h, T0 + steps - 1, d_k)")
 print(f"without a cache {plain_time:.2f} s, with one {cached_time:.2f} s")

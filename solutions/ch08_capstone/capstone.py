@@ -111,7 +111,8 @@ print(edit_distance("TH AO T".split(), "T AO T".split()), edit_distance("K AE T"
 # * `logits` has shape `(..., V)` (typically `(B, T, V)`), `target` the same shape without the last
 #   axis, holding token ids;
 # * positions where `target == pad_id` are padding: they contribute nothing, and the result is the
-#   **mean of $\ell$ over the positions that are not padding**;
+#   **mean of $\ell$ over the positions that are not padding**; when every target is padding there
+#   is nothing to average, and the result is NaN (0 / 0), as `F.cross_entropy` gives;
 # * compute $\log p$ with `torch.log_softmax` (a softmax followed by `log` turns tiny probabilities
 #   into `-inf`); return a 0-dimensional tensor in the dtype of `logits`, through which gradients
 #   flow.
@@ -326,8 +327,9 @@ print(f"at random: {len(at_random):4d} batches, {padding_share(at_random):.1%} o
 #    **all** these extensions together, keep the `beam_size` with the highest scores (all of them
 #    when there are fewer).
 # 3. A kept extension that ends in `eos_id` is finished: it leaves the beam and is never extended
-#    again. So the beam shrinks by one for each finished hypothesis (this keeps beam size 1
-#    identical to greedy decoding).
+#    again. It takes one of the `beam_size` places only at the step it finishes: at that step
+#    fewer extensions stay live (this keeps beam size 1 identical to greedy decoding), and at the
+#    next step the hypotheses still live are again extended and cut to the `beam_size` best.
 # 4. Stop when no hypothesis is live, or after `max_len` steps (at most `max_len` tokens follow
 #    `<bos>`).
 # 5. Return the finished hypothesis with the best **length-normalised** score. Longer sequences

@@ -200,6 +200,13 @@ def encode_overlapping(text, merges):
     return ids
 
 
+def encode_ids_from_257(text, merges):
+    ids = list(text.encode("utf-8"))
+    for k, (a, b) in enumerate(merges):
+        ids = _merge(ids, (a, b), 257 + k)  # "the first id after the 256 bytes" counted one too far
+    return ids
+
+
 def encode_characters(text, merges):
     ids = [ord(c) for c in text]
     for k, (a, b) in enumerate(merges):
@@ -378,7 +385,8 @@ def loss_item(logits, ids, pad_id):
 
 
 def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, multiply=False, k_le=False,
-            crossing=True, scatter=True, validate=True, greedy=True, use_global=False, p_first=False):
+            crossing=True, scatter=True, validate=True, greedy=True, use_global=False, p_first=False,
+            nucleus_extra=False, keep_first=True, temperature_last=False):
     if validate:
         if temperature < 0:
             raise ValueError(f"temperature must be at least 0, got {temperature}")
@@ -388,7 +396,7 @@ def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, mult
             raise ValueError(f"top_p must be in (0, 1], got {top_p}")
     if greedy and (temperature == 0 or top_k == 1):
         return logits.argmax(dim=-1)
-    scores = logits * temperature if multiply else logits / temperature
+    scores = logits if temperature_last else logits * temperature if multiply else logits / temperature
 
     def keep_top_k(scores):
         if 0 < top_k < scores.shape[-1]:
@@ -405,13 +413,18 @@ def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, mult
             drop_sorted = cumulative - probs >= top_p
         else:
             drop_sorted = cumulative > top_p
-            drop_sorted[:, 0] = False
+            if keep_first:
+                drop_sorted[:, 0] = False
+        if nucleus_extra:  # also the token after the one that crosses top_p
+            drop_sorted = torch.cat([torch.zeros_like(drop_sorted[:, :1]), drop_sorted[:, :-1]], dim=-1)
         if not scatter:
             return torch.where(drop_sorted, float("-inf"), scores.sort(dim=-1, descending=True).values)
         drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)
         return scores.masked_fill(drop, float("-inf"))
 
     scores = keep_top_k(keep_nucleus(scores)) if p_first else keep_nucleus(keep_top_k(scores))
+    if temperature_last:
+        scores = scores / temperature
     probs = torch.softmax(scores, dim=-1)
     if use_global:
         return torch.multinomial(probs, 1).squeeze(-1)
@@ -428,6 +441,19 @@ def sample_top_k_drops_kth(logits, temperature=1.0, top_k=0, top_p=1.0, generato
 
 def sample_nucleus_without_crossing_token(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
     return _sample(logits, temperature, top_k, top_p, generator, crossing=False)
+
+
+def sample_nucleus_one_too_many(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, nucleus_extra=True)
+
+
+def sample_nucleus_may_be_empty(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    # cumsum <= top_p: one token too few, and none at all when the most likely one alone passes top_p
+    return _sample(logits, temperature, top_k, top_p, generator, crossing=False, keep_first=False)
+
+
+def sample_temperature_after_filters(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    return _sample(logits, temperature, top_k, top_p, generator, temperature_last=True)
 
 
 def sample_returns_sorted_positions(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
@@ -489,14 +515,18 @@ def _block(wiring="pre", mask="causal", norms=("norm1", "norm2"), shared_norm=Fa
             def attend(z):
                 return self.self_attn(z, z, z, attn_mask=allowed)
 
-            for f, norm, dropout in ((attend, first, self.dropout1), (self.feed_forward, second, self.dropout2)):
-                if wiring == "pre":
+            wirings = wiring if isinstance(wiring, tuple) else (wiring, wiring)
+            for f, norm, dropout, wiring_ in zip((attend, self.feed_forward), (first, second),
+                                                 (self.dropout1, self.dropout2), wirings):
+                if wiring_ == "dropped-sum":
+                    x = self.drop(x + f(norm(x)), dropout)
+                elif wiring_ == "pre":
                     x = x + self.drop(f(norm(x)), dropout)
-                elif wiring == "post":
+                elif wiring_ == "post":
                     x = norm(x + self.drop(f(x), dropout))
-                elif wiring == "no-residual":
+                elif wiring_ == "no-residual":
                     x = self.drop(f(norm(x)), dropout)
-                elif wiring == "normed-residual":
+                elif wiring_ == "normed-residual":
                     x = norm(x)
                     x = x + self.drop(f(x), dropout)
             return self.norm3(x) if final_norm else x
@@ -578,6 +608,7 @@ MISTAKES = [
     Mistake(ENCODE, "greedy longest match", encode_longest_match, "WordPiece"),
     Mistake(ENCODE, "first occurrence only", encode_first_occurrence_only, "only the first occurrence"),
     Mistake(ENCODE, "overlapping replacements", encode_overlapping, "does not give the text back"),
+    Mistake(ENCODE, "new ids from 257", encode_ids_from_257, "the k-th merge makes the id 256 + k"),
     Mistake(ENCODE, "starts from characters", encode_characters, "started from the characters"),
     Mistake(ENCODE, "replaces from the right", encode_from_the_right, "replaced the pairs from the right"),
     Mistake(MASK, "special tokens can be chosen", mask_chooses_specials, "chose the special token"),
@@ -606,6 +637,11 @@ MISTAKES = [
     Mistake(SAMPLE, "top-k drops the k-th token", sample_top_k_drops_kth, "the k-th included"),
     Mistake(SAMPLE, "nucleus without the crossing token", sample_nucleus_without_crossing_token,
             "left out the token that takes the total past top_p"),
+    Mistake(SAMPLE, "one token too many in the nucleus", sample_nucleus_one_too_many,
+            "the nucleus kept one token more"),
+    Mistake(SAMPLE, "a nucleus that can be empty", sample_nucleus_may_be_empty, "the most likely token is always kept"),
+    Mistake(SAMPLE, "temperature after the filters", sample_temperature_after_filters,
+            "the temperature was applied after top-k and top-p"),
     Mistake(SAMPLE, "returns sorted positions", sample_returns_sorted_positions, "positions in the sorted order"),
     Mistake(SAMPLE, "global random generator", sample_global_generator, "generator"),
     Mistake(SAMPLE, "divides by a zero temperature", sample_no_greedy_path, "greedy"),
@@ -618,6 +654,9 @@ MISTAKES = [
     Mistake(BLOCK, "no residual connections", _block(wiring="no-residual"), "the residual connections are missing"),
     Mistake(BLOCK, "the residual taken after the norm", _block(wiring="normed-residual"),
             "the residual was taken after the LayerNorm"),
+    Mistake(BLOCK, "the attention's residual taken after norm1", _block(wiring=("normed-residual", "pre")),
+            "the attention's residual was taken after norm1"),
+    Mistake(BLOCK, "dropout on the residual sum", _block(wiring="dropped-sum"), "dropout was applied to the residual sum"),
     Mistake(BLOCK, "one LayerNorm object for both sub-layers", _block(shared_norm=True), "one and the same LayerNorm"),
     Mistake(BLOCK, "norm1 before both sub-layers", _block(norms=("norm1", "norm1")), "norm1 served both sub-layers"),
     Mistake(BLOCK, "norms swapped", _block(norms=("norm2", "norm1")), "norm1 and norm2 are swapped"),

@@ -219,6 +219,13 @@ def _shuffle(batches, g):
     return [batches[k] for k in torch.randperm(len(batches), generator=g).tolist()]
 
 
+def batches_equal_lengths_unshuffled(lengths, max_tokens, seed=0, epoch=0):
+    _check_lengths(lengths, max_tokens)
+    g = torch.Generator().manual_seed(1_000_003 * seed + epoch)
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])  # ties stay in index order, every epoch
+    return _shuffle(_pack(lengths, order, max_tokens), g)
+
+
 def batches_count_real_tokens(lengths, max_tokens, seed=0, epoch=0):
     _check_lengths(lengths, max_tokens)
     g = torch.Generator().manual_seed(1_000_003 * seed + epoch)
@@ -286,11 +293,14 @@ def batches_check_after_adding(lengths, max_tokens, seed=0, epoch=0):
 
 def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0, *, scores_of="log_softmax", stop_at_eos=True,
           keep_width=False, own_best_only=False, lp=lambda n, alpha: ((5 + n) / 6) ** alpha, rank_normalised=True,
-          return_raw=False):
+          return_raw=False, shrink_for_good=False, fallback=True):
     memory = model.encode(src)
     live, finished = [([bos_id], 0.0)], []
     for _ in range(max_len):
         if not live:
+            break
+        width = beam_size - len(finished) if shrink_for_good else beam_size
+        if width <= 0:
             break
         rows = []
         for tokens, _ in live:
@@ -306,7 +316,7 @@ def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0, *, scores_o
             order = flat.argsort(descending=True).tolist()
             picked, kept = [], 0
             for index in order:
-                if kept == beam_size or (not keep_width and len(picked) == beam_size):
+                if kept == width or (not keep_width and len(picked) == width):
                     break
                 picked.append((index, float(flat[index])))
                 kept += index % V != eos_id
@@ -319,7 +329,7 @@ def _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0, *, scores_o
     def normalised(tokens, score):
         return score / lp(len(tokens) - 1, alpha) if rank_normalised else score
 
-    tokens, score = max(finished or live, key=lambda h: normalised(*h))
+    tokens, score = max(finished if not fallback else finished or live, key=lambda h: normalised(*h))
     return torch.tensor(tokens), (score if return_raw else score / lp(len(tokens) - 1, alpha))
 
 
@@ -341,6 +351,36 @@ def beam_ignores_eos(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
 
 def beam_keeps_width(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
     return _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, keep_width=True)
+
+
+def beam_shrinks_for_good(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
+    # "the beam shrinks by one for each finished hypothesis", read as a beam that stays smaller
+    return _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, shrink_for_good=True)
+
+
+def beam_never_finishes(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
+    # A hypothesis ending in <eos> is not set aside: it stays in the beam, as it is, and competes by its raw
+    # score with the extensions of the others for the beam_size places.
+    memory = model.encode(src)
+    beam = [([bos_id], 0.0)]
+    for _ in range(max_len):
+        if all(tokens[-1] == eos_id for tokens, _ in beam):
+            break
+        candidates = []
+        for tokens, score in beam:
+            if tokens[-1] == eos_id:
+                candidates.append((tokens, score))
+                continue
+            logits = model.decode(memory, torch.tensor([tokens]))[0, -1].double()
+            candidates += [(tokens + [v], score + float(lp)) for v, lp in enumerate(torch.log_softmax(logits, -1))]
+        beam = sorted(candidates, key=lambda h: -h[1])[:beam_size]
+    ended = [h for h in beam if h[0][-1] == eos_id] or beam
+    tokens, score = max(ended, key=lambda h: h[1] / ((5 + len(h[0]) - 1) / 6) ** alpha)
+    return torch.tensor(tokens), score / ((5 + len(tokens) - 1) / 6) ** alpha
+
+
+def beam_no_fallback(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
+    return _beam(model, src, beam_size, max_len, bos_id, eos_id, alpha, fallback=False)
 
 
 def beam_power_penalty(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):
@@ -383,6 +423,8 @@ MISTAKES = [
     Mistake(RATE, "returns 0 at step 0", rate_no_validation, "raise ValueError"),
     Mistake(RATE, "ZeroDivisionError at step 0", rate_zero_division, "raise ValueError"),
     # length_batches
+    Mistake(BATCHES, "examples of equal length never shuffled", batches_equal_lengths_unshuffled,
+            "the examples of equal length were not shuffled"),
     Mistake(BATCHES, "budget counts real tokens", batches_count_real_tokens, "not the sum of its lengths"),
     Mistake(BATCHES, "random batches", batches_not_sorted, "sort the examples by length"),
     Mistake(BATCHES, "the same order every epoch", batches_ignore_epoch, "for another epoch"),
@@ -397,6 +439,10 @@ MISTAKES = [
     Mistake(BEAM, "each hypothesis keeps its own best token", beam_own_best_only, "compare all extensions"),
     Mistake(BEAM, "extends hypotheses after <eos>", beam_ignores_eos, "went on after <eos>"),
     Mistake(BEAM, "keeps beam_size live hypotheses", beam_keeps_width, "the beam shrinks"),
+    Mistake(BEAM, "the beam stays smaller once a hypothesis finished", beam_shrinks_for_good,
+            "the beam stayed smaller after a hypothesis finished"),
+    Mistake(BEAM, "finished hypotheses stay in the beam", beam_never_finishes, "did not finish at <eos>"),
+    Mistake(BEAM, "no fallback when nothing finishes", beam_no_fallback, "no hypothesis finished within max_len"),
     Mistake(BEAM, "|Y| ** alpha", beam_power_penalty, "not |Y| ** alpha"),
     Mistake(BEAM, "ranks by raw scores", beam_ranks_raw_scores, "ignored the length penalty"),
     Mistake(BEAM, "returns the raw score", beam_returns_raw_score, "return the normalised score"),
