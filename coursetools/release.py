@@ -49,7 +49,7 @@ except ModuleNotFoundError:
 # How the first cell tells a learner to install the course: from its public repository once
 # _config.yml names one, until then from the wheel an instructor hands out.
 INSTALL_FROM_GIT = '"    pip install \\"attention-course @ git+{url}\\"\\n"'
-INSTALL_FROM_WHEEL = '"    pip install attention_course-<version>-py3-none-any.whl   (the course\'s wheel, from your instructor)\\n"'
+INSTALL_FROM_WHEEL = '"    pip install attention_course-<version>-py3-none-any.whl   (the wheel your instructor hands out)\\n"'
 
 
 def repository_url(root: Path) -> str:
