@@ -18,6 +18,8 @@ import jupytext
 import nbformat
 import pytest
 
+from coursetools.release import course_package_cell
+
 REPO = Path(__file__).resolve().parent.parent
 
 pytestmark = pytest.mark.slow
@@ -115,7 +117,16 @@ def test_the_first_cell_says_how_to_install_the_course(tmp_path):
     # Run where the course is not installed: the message names the command.
     done = subprocess.run([sys.executable, "-I", "-S", "-c", first.source], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode != 0
-    assert "pip install \"attention-course @ git+https://" in done.stderr and "restart the kernel" in done.stderr
+    # The course has no public address yet (_config.yml): the message names the wheel.
+    assert "pip install attention_course-" in done.stderr and "restart the kernel" in done.stderr
+
+
+@pytest.mark.parametrize("url, command", [("", "pip install attention_course-<version>-py3-none-any.whl"),
+                                          ("https://example.org/course", 'pip install "attention-course @ git+https://example.org/course"')])
+def test_the_install_command_follows_the_configured_address(url, command, tmp_path):
+    source = course_package_cell(url)["source"].replace("import autograder", "import autograder_is_not_here")
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", source], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0 and command in done.stderr, done.stderr
 
 
 def test_the_capstones_commands_work_from_any_folder(installed, tmp_path):
