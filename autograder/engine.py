@@ -66,8 +66,14 @@ class Assignment:
     def forbidden(self, function: str) -> tuple[str, ...]:
         """What ``function`` may not call: the built-ins it rebuilds, and the course's own answer."""
         own = f"{reference_module(self.notebook)}.{function}"
-        checks = {get(c) for t in self.tests for c, f, _ in t.calls if f == function}
-        return tuple(dict.fromkeys([n for ch in checks for n in ch.forbidden] + [own]))
+        return tuple(dict.fromkeys([n for ch in self._checks(function) for n in ch.forbidden] + [own]))
+
+    def forbidden_ops(self, function: str) -> tuple[str, ...]:
+        """Further fragments of the operator names ``function`` may not call (see Check.forbidden_ops)."""
+        return tuple(dict.fromkeys(n for ch in self._checks(function) for n in ch.forbidden_ops))
+
+    def _checks(self, function: str) -> list[Check]:
+        return list({get(c).__class__: get(c) for t in self.tests for c, f, _ in t.calls if f == function}.values())
 
 
 def _imports(nb) -> tuple[str, ...]:

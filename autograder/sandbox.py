@@ -1,8 +1,9 @@
 """A worker process for one submission, walled off from everything it must not touch.
 
 With bubblewrap (Debian package ``bubblewrap``) the worker sees an allow-list, not the host
-with a few paths hidden: the Python installation and its packages, the ``autograder`` package,
-the system libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
+with a few paths hidden: the Python installation and its packages, the ``harness`` package
+(never ``autograder``, whose checks and oracles could compute the answers), the system
+libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
 /tmp. Not the course directory, not any other copy of the course, not /etc, /root or /home. It
 has no network, its own user and process namespaces (all its processes end with it) and a cap
 on how many processes it may run at once. When the grader runs as root, the worker runs as an
@@ -12,7 +13,7 @@ Without bubblewrap only the resource limits hold; the grader refuses to grade th
 the instructor asks for it (``--no-sandbox``).
 
 The grader speaks to the worker over a Unix socket that the worker connects to as it starts,
-before any learner code exists; see :mod:`autograder.worker` for what happens inside. Limits on
+before any learner code exists; see :mod:`harness.worker` for what happens inside. Limits on
 memory, CPU time, file size and processes, a time limit on every request, and a cap on how much
 of its output is kept apply either way; every limit is a field of :class:`Limits`.
 """
@@ -31,9 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import wire
+from harness import wire
 
-PACKAGE = Path(__file__).resolve().parent
+#: the only course code the worker sees: what runs beside the learner's, none of what judges it
+HARNESS = Path(wire.__file__).resolve().parent
 #: where the worker finds the grader's socket inside the sandbox
 CHANNEL_DIR = "/run/grader"
 
@@ -144,12 +146,12 @@ SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/b
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 #: the course's packages that hold solutions or tools; hidden where an installation copied them
-COURSE_PACKAGES = ("reference", "coursetools", "course", "transformer", "solutions")
+COURSE_PACKAGES = ("autograder", "reference", "coursetools", "course", "transformer", "solutions")
 
 
 def _python_paths() -> list[Path]:
     """The Python installation, the environment and every package directory on sys.path."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), PACKAGE, Path(sys.executable).resolve().parent}
+    paths = {Path(sys.prefix), Path(sys.base_prefix), HARNESS, Path(sys.executable).resolve().parent}
     paths |= {Path(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
     # The system's /usr is mounted piece by piece (SYSTEM); as a prefix it would bring all of it.
     return [p for p in paths if p.is_dir() and str(p) not in ("/", "/usr")]
@@ -291,12 +293,12 @@ def _command(bwrap: str, program: list[str], limits: Limits, hidden: list[Path],
 
 def worker_program() -> list[str]:
     """The interpreter and module the worker runs."""
-    return [sys.executable, "-m", "autograder.worker"]
+    return [sys.executable, "-m", "harness.worker"]
 
 
 def _hint(output: str) -> str:
-    if "No module named 'autograder'" in output or "No module named autograder" in output:
-        return "the sandboxed worker cannot import autograder: install the course with make setup"
+    if "No module named 'harness'" in output or "No module named harness" in output:
+        return "the sandboxed worker cannot import harness: install the course with make setup"
     if "No module named 'torch'" in output:
         return "the sandboxed worker cannot import torch: install the course with make setup"
     if "Permission denied" in output and _as_root():
@@ -362,7 +364,7 @@ class Channel:
 
 
 class Worker:
-    """One sandboxed `python -m autograder.worker`: it runs no learner code itself, and starts a
+    """One sandboxed `python -m harness.worker`: it runs no learner code itself, and starts a
     fresh process for each graded function (:meth:`fork`), which the grader then speaks to directly."""
 
     def __init__(self, limits: Limits, hidden: list[Path], preload: tuple[str, ...] = ()):

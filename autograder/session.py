@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from course.layout import reference_module
+from harness import wire
 
-from . import wire
 from .references import reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 
@@ -131,6 +131,7 @@ class Session:
             "op": "setup", "function": function, "reference": reference_module(notebook),
             "modules": reference_sources(notebook, function),
             "forbidden": list(self.assignment.forbidden(function)),
+            "ops": list(self.assignment.forbidden_ops(function)),
             "inject": [f for f in self.assignment.functions if f != function and f not in own],
         }
         try:

@@ -87,7 +87,7 @@ def _requests():
 # the course's own function of that name wherever it can find one (through any wrapper).
 FORGE = TAKEOVER + r'''
 def _answer(request):
-    from autograder import wire
+    from harness import wire
     from autograder.framework import call_learner
     if request.get("op") != "call":
         return {"ok": True}

@@ -177,9 +177,9 @@ def test_the_learner_process_cannot_reach_the_workers_channel(worker):
 
 
 def test_a_worker_that_cannot_start_is_reported_at_once(monkeypatch):
-    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "autograder.worker"])
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "harness.worker"])
     start = time.monotonic()
-    with pytest.raises(sandbox.WorkerBroken, match="cannot import autograder") as broken:
+    with pytest.raises(sandbox.WorkerBroken, match="cannot import harness") as broken:
         Worker(Limits(startup_seconds=120), [REPO])
     assert time.monotonic() - start < 30
     assert "No module named" in str(broken.value)  # the worker's own words

@@ -1314,7 +1314,9 @@ GPT_BLOCK_TRAINING_MISTAKES: list[tuple[Callable[[oracles.Dropout], dict], str]]
 class GPTBlock(Check):
     function = "GPTBlock"
     oracle = "nn.TransformerEncoderLayer(norm_first=True, ReLU) under a causal mask, with the same weights"
-    forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention")
+    forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention",
+                 "torch.nn.Transformer", "torch.nn.functional.multi_head_attention_forward")
+    forbidden_ops = ("multi_head_attention", "transformer_encoder_layer")  # the fused kernels behind them
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(97 if not hidden else 970)
