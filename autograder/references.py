@@ -1,8 +1,8 @@
 """The course's reference modules as text, for a learner process, without what is being graded.
 
 The learner process that serves one graded function gets the course's versions of the other
-functions (so that one mistake is charged once), but never the course's version of that
-function: in its module the definition is replaced by a stub that computes nothing, so there is
+functions it uses (so that one mistake is charged once), and of no other, and never the course's
+version of that function: in its module the definition is replaced by a stub that computes nothing, so there is
 nothing to unwrap, copy or call. The stub keeps the name, so that importing it still works and
 calling it is reported as a forbidden call (the tripwire on that name records it).
 """
@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 
 from course.layout import REFERENCE, REPO, reference_module
+
+from .shortcuts import names_reached
 
 _FUNCTION_STUB = '''def {name}(*args, **kwargs):
     """The course's `{name}` is not available while `{name}` is graded."""
@@ -63,11 +65,24 @@ def _read(folder: Path) -> tuple[tuple[str, str], ...]:
 
 
 @cache
-def _withheld(folder: Path, notebook: str, function: str) -> tuple[tuple[str, str], ...]:
+def _withheld(folder: Path, notebook: str, names: frozenset[str]) -> tuple[tuple[str, str], ...]:
     module = reference_module(notebook)
-    return tuple((name, without(text, function) if name == module else text) for name, text in _read(folder))
+    sources = []
+    for name, text in _read(folder):
+        if name == module:
+            for withheld in sorted(names):
+                text = without(text, withheld)
+        sources.append((name, text))
+    return tuple(sources)
 
 
-def reference_sources(notebook: str, function: str, folder: Path = REPO / REFERENCE) -> dict[str, str]:
-    """Every reference module by import name, with ``function`` of ``notebook`` withheld."""
-    return dict(_withheld(folder, notebook, function))
+def reference_sources(notebook: str, function: str, folder: Path = REPO / REFERENCE, *,
+                      graded: frozenset[str] = frozenset(), needs: frozenset[str] | None = None) -> dict[str, str]:
+    """Every reference module by import name, with ``function`` of ``notebook`` withheld, and, when
+    ``needs`` is given, every other function of ``graded`` too but those (and what they use)."""
+    withheld = {function}
+    if needs is not None:
+        module = dict(_read(folder)).get(reference_module(notebook), "")
+        kept = names_reached(module, set(needs) - {function}, graded) if module else set()
+        withheld |= set(graded) - kept
+    return dict(_withheld(folder, notebook, frozenset(withheld)))

@@ -146,12 +146,13 @@ def write_csv(path: Path, assignment: Assignment, results: list[Result]) -> None
     ids = [t.grade_id for t in assignment.tests]
     with path.open("w", newline="", encoding="utf-8") as f:
         out = csv.writer(f)
-        out.writerow(["learner", "assignment", *ids, "score", "max_score", "status"])
+        out.writerow(["learner", "assignment", *ids, "score", "max_score", "status", "flags"])
         for r in results:
             points = {o.grade_id: o.points for o in r.outcomes}
             status = "not graded: " + r.error if r.error else "graded"
             scores = [f"{points.get(i, 0):g}" for i in ids]
-            out.writerow([r.learner, r.assignment, *scores, f"{r.score:g}", f"{assignment.max_score:g}", status])
+            out.writerow([r.learner, r.assignment, *scores, f"{r.score:g}", f"{assignment.max_score:g}", status,
+                          "; ".join(r.flags)])
 
 
 STYLE = """
@@ -182,6 +183,8 @@ def feedback_html(assignment: Assignment, result: Result) -> str:
         score = f"{o.points:g} / {o.max_points:g}"
         rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
     notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
+    if result.flags:  # the learner is told too: the instructor will read this code
+        notes += f'<div class="note"><b>For the instructor to review:</b> {e("; ".join(result.flags))}</div>'
     error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return (
@@ -218,4 +221,7 @@ def summary(assignment: Assignment, results: list[Result], seconds: float) -> st
         lines.append(f"mean score {mean:.2f} / {assignment.max_score:g} ({100 * mean / assignment.max_score:.0f}%)")
     for r in failed:
         lines.append(f"failed to grade {r.learner!r}: {r.error}")
+    for r in results:
+        if r.flags:
+            lines.append(f"to review in {r.learner!r}: {'; '.join(r.flags)}")
     return "\n".join(lines)

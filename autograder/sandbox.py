@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from harness import wire
+from harness import seccomp, wire
 
 #: the only course code the worker sees: what runs beside the learner's, none of what judges it
 HARNESS = Path(wire.__file__).resolve().parent
@@ -224,6 +224,9 @@ def sandbox_gaps() -> list[str]:
     gaps = []
     if not _supports("--size"):
         gaps.append("this bubblewrap cannot bound the size of /tmp (version 0.6 or later can)")
+    if not seccomp.supported():
+        gaps.append("no system call filter is known for this machine's architecture: the processes of one submission "
+                    "could pass data to each other through keys and message queues")
     if not _supports("--disable-userns"):
         gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
     return gaps

@@ -69,6 +69,8 @@ class Session:
         self.output = ""  # what the last worker printed, for an instructor who wonders why
         self.child: Channel | None = None
         self.key: tuple | None = None
+        #: graded function -> the other graded functions it uses (see shortcuts.Scan.needs); None: all of them
+        self.needs: dict[str, set[str]] | None = None
 
     def left(self, cap: float) -> float:
         return max(min(cap, self.deadline - time.monotonic()), 0.0)
@@ -126,13 +128,14 @@ class Session:
                 self._end_child()
 
     def _prepare(self, child: Channel, function: str, own: tuple[str, ...]) -> None:
-        notebook = self.assignment.notebook
+        notebook, functions = self.assignment.notebook, self.assignment.functions
+        needs = None if self.needs is None else frozenset(self.needs.get(function, ())) - set(own)
         setup = {
             "op": "setup", "function": function, "reference": reference_module(notebook),
-            "modules": reference_sources(notebook, function),
+            "modules": reference_sources(notebook, function, graded=frozenset(functions), needs=needs),
             "forbidden": list(self.assignment.forbidden(function)),
             "ops": list(self.assignment.forbidden_ops(function)),
-            "inject": [f for f in self.assignment.functions if f != function and f not in own],
+            "inject": [f for f in functions if f != function and f not in own and (needs is None or f in needs)],
         }
         try:
             reply = child.request(setup, timeout=self.left(self.limits.startup_seconds))

@@ -442,14 +442,22 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None) -> An
     :class:`UsedForbidden` when it called what the ``wires`` watch for."""
     args, kwargs = materialize(case.args), materialize(dict(case.kwargs))
     used: list[str] = []
+    # A provided model that counts what it reads does so from here, before the learner holds it.
+    watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())
+                           if isinstance(a, torch.nn.Module)) if w is not None]
     try:
-        with wires.record() if wires else contextlib.nullcontext(used) as used:
+        with wires.record() if wires else contextlib.nullcontext(used) as used, contextlib.ExitStack() as stack:
+            for watch in watches:
+                stack.enter_context(watch)
             if case.init is not None:
                 result = _call_module(fn, case, args, kwargs)
             else:
                 result = to_plain(fn(*args, **kwargs))
     except Exception as exc:  # the learner's mistake is data for the judge, not a crash
         result = raised(exc, fn)
+    exceeded = next((w.exceeded for w in watches if w.exceeded), None)
+    if exceeded:
+        result = Raised("Recomputed", exceeded)
     return UsedForbidden(tuple(dict.fromkeys(used))) if used else result
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from .calls import provider, seeded
 
@@ -114,25 +115,58 @@ class Recomputed(RuntimeError):
 
 
 class _Counted(torch.nn.Module):
-    """x W^T + b that counts the positions it reads and refuses to read more than its model's budget."""
+    """x W^T + b, under a name that :class:`Reads` reports."""
 
     def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None, name: str, owner: ToyGPT) -> None:
         super().__init__()
         self.weight = torch.nn.Parameter(weight, requires_grad=False)
         self.bias = None if bias is None else torch.nn.Parameter(bias, requires_grad=False)
         self.name = name
-        self._owner = [owner]  # a list, so that the model is not registered as a submodule of its own layer
-        self.rows = 0
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        self.rows += x.numel() // x.shape[-1]
-        budget = self._owner[0].budget
-        if budget is not None and self.rows > budget:
-            raise Recomputed(
-                f"the model's `{self.name}` has now read {self.rows} positions, more than the {budget} that the "
-                "prompt and the generated tokens hold together: positions already in the cache were computed again"
-            )
         return torch.nn.functional.linear(x, self.weight, self.bias)
+
+
+#: the ATen products through which a weight reads positions, whichever function led to them
+_PRODUCTS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot", "_mkldnn_matmul"})
+
+
+class Reads(TorchDispatchMode):
+    """Counts, for each linear weight of a :class:`ToyGPT`, the positions multiplied by it, at the
+    level of ATen's matrix products: ``model.w_q(x)``, ``F.linear(x, w)``, ``x @ w.T`` and
+    ``einsum`` all come down to one of them. The budget is taken when the count starts, so
+    changing the model's attributes afterwards changes nothing; a read past it is remembered
+    (``exceeded``), not raised, so that no ``except`` of the learner's can swallow it.
+
+    Advisory all the same: it runs in the learner's process, where a copy of the weights
+    (``w.clone()``) is a tensor it does not know.
+    """
+
+    def __init__(self, model: ToyGPT) -> None:
+        super().__init__()
+        self.budget = model.budget
+        self.names = {m.weight.untyped_storage().data_ptr(): m.name for m in model.modules() if isinstance(m, _Counted)}
+        self.rows = dict.fromkeys(self.names.values(), 0)
+        self.exceeded: str | None = None
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # nothing here is compiled; wrapping the handler for dynamo would import it (seconds)
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.name().partition("::")[2].split(".")[0] in _PRODUCTS:
+            tensors = [a for a in args if isinstance(a, torch.Tensor)]
+            weights = [self.names.get(t.untyped_storage().data_ptr()) for t in tensors]
+            inputs = [t for t, w in zip(tensors, weights) if w is None and t.dim() >= 1]
+            for name in filter(None, weights):
+                read = max((t.numel() // max(t.shape[-1], 1) for t in inputs), default=0)
+                self.rows[name] += read
+                if self.budget is not None and self.rows[name] > self.budget and self.exceeded is None:
+                    self.exceeded = (
+                        f"the model's `{name}` has now read {self.rows[name]} positions, more than the {self.budget} "
+                        "that the prompt and the generated tokens hold together: positions already in the cache were "
+                        "computed again")
+        return func(*args, **(kwargs or {}))
 
 
 class _ToyAttention(torch.nn.Module):
@@ -167,9 +201,9 @@ class ToyGPT(torch.nn.Module):
     of a whole sequence read at once, with PyTorch's own causal attention, and fills ``kv`` with
     every block's keys and values (B, h, T, d_k): that is the oracle a cached decoder is held to.
 
-    With a ``budget``, every linear layer counts the positions it reads and raises
-    :class:`Recomputed` past the budget: a decoder that reads each position once stays within
-    prompt length + steps per sequence; one that reads the whole sequence again at each step does not.
+    With a ``budget``, a call of the learner's that is given the model is watched by :class:`Reads`:
+    a decoder that reads each position once through each linear weight stays within prompt length +
+    steps per sequence; one that reads the whole sequence again at each step does not.
     """
 
     def __init__(self, vocab_size: int = 11, d_model: int = 16, h: int = 4, d_ff: int = 32, N: int = 2,
@@ -206,6 +240,10 @@ class ToyGPT(torch.nn.Module):
         self.head = _Counted(self.embed.weight, None, "head", self)  # weight tying: the same tensor as embed's
         self.vocab_size, self.d_model, self.h, self.N, self.max_len = vocab_size, d_model, h, N, max_len
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+
+    def watch(self) -> Reads | None:
+        """What counts this model's reads during one call, or None without a budget."""
+        return None if self.budget is None else Reads(self)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids (B, T) -> logits (B, T, V), the whole sequence read at once under a causal mask."""

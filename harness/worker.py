@@ -329,11 +329,14 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     """Serve one graded function: its setup, the submission's cells, then its cases."""
     import torch
 
-    from . import wire
+    from . import seccomp, wire
     from .calls import Tripwires, call_learner, raised, remember_cell
 
     os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Before anything of the learner's: nothing the kernel keeps past this process (keys, message
+    # queues, shared memory) can be made or read, so no later process of the submission finds it.
+    seccomp.install()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     frames = _Frames(channel, request_limit)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
