@@ -133,3 +133,35 @@ def test_each_attack_scores_nothing_and_says_why(notebook, source_nb):
     got_through = {f: verdicts[f].points for f in answers if verdicts[f].points}
     unexplained = {f: verdicts[f].message for f in answers if EXPECTED[f] not in verdicts[f].message}
     assert not got_through and not unexplained, (got_through, unexplained)
+
+
+# What a learner process holds of the course's code: the real functions of the notebook's
+# reference module (not stubs), and those put in the learner's namespace.
+HOLDINGS = r'''
+import sys
+def _holdings():
+    module = sys.modules["reference.attention"]
+    real = [n for n in ("softmax", "scaled_dot_product_attention", "additive_attention", "score_variance")
+            if "not available" not in (getattr(module, n).__doc__ or "")]
+    given = [n for n in real if globals().get(n) is getattr(module, n)]
+    return f"HOLDS {real} GIVEN {given}"
+def scaled_dot_product_attention(q, k, v, mask=None):
+    assert softmax  # it reads softmax, as attention does
+    raise RuntimeError(_holdings())
+def score_variance(q, k, scaled=False):
+    raise RuntimeError(_holdings())
+'''
+
+
+def test_a_process_holds_the_course_s_versions_of_only_the_helpers_its_function_uses(source_nb):
+    source = source_nb("attention")
+    solved = complete(nbformat.read(chapter_of("attention").release, as_version=4), source)
+    for function in ("scaled_dot_product_attention", "score_variance"):
+        _answer(solved, function).source = "pass"
+    solved.cells.append(nbformat.v4.new_code_cell(HOLDINGS))
+    assignment = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
+    outcomes, _ = grade_cells(assignment, notebook_cells(solved)[0], LIMITS, [REPO], include_hidden=False)
+    messages = {o.grade_id: o.message.split("HOLDS")[-1][:80] for o in outcomes}
+    # scaled_dot_product_attention reads softmax (the learner's, replaced by the course's); score_variance nothing
+    assert messages["test_scaled_dot_product_attention"].startswith(" ['softmax'] GIVEN ['softmax']"), messages
+    assert messages["test_score_variance"].startswith(" [] GIVEN []"), messages
