@@ -26,6 +26,8 @@ import symtable
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
+import torch
+
 from harness.calls import watched_names
 
 #: what every rule of the second kind says, by its key
@@ -176,9 +178,10 @@ class _Statement:
     trusted: bool
     binds: set[str]
     uses: set[str]
-    #: (rule, what, line) of the second kind, and ("path" | "attribute", name, line) for the first kind
+    #: (rule, what, line): uses that break a rule of the second kind, and what to review
     universal: list[tuple[str, str, int]] = field(default_factory=list)
     review: list[tuple[str, str, int]] = field(default_factory=list)
+    #: (dotted path, line) of every name it resolves, and (attribute, line) of those it cannot
     paths: list[tuple[str, int]] = field(default_factory=list)
     attributes: list[tuple[str, int]] = field(default_factory=list)
 
@@ -289,8 +292,8 @@ def _forbidden_use(stmt: _Statement, paths: Sequence[str], watched: Sequence[str
             return path, line
         if path.split(".")[0] == "torch" and any(w in _plain(path.rsplit(".", 1)[-1]) for w in watched):
             return path, line
-    for attribute, line in stmt.attributes:  # a method of an object the source does not name: a Tensor's, say
-        if attribute in methods or any(w in _plain(attribute) for w in watched):
+    for attribute, line in stmt.attributes:  # a method of an object the source does not name: a Tensor's
+        if hasattr(torch.Tensor, attribute) and (attribute in methods or any(w in _plain(attribute) for w in watched)):
             return f"torch.Tensor.{attribute}", line
     return None
 

@@ -1,6 +1,10 @@
 """Grade 40 submissions of chapter 2 with this course's engine and with `nbgrader autograde`.
 
-    python benchmarks/grading.py [--submissions 40] [--jobs 2]
+    python benchmarks/grading.py [--submissions 40] [--jobs 2] [--before PYTHON] [--rounds 1]
+
+``--before`` names the interpreter of a checkout of the code before a change (one whose path
+holds that checkout): the same class is graded with it too, in rounds alternating with this
+code's, and the fastest round of each is compared.
 
 Both graders get the same class in the same run (copies of one course directory), so their
 wall times are comparable on a noisy machine. Prints both times, their ratio, and whether the
@@ -68,6 +72,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--submissions", type=int, default=40)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--before", help="the Python of a checkout of the code before a change, to grade with too")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of this code and --before")
     args = parser.parse_args()
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
@@ -78,7 +84,17 @@ def main() -> None:
     shutil.copytree(base, ours)
     shutil.copytree(base, theirs)
 
-    t_ours = timed([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--jobs", str(args.jobs), "--root", str(ours)], ours)
+    grade = ["-m", "autograder", "grade", ASSIGNMENT, "--jobs", str(args.jobs)]
+    before = Path(tempfile.mkdtemp()) / "before"
+    times: dict[str, list[float]] = {"ours": [], "before": []}
+    for _ in range(max(args.rounds, 1)):
+        for who, python, root in (("ours", sys.executable, ours), ("before", args.before, before)):
+            if python is None:
+                continue
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(base, root)
+            times[who].append(timed([python, *grade, "--root", str(root)], root))
+    t_ours = min(times["ours"])
     t_theirs = timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--create", "--force"], theirs)
 
     with (ours / "grades" / f"{ASSIGNMENT}.csv").open() as f:
@@ -89,6 +105,11 @@ def main() -> None:
 
     print(f"{args.submissions} submissions of {ASSIGNMENT}, {os.cpu_count()} cores")
     print(f"this engine (--jobs {args.jobs}, sandboxed): {t_ours:7.1f} s")
+    if times["before"]:
+        t_before = min(times["before"])
+        print(f"the code before (--before):         {t_before:7.1f} s")
+        print(f"this engine / the code before: {t_ours / t_before:.2f}x (per submission "
+              f"{t_ours / args.submissions:.2f} s against {t_before / args.submissions:.2f} s)")
     print(f"nbgrader autograde:                 {t_theirs:7.1f} s")
     print(f"speed-up: {t_theirs / t_ours:.2f}x")
     print(f"scores agree on {agree} of {comparable} comparable submissions")
@@ -97,7 +118,7 @@ def main() -> None:
         k = wrong[0]
         print(f"a wrong softmax: this engine {our_scores[k]:g}, nbgrader {their_scores[k]:g} "
               "(nbgrader also fails the attention that uses it)")
-    for folder in (base, ours.parent, theirs.parent):
+    for folder in (base, ours.parent, theirs.parent, before.parent):
         shutil.rmtree(folder, ignore_errors=True)
 
 

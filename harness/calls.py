@@ -303,12 +303,6 @@ class Tripwires:
         self.paths = tuple(dict.fromkeys(paths))
         self.watched = watched_names(self.paths, ops)
 
-    def install(self) -> Tripwires:
-        return self  # nothing is replaced; kept so that a notebook and the worker read alike
-
-    def uninstall(self) -> None:
-        pass
-
     @contextlib.contextmanager
     def record(self):
         used: list[str] = []

@@ -9,16 +9,19 @@ Two kinds of process, so that the learner's code can never speak for the worker:
   the same user may trace it or open its descriptors; in the sandbox it is the first process of
   its own process namespace, which no process inside may signal, and whose exit ends them all.
 * **A learner process**, one per graded function, forked from the warm worker (torch already
-  imported, no learner code ever run, no reference code ever loaded). The grader sends it, over
-  its own socket, the course's reference modules *without the function being graded* (that
-  function's name leads to a stub), the names it may not call, the submission's cells, and then
-  the cases; it replies with plain data. It never judges anything.
+  imported, no learner code ever run, no reference code ever loaded). Before anything else it
+  installs a system call filter (:mod:`harness.seccomp`), so that nothing it leaves in the
+  kernel can reach the next one. The grader sends it, over its own socket, the course's
+  reference modules with only the helpers its function uses (every other graded function's
+  name, its own included, leads to a stub), the names it may not call, the submission's cells,
+  and then the cases; it replies with plain data. It never judges anything.
 
 What remains possible in principle: code in the learner's process can answer the cases by any
 route it likes, for instance by replying on its own socket itself, or by reaching a forbidden
 built-in without passing its tripwire. That is the same as the graded function returning those
 answers: the grader judges them in its own process, and the course's answer for the function
-being graded is nowhere in the learner's process to be returned.
+being graded is nowhere in the learner's process to be returned. The shortcuts that matter are
+judged from the submission's source, in the grader's process (:mod:`autograder.shortcuts`).
 """
 from __future__ import annotations
 

@@ -5,9 +5,12 @@ from __future__ import annotations
 import csv
 
 import pytest
+import torch
 
+from autograder.checks import get
 from autograder.engine import Assignment, Result
 from autograder.engine import TestOutcome as Outcome
+from autograder.framework import CheckFailed, Tripwires, run_check
 from autograder.reports import feedback_html, summary, write_csv
 from autograder.shortcuts import scan
 from autograder.submissions import notebook_cells
@@ -74,6 +77,7 @@ HONEST = [
     ("encoder", "import torch\nclass LayerNorm(torch.nn.Module):\n    def forward(self, x):\n"
      "        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)\n"
      "        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta"),
+    ("encoder", "class EncoderLayer:\n    def forward(self, x):\n        return self.multi_head_attention(x, x, x)"),
     ("capstone", "import torch\ndef label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):\n"
      "    logp = torch.nn.functional.log_softmax(logits, dim=-1)\n"
      "    nll = torch.nn.functional.nll_loss(logp.flatten(0, -2), target.flatten(), ignore_index=pad_id)\n"
@@ -142,3 +146,29 @@ def test_a_given_cell_edited_by_the_learner_is_judged(source_nb):
     assignment = _assignment("attention", source_nb)
     edited = [c + "\nimport torch._C" if "import torch" in c else c for c in assignment.given]
     assert set(scan(edited, {"softmax": ((), ())}, assignment.given).forbidden) == {"softmax"}
+
+
+# At run time, in the learner's process (advisory: the notebook's own check gives these messages).
+RUN_TIME = {
+    "torch._C": lambda x, dim=-1: torch._C._VariableFunctions.softmax(x, dim),
+    "torch.ops": lambda x, dim=-1: torch.ops.aten._softmax(x, dim, False),
+    "log_softmax": lambda x, dim=-1: torch.log_softmax(x, dim).exp(),
+    "softmin": lambda x, dim=-1: torch.nn.functional.softmin(-x, dim),
+    "multi-head attention's weights": lambda x, dim=-1: torch.nn.functional.scaled_dot_product_attention(
+        x[..., None], x[..., None], x[..., None]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TIME))
+def test_the_tripwires_see_every_alias_down_to_the_operator(name):
+    with pytest.raises(CheckFailed, match="which this exercise asks you to build yourself"):
+        run_check(get("attention.softmax"), RUN_TIME[name])
+
+
+def test_the_tripwires_replace_nothing_so_no_original_can_be_taken_back():
+    wires = Tripwires(get("attention.softmax").forbidden, get("attention.softmax").forbidden_ops)
+    with wires.record() as used:
+        assert torch.softmax is torch._C._VariableFunctions.softmax
+        assert torch.Tensor.softmax is torch._C.TensorBase.softmax
+        torch.ones(2).softmax(0)
+    assert used == ["torch.Tensor.softmax"]
