@@ -6,7 +6,7 @@ cells, and answers that function's cases. A cell that runs too long or ends its 
 noted once and skipped from then on; the learner process is started again without it, which
 costs a fork, not a new interpreter.
 
-Everything a learner process sends is read with bounds (:mod:`autograder.wire`). A reply that
+Everything a learner process sends is read with bounds (:mod:`harness.wire`). A reply that
 cannot be read, whatever wrote it, fails the call it answers (or skips the cell it answers), and
 grading goes on.
 """
