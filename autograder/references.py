@@ -76,13 +76,41 @@ def _withheld(folder: Path, notebook: str, names: frozenset[str]) -> tuple[tuple
     return tuple(sources)
 
 
+def imported_modules(sources: list[str] | tuple[str, ...]) -> set[str]:
+    """The reference modules that ``sources`` (code, as text) import."""
+    found: set[str] = set()
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
+                [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+                if isinstance(node, ast.ImportFrom) and node.module and not node.level else [])
+            found |= {n for n in names if n.split(".")[0] == REFERENCE and n.count(".") == 1}
+    return found
+
+
 def reference_sources(notebook: str, function: str, folder: Path = REPO / REFERENCE, *,
-                      graded: frozenset[str] = frozenset(), needs: frozenset[str] | None = None) -> dict[str, str]:
+                      graded: frozenset[str] = frozenset(), needs: frozenset[str] | None = None,
+                      imports: frozenset[str] | None = None) -> dict[str, str]:
     """Every reference module by import name, with ``function`` of ``notebook`` withheld, and, when
-    ``needs`` is given, every other function of ``graded`` too but those (and what they use)."""
+    ``needs`` is given, every other function of ``graded`` too but those (and what they use).
+    With ``imports`` (the reference modules the submission imports), only the notebook's own module
+    and those, with what they import in turn, are sent: not the chapters it never uses."""
     withheld = {function}
     if needs is not None:
         module = dict(_read(folder)).get(reference_module(notebook), "")
         kept = names_reached(module, set(needs) - {function}, graded) if module else set()
         withheld |= set(graded) - kept
-    return dict(_withheld(folder, notebook, frozenset(withheld)))
+    sources = dict(_withheld(folder, notebook, frozenset(withheld)))
+    if imports is None:
+        return sources
+    wanted, todo = {REFERENCE}, [reference_module(notebook), *imports]
+    while todo:
+        name = todo.pop()
+        if name in sources and name not in wanted:
+            wanted.add(name)
+            todo += sorted(imported_modules([sources[name]]))
+    return {name: text for name, text in sources.items() if name in wanted}

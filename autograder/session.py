@@ -20,7 +20,7 @@ from typing import Any
 from course.layout import reference_module
 from harness import wire
 
-from .references import reference_sources
+from .references import imported_modules, reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
@@ -71,6 +71,8 @@ class Session:
         self.key: tuple | None = None
         #: graded function -> the other graded functions it uses (see shortcuts.Scan.needs); None: all of them
         self.needs: dict[str, set[str]] | None = None
+        #: the reference modules the submission imports: the others are not sent
+        self.imports = frozenset(imported_modules(cells))
 
     def left(self, cap: float) -> float:
         return max(min(cap, self.deadline - time.monotonic()), 0.0)
@@ -132,7 +134,8 @@ class Session:
         needs = None if self.needs is None else frozenset(self.needs.get(function, ())) - set(own)
         setup = {
             "op": "setup", "function": function, "reference": reference_module(notebook),
-            "modules": reference_sources(notebook, function, graded=frozenset(functions), needs=needs),
+            "modules": reference_sources(notebook, function, graded=frozenset(functions), needs=needs,
+                                         imports=self.imports),
             "forbidden": list(self.assignment.forbidden(function)),
             "ops": list(self.assignment.forbidden_ops(function)),
             "inject": [f for f in functions if f != function and f not in own and (needs is None or f in needs)],
