@@ -8,6 +8,9 @@ In a notebook::
 prints one line when the function is right and raises :class:`CheckFailed`, with a message
 that says what is wrong and where to look, when it is not. The checks compare with PyTorch
 and closed-form mathematics only; they never import the course's solutions.
+
+None of this package runs beside a submission while it is graded: the sandbox holds only
+:mod:`harness`, the learner's side of grading, which computes nothing a check could ask for.
 """
 from .framework import CheckFailed, run_check
 

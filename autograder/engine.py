@@ -17,6 +17,8 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import nbformat
+
 from course.layout import reference_module
 from course.notebook_format import check_calls, graded_cells, is_test_cell
 
@@ -25,6 +27,7 @@ from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
+from .shortcuts import scan
 from .submissions import Submission, Unreadable, code_cells, notebook_cells
 
 
@@ -44,6 +47,8 @@ class Assignment:
     tests: tuple[GradedTest, ...]
     #: the modules its notebook imports: the worker imports them once, before any learner process
     imports: tuple[str, ...] = ()
+    #: the code cells the notebook gives (neither answers nor tests): the scan of shortcuts trusts them
+    given: tuple[str, ...] = ()
 
     @property
     def functions(self) -> list[str]:
@@ -61,13 +66,25 @@ class Assignment:
             meta = cell.metadata["nbgrader"]
             calls = tuple((c, f, h) for c, f, h in check_calls(cell.source) if c and f)
             tests.append(GradedTest(meta["grade_id"], float(meta.get("points", 0)), calls))
-        return cls(name, notebook, tuple(tests), _imports(nb))
+        return cls(name, notebook, tuple(tests), _imports(nb), _given(nb))
 
     def forbidden(self, function: str) -> tuple[str, ...]:
         """What ``function`` may not call: the built-ins it rebuilds, and the course's own answer."""
         own = f"{reference_module(self.notebook)}.{function}"
-        checks = {get(c) for t in self.tests for c, f, _ in t.calls if f == function}
-        return tuple(dict.fromkeys([n for ch in checks for n in ch.forbidden] + [own]))
+        return tuple(dict.fromkeys([n for ch in self._checks(function) for n in ch.forbidden] + [own]))
+
+    def forbidden_ops(self, function: str) -> tuple[str, ...]:
+        """Further fragments of the operator names ``function`` may not call (see Check.forbidden_ops)."""
+        return tuple(dict.fromkeys(n for ch in self._checks(function) for n in ch.forbidden_ops))
+
+    def _checks(self, function: str) -> list[Check]:
+        return list({get(c).__class__: get(c) for t in self.tests for c, f, _ in t.calls if f == function}.values())
+
+
+def _given(nb) -> tuple[str, ...]:
+    """The sources of the code cells the notebook gives, as the grader reads a submission's cells."""
+    cells = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")]
+    return tuple(notebook_cells(nbformat.from_dict({"cells": cells}))[0])
 
 
 def _imports(nb) -> tuple[str, ...]:
@@ -108,6 +125,8 @@ class Result:
     error: str | None = None  # why the submission could not be graded at all
     seconds: float = 0.0
     path: Path | None = None
+    #: what the instructor should review: constructs of the source the grader cannot judge
+    flags: list[str] = field(default_factory=list)
 
     @property
     def score(self) -> float:
@@ -137,11 +156,18 @@ def _run_check(session: Session, check: Check, function: str, hidden: bool, own:
 
 
 def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden_paths: list[Path],
-                include_hidden: bool = True, output: list[str] | None = None) -> tuple[list[TestOutcome], list[str]]:
+                include_hidden: bool = True, output: list[str] | None = None,
+                flags: list[str] | None = None) -> tuple[list[TestOutcome], list[str]]:
     """Grade a submission's code cells: every test's outcome, and notes for the learner.
-    ``output``, when given, receives what the sandboxed worker printed."""
+    ``output``, when given, receives what the sandboxed worker printed; ``flags`` what the
+    instructor should review (constructs the scan of the source cannot decide)."""
     notes: list[str] = []
+    shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
+                     assignment.given)
+    if flags is not None:
+        flags += shortcuts.flags()
     session = Session(assignment, cells, limits, hidden_paths, notes)
+    session.needs = shortcuts.needs
     outcomes = []
     try:
         for test in assignment.tests:
@@ -150,7 +176,7 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
                 for check_id, function, hidden in test.calls:
                     if hidden and not include_hidden:
                         continue
-                    problem = _run_check(session, get(check_id), function, hidden)
+                    problem = shortcuts.message(function) or _run_check(session, get(check_id), function, hidden)
                     if problem is not None:
                         hidden_failed = hidden
                         message = "" if hidden else problem
@@ -180,7 +206,7 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         try:
             cells, notes = code_cells(submission.path, limits.notebook_mb << 20)
             result.notes += notes
-            outcomes, run_notes = grade_cells(assignment, cells, limits, hidden_paths)
+            outcomes, run_notes = grade_cells(assignment, cells, limits, hidden_paths, flags=result.flags)
             result.outcomes, result.notes = outcomes, result.notes + run_notes
         except Unreadable as exc:
             result.error = str(exc)

@@ -90,6 +90,8 @@ SUMMARY_COLUMNS: list[tuple[str, Callable[[Assignment, Result], str]]] = [
     ("score", lambda a, r: f"{r.score:g}"),
     ("max_score", lambda a, r: f"{a.max_score:g}"),
     ("status", lambda a, r: "not graded: " + r.error if r.error else "graded"),
+    # what the source scan could not decide: for the instructor to read, the score is unchanged
+    ("flags", lambda a, r: "; ".join(r.flags)),
 ]
 
 
@@ -146,6 +148,8 @@ def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | 
         score = f"{o.points:g} / {o.max_points:g}"
         rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
     notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
+    if result.flags:  # the learner is told too: the instructor will read this code
+        notes += f'<div class="note"><b>For the instructor to review:</b> {e("; ".join(result.flags))}</div>'
     error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
     when = (graded_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
     return (
@@ -183,4 +187,7 @@ def summary(assignment: Assignment, results: list[Result], seconds: float) -> st
         lines.append(f"mean score {mean:.2f} / {assignment.max_score:g} ({100 * mean / assignment.max_score:.0f}%)")
     for r in failed:
         lines.append(f"failed to grade {r.learner!r}: {r.error}")
+    for r in results:
+        if r.flags:
+            lines.append(f"to review in {r.learner!r}: {'; '.join(r.flags)}")
     return "\n".join(lines)

@@ -1,8 +1,9 @@
 """A worker process for one submission, walled off from everything it must not touch.
 
 With bubblewrap (Debian package ``bubblewrap``) the worker sees an allow-list, not the host
-with a few paths hidden: the Python installation and its packages, the ``autograder`` package,
-the system libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
+with a few paths hidden: the Python installation and its packages, the ``harness`` package
+(never ``autograder``, whose checks and oracles could compute the answers), the system
+libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
 /tmp. Not the course directory, not any other copy of the course, not /etc, /root or /home. It
 has no network, its own user and process namespaces (all its processes end with it) and a cap
 on how many processes it may run at once. When the grader runs as root, the worker runs as an
@@ -12,7 +13,7 @@ Without bubblewrap only the resource limits hold; the grader refuses to grade th
 the instructor asks for it (``--no-sandbox``).
 
 The grader speaks to the worker over a Unix socket that the worker connects to as it starts,
-before any learner code exists; see :mod:`autograder.worker` for what happens inside. Limits on
+before any learner code exists; see :mod:`harness.worker` for what happens inside. Limits on
 memory, CPU time, file size and processes, a time limit on every request, and a cap on how much
 of its output is kept apply either way; every limit is a field of :class:`Limits`.
 """
@@ -31,9 +32,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from . import wire
+from harness import seccomp, wire
 
-PACKAGE = Path(__file__).resolve().parent
+#: the only course code the worker sees: what runs beside the learner's, none of what judges it
+HARNESS = Path(wire.__file__).resolve().parent
 #: where the worker finds the grader's socket inside the sandbox
 CHANNEL_DIR = "/run/grader"
 
@@ -144,12 +146,12 @@ SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/b
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 #: the course's packages that hold solutions or tools; hidden where an installation copied them
-COURSE_PACKAGES = ("reference", "coursetools", "course", "transformer", "solutions")
+COURSE_PACKAGES = ("autograder", "reference", "coursetools", "course", "transformer", "solutions")
 
 
 def _python_paths() -> list[Path]:
     """The Python installation, the environment and every package directory on sys.path."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), PACKAGE, Path(sys.executable).resolve().parent}
+    paths = {Path(sys.prefix), Path(sys.base_prefix), HARNESS, Path(sys.executable).resolve().parent}
     paths |= {Path(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
     # The system's /usr is mounted piece by piece (SYSTEM); as a prefix it would bring all of it.
     return [p for p in paths if p.is_dir() and str(p) not in ("/", "/usr")]
@@ -229,6 +231,9 @@ def sandbox_gaps() -> list[str]:
     gaps = []
     if not _supports("--size"):
         gaps.append("this bubblewrap cannot bound the size of /tmp (version 0.6 or later can)")
+    if not seccomp.supported():
+        gaps.append("no system call filter is known for this machine's architecture: the processes of one submission "
+                    "could pass data to each other through keys and message queues")
     if not _supports("--disable-userns"):
         gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
     return gaps
@@ -296,12 +301,13 @@ def _command(bwrap: str, program: list[str], limits: Limits, hidden: list[Path],
 
 def worker_program() -> list[str]:
     """The interpreter and module the worker runs."""
-    return [sys.executable, "-m", "autograder.worker"]
+    return [sys.executable, "-m", "harness.worker"]
 
 
 def installed_package() -> Path | None:
-    """Where this Python imports ``autograder`` from when no folder of the course is the current one."""
-    probe = "import importlib.util as u; s = u.find_spec('autograder'); print(s.origin if s and s.origin else '')"
+    """Where this Python imports ``harness`` (what the worker runs) from when no folder of the course is
+    the current one."""
+    probe = "import importlib.util as u; s = u.find_spec('harness'); print(s.origin if s and s.origin else '')"
     try:
         done = subprocess.run([sys.executable, "-c", probe], cwd="/", capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired):
@@ -311,16 +317,16 @@ def installed_package() -> Path | None:
 
 
 def _hint(output: str) -> str:
-    if "No module named 'autograder'" in output or "No module named autograder" in output:
+    if "No module named 'harness'" in output or "No module named harness" in output:
         installed = installed_package()
-        if installed is not None and installed != PACKAGE:
-            # Started from another copy of the course: its autograder/ shadows the installed one,
+        if installed is not None and installed != HARNESS:
+            # Started from another copy of the course: its harness/ shadows the installed one,
             # and the sandbox mounts the copy that runs, which the worker's Python does not look in.
-            return (f"the sandboxed worker cannot import autograder: the grader runs the course found in the "
-                    f"current folder, {PACKAGE.parent}, but {sys.executable} has the course installed from "
+            return (f"the sandboxed worker cannot import harness: the grader runs the course found in the "
+                    f"current folder, {HARNESS.parent}, but {sys.executable} has the course installed from "
                     f"{installed.parent}, which the worker needs. Grade from {installed.parent}, or give this copy "
-                    f"its own environment (make setup in {PACKAGE.parent})")
-        return "the sandboxed worker cannot import autograder: install the course with make setup"
+                    f"its own environment (make setup in {HARNESS.parent})")
+        return "the sandboxed worker cannot import harness: install the course with make setup"
     if "No module named 'torch'" in output:
         return "the sandboxed worker cannot import torch: install the course with make setup"
     if "Permission denied" in output and _as_root():
@@ -386,7 +392,7 @@ class Channel:
 
 
 class Worker:
-    """One sandboxed `python -m autograder.worker`: it runs no learner code itself, and starts a
+    """One sandboxed `python -m harness.worker`: it runs no learner code itself, and starts a
     fresh process for each graded function (:meth:`fork`), which the grader then speaks to directly."""
 
     def __init__(self, limits: Limits, hidden: list[Path], preload: tuple[str, ...] = ()):

@@ -6,7 +6,7 @@ cells, and answers that function's cases. A cell that runs too long or ends its 
 noted once and skipped from then on; the learner process is started again without it, which
 costs a fork, not a new interpreter.
 
-Everything a learner process sends is read with bounds (:mod:`autograder.wire`). A reply that
+Everything a learner process sends is read with bounds (:mod:`harness.wire`). A reply that
 cannot be read, whatever wrote it, fails the call it answers (or skips the cell it answers), and
 grading goes on.
 """
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from course.layout import reference_module
+from harness import wire
 
-from . import wire
-from .references import reference_sources
+from .references import imported_modules, reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 from .time_limit import endless_loop_message
 
@@ -70,6 +70,10 @@ class Session:
         self.output = ""  # what the last worker printed, for an instructor who wonders why
         self.child: Channel | None = None
         self.key: tuple | None = None
+        #: graded function -> the other graded functions it uses (see shortcuts.Scan.needs); None: all of them
+        self.needs: dict[str, set[str]] | None = None
+        #: the reference modules the submission imports: the others are not sent
+        self.imports = frozenset(imported_modules(cells))
 
     def left(self, cap: float) -> float:
         return max(min(cap, self.deadline - time.monotonic()), 0.0)
@@ -127,12 +131,15 @@ class Session:
                 self._end_child()
 
     def _prepare(self, child: Channel, function: str, own: tuple[str, ...]) -> None:
-        notebook = self.assignment.notebook
+        notebook, functions = self.assignment.notebook, self.assignment.functions
+        needs = None if self.needs is None else frozenset(self.needs.get(function, ())) - set(own)
         setup = {
             "op": "setup", "function": function, "reference": reference_module(notebook),
-            "modules": reference_sources(notebook, function),
+            "modules": reference_sources(notebook, function, graded=frozenset(functions), needs=needs,
+                                         imports=self.imports),
             "forbidden": list(self.assignment.forbidden(function)),
-            "inject": [f for f in self.assignment.functions if f != function and f not in own],
+            "ops": list(self.assignment.forbidden_ops(function)),
+            "inject": [f for f in functions if f != function and f not in own and (needs is None or f in needs)],
         }
         try:
             reply = child.request(setup, timeout=self.left(self.limits.startup_seconds))

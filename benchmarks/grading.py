@@ -1,6 +1,10 @@
 """Grading at scale, and against `nbgrader autograde`, on chapter 2.
 
-    python benchmarks/grading.py [--class-size 16] [--nbgrader] [--submissions 40] [--jobs 2]
+    python benchmarks/grading.py [--class-size 16] [--nbgrader] [--submissions 40] [--jobs 2] [--before PYTHON] [--rounds 1]
+
+``--before`` names the interpreter of a checkout of the code before a change (one whose path
+holds that checkout): with ``--nbgrader`` the same class is graded with it too, in rounds
+alternating with this code's, and the fastest round of each is compared.
 
 In one run, on copies of one course directory (so that the figures are comparable on a noisy
 machine), it grades the same class of ``--class-size`` learners:
@@ -187,13 +191,22 @@ def scale(base: Path, size: int) -> None:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def against_nbgrader(base: Path, submissions: int, jobs: int) -> None:
+def against_nbgrader(base: Path, submissions: int, jobs: int, before_python: str | None = None, rounds: int = 1) -> None:
     kinds = make_class(base, submissions)
     ours, theirs = Path(tempfile.mkdtemp()) / "ours", Path(tempfile.mkdtemp()) / "nbgrader"
-    shutil.copytree(base, ours)
+    before = Path(tempfile.mkdtemp()) / "before"
     shutil.copytree(base, theirs)
 
-    t_ours = timed([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--jobs", str(jobs), "--root", str(ours)], ours)
+    grade = ["-m", "autograder", "grade", ASSIGNMENT, "--jobs", str(jobs)]
+    times: dict[str, list[float]] = {"ours": [], "before": []}
+    for _ in range(max(rounds, 1)):
+        for who, python, root in (("ours", sys.executable, ours), ("before", before_python, before)):
+            if python is None:
+                continue
+            shutil.rmtree(root, ignore_errors=True)
+            shutil.copytree(base, root)
+            times[who].append(timed([python, *grade, "--root", str(root)], root))
+    t_ours = min(times["ours"])
     t_theirs = timed([sys.executable, "-m", "nbgrader", "autograde", ASSIGNMENT, "--create", "--force"], theirs)
 
     with (ours / "grades" / f"{ASSIGNMENT}.csv").open() as f:
@@ -204,6 +217,11 @@ def against_nbgrader(base: Path, submissions: int, jobs: int) -> None:
 
     print(f"{submissions} submissions of {ASSIGNMENT}, {os.cpu_count()} cores")
     print(f"this engine (--jobs {jobs}, sandboxed): {t_ours:7.1f} s")
+    if times["before"]:
+        t_before = min(times["before"])
+        print(f"the code before (--before):         {t_before:7.1f} s")
+        print(f"this engine / the code before: {t_ours / t_before:.2f}x (per submission "
+              f"{t_ours / submissions:.2f} s against {t_before / submissions:.2f} s)")
     print(f"nbgrader autograde:                 {t_theirs:7.1f} s")
     print(f"speed-up: {t_theirs / t_ours:.2f}x")
     print(f"scores agree on {agree} of {comparable} comparable submissions")
@@ -212,7 +230,7 @@ def against_nbgrader(base: Path, submissions: int, jobs: int) -> None:
         k = wrong[0]
         print(f"a wrong softmax: this engine {our_scores[k]:g}, nbgrader {their_scores[k]:g} "
               "(nbgrader also fails the attention that uses it)")
-    for folder in (ours.parent, theirs.parent):
+    for folder in (ours.parent, theirs.parent, before.parent):
         shutil.rmtree(folder, ignore_errors=True)
 
 
@@ -222,6 +240,8 @@ def main() -> None:
     parser.add_argument("--nbgrader", action="store_true", help="also compare with nbgrader autograde")
     parser.add_argument("--submissions", type=int, default=40, help="learners in the nbgrader comparison")
     parser.add_argument("--jobs", type=int, default=2, help="--jobs of the nbgrader comparison")
+    parser.add_argument("--before", help="the Python of a checkout of the code before a change, to grade with too")
+    parser.add_argument("--rounds", type=int, default=1, help="alternating rounds of this code and --before")
     args = parser.parse_args()
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
 
@@ -230,7 +250,7 @@ def main() -> None:
     scale(base, args.class_size)
     if args.nbgrader:
         shutil.rmtree(base / "submitted")
-        against_nbgrader(base, args.submissions, args.jobs)
+        against_nbgrader(base, args.submissions, args.jobs, args.before, args.rounds)
     shutil.rmtree(base, ignore_errors=True)
 
 

@@ -6,7 +6,7 @@ import torch
 from torch import nn
 
 from autograder import oracles
-from autograder.toys import Recomputed, ToyGPT
+from autograder.toys import ToyGPT
 
 
 def _torch_block(block, d_model: int, h: int, d_ff: int) -> nn.TransformerEncoderLayer:
@@ -35,7 +35,10 @@ def test_the_toy_gpt_is_a_stack_of_pytorch_pre_norm_layers(N, d_model, h, d_ff):
 def test_the_budget_refuses_a_decoder_that_reads_again():
     model = ToyGPT(budget=2 * 6)
     ids = torch.zeros(2, 5, dtype=torch.long)
-    model(ids)  # 10 positions per layer: within the budget
-    with pytest.raises(Recomputed, match="computed again"):
-        model(ids)
-    assert ToyGPT(budget=None)(ids).shape == (2, 5, 11)
+    with model.watch() as reads:
+        model(ids)  # 10 positions per layer: within the budget
+        assert reads.exceeded is None
+        model.budget = None  # the count took its budget when it started: this changes nothing
+        torch.nn.functional.linear(model.embed(ids), model.blocks[0].self_attn.w_q.weight)  # past the layer: counted
+    assert "computed again" in reads.exceeded and "blocks[0].self_attn.w_q" in reads.exceeded
+    assert ToyGPT(budget=None).watch() is None

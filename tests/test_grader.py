@@ -87,7 +87,7 @@ def _requests():
 # the course's own function of that name wherever it can find one (through any wrapper).
 FORGE = TAKEOVER + r'''
 def _answer(request):
-    from autograder import wire
+    from harness import wire
     from autograder.framework import call_learner
     if request.get("op") != "call":
         return {"ok": True}
@@ -461,8 +461,9 @@ EXPECTED = {
     "duplicate_ids": (FULL, "passed"),
     "renamed": (FULL, "in place of attention.ipynb"),
     # Replies written by learner code: the course's answer is nowhere in its process to forge one.
-    "forges_replies": (0, "is not available while"),
-    "unwraps_tripwire": (FULL - 2, "nowhere to be found"),
+    # Both read the source of the scan before anything runs: the frames and closures they reach into.
+    "forges_replies": (0, "own packages hold its checks and oracles"),
+    "unwraps_tripwire": (FULL - 2, "calls reference.attention.softmax"),
     # Malformed replies cost their own submission, with a note; the rest of the class is graded.
     "replies_nested": (0, "a reply it cannot read"),
     "replies_huge": (0, "a reply it cannot read"),
@@ -552,6 +553,13 @@ def test_the_gradebook_holds_every_graded_learner(graded):
     for learner, (expected_score, _) in EXPECTED.items():
         assert scores[learner] == pytest.approx(expected_score), learner
     assert "x; rm -rf ~" not in scores
+
+
+def test_what_cannot_be_judged_from_the_source_is_flagged_for_review(graded):
+    assert "gc" in graded["rows"]["unwraps_tripwire"]["flags"]  # it searched memory with gc.get_objects
+    assert graded["rows"]["perfect"]["flags"] == ""
+    assert "For the instructor to review" in feedback(graded, "unwraps_tripwire")
+    assert "to review in 'unwraps_tripwire'" in graded["stdout"]
 
 
 def test_the_run_ends_with_a_summary(graded):

@@ -53,7 +53,7 @@ def _written(root: Path) -> dict:
 def test_a_worker_that_cannot_import_autograder_stops_the_run_at_once(course, monkeypatch, capsys):
     # The worker's Python without its site-packages: the course's package cannot be imported,
     # as when the grader runs from a checkout that was never installed.
-    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "autograder.worker"])
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "harness.worker"])
     before = _written(course)
     start = time.monotonic()
     status = cli.main(["grade", ASSIGNMENT, "--root", str(course), "--no-sandbox", *FAST] if not sandbox.sandboxed()
@@ -61,7 +61,7 @@ def test_a_worker_that_cannot_import_autograder_stops_the_run_at_once(course, mo
     seconds = time.monotonic() - start
     err = capsys.readouterr().err
     assert status != 0
-    assert "the sandboxed worker cannot import autograder: install the course with make setup" in err
+    assert "the sandboxed worker cannot import harness: install the course with make setup" in err
     assert "No module named" in err  # the worker's own words
     assert "nothing was graded or written" in err
     assert seconds < 60, "a worker that dies at start-up must be reported at once, not retried until the time runs out"

@@ -11,8 +11,8 @@ import json
 import pytest
 import torch
 
-from autograder import wire
 from autograder.framework import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
+from harness import wire
 
 
 def _parsed(document) -> object:

@@ -2,6 +2,7 @@
 worker's channel, only an allow-list of files is visible, and the fallback still grades."""
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import time
@@ -96,19 +97,120 @@ def test_each_learner_process_starts_with_an_empty_scratch_space(worker):
         assert fresh == "[]"
 
 
-@needs_bubblewrap
-def test_shared_memory_does_not_outlive_its_learner_process(worker):
-    # System V segments outlive their processes: left alone, they could carry a hidden case from
-    # one function's process to the next, or hold memory beyond every limit.
+# Every kernel object and file one learner process could leave for another: the keyrings, POSIX
+# and System V message queues, System V shared memory and semaphores, files in /tmp and /dev/shm.
+CHANNELS = r"""
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+X86 = platform.machine() == "x86_64"
+ADD_KEY, REQUEST_KEY = (248, 249) if X86 else (217, 218)
+libc.mq_open.restype = ctypes.c_int
+def put():
+    done = []
+    for ring in (-4, -3, -5):  # the user's, the session's and the user's session keyring
+        if libc.syscall(ADD_KEY, b"user", b"grader-channel", b"the reference", 13, ring) >= 0:
+            done.append(f"key {ring}")
+    if libc.mq_open(b"/grader-channel", os.O_CREAT | os.O_RDWR, 0o666, None) >= 0:
+        done.append("mqueue")
+    for name, make in (("msg", lambda: libc.msgget(4242, 0o1666)), ("shm", lambda: libc.shmget(4242, 4096, 0o1666)),
+                       ("sem", lambda: libc.semget(4242, 1, 0o1666))):
+        if make() >= 0:
+            done.append(name)
+    for path in ("/tmp/grader-channel", "/dev/shm/grader-channel"):
+        try:
+            open(path, "w").write("the reference")
+            done.append(path)
+        except OSError:
+            pass
+    return done
+def get():
+    found = []
+    for ring in (-4, -3, -5):
+        if libc.syscall(REQUEST_KEY, b"user", b"grader-channel", None, ring) >= 0:
+            found.append(f"key {ring}")
+    if libc.mq_open(b"/grader-channel", os.O_RDWR, 0, None) >= 0:
+        found.append("mqueue")
+    for name, find in (("msg", lambda: libc.msgget(4242, 0o666)), ("shm", lambda: libc.shmget(4242, 4096, 0o666)),
+                       ("sem", lambda: libc.semget(4242, 1, 0o666))):
+        if find() >= 0:
+            found.append(name)
+    found += [p for p in ("/tmp/grader-channel", "/dev/shm/grader-channel") if os.path.exists(p)]
+    return found
+"""
+
+
+def test_no_channel_between_the_processes_of_a_submission(worker):
+    # One function's process holds what another's should not see (its hidden cases, say).
     child = _learner(worker)
-    created = _cell(child, "import ctypes\nlibc = ctypes.CDLL(None)\n"
-                           "raise RuntimeError(libc.shmget(0, 1 << 20, 0o1600), libc.msgget(0, 0o1600))")
-    assert all(int(i) >= 0 for i in created.strip("()").split(",")), created
+    put = _cell(child, CHANNELS + "raise RuntimeError(put())")
     child.close()
     worker.end_children()
+    assert _cell(_learner(worker), CHANNELS + "raise RuntimeError(get())") == "[]", put
+    assert "key" not in put and "mqueue" not in put and "msg" not in put, put  # refused outright
+
+
+@needs_bubblewrap
+def test_no_channel_between_two_submissions(worker):
+    other = Worker(LIMITS, [REPO])
+    try:
+        writer = _learner(worker)
+        put = _cell(writer, CHANNELS + "raise RuntimeError(put())")  # it stays alive while the other looks
+        assert _cell(_learner(other), CHANNELS + "raise RuntimeError(get())") == "[]", put
+    finally:
+        other.stop()
+
+
+@needs_bubblewrap
+def test_system_v_objects_do_not_outlive_their_learner_process(worker):
     listed = _cell(_learner(worker), "raise RuntimeError([len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1"
                                      " for k in ('shm', 'msg', 'sem')])")
     assert listed == "[0, 0, 0]"
+
+
+def _judging_names() -> set[str]:
+    """Every graded function of the course, and every function the checks and oracles define."""
+    import inspect
+
+    from autograder import checks, oracles
+    from course.layout import chapters
+
+    names = set()
+    for chapter in chapters():
+        names |= set(checks.chapter_checks(chapter.stem))
+        module = importlib.import_module(f"autograder.checks.{chapter.stem}")
+        names |= {n for n, o in vars(module).items() if inspect.isfunction(o) and o.__module__ == module.__name__}
+    return names | {n for n, o in vars(oracles).items() if inspect.isfunction(o) and o.__module__ == oracles.__name__}
+
+
+@needs_bubblewrap
+def test_nothing_importable_in_the_sandbox_can_compute_a_graded_function(worker):
+    names = sorted(_judging_names())
+    assert {"multi_head_attention", "layer_norm", "levenshtein", "generate_cached", "bpe_merges", "softmax"} <= set(names)
+    found = _cell(_learner(worker), f"""
+import importlib, inspect, pkgutil, sys
+names = set({names!r})
+problems = []
+for entry in ("autograder.oracles", "autograder.checks", "autograder.checks.capstone", "autograder.framework",
+              "autograder.engine", "reference", "reference.attention", "course", "coursetools", "transformer",
+              "transformer.model", "solutions"):
+    try:
+        importlib.import_module(entry)
+        problems.append("importable: " + entry)
+    except ImportError:
+        pass
+import harness
+for info in pkgutil.walk_packages(harness.__path__, "harness."):
+    module = importlib.import_module(info.name)
+    for name, obj in vars(module).items():
+        members = [name] + ([n for n in vars(obj)] if inspect.isclass(obj) and obj.__module__ == module.__name__ else [])
+        problems += [f"{{info.name}}.{{m}}" for m in members if m in names]
+for name in ("autograder", "reference", "course", "coursetools", "transformer", "solutions"):
+    for entry in sys.path:
+        if entry and pkgutil.os.path.exists(pkgutil.os.path.join(entry, name)):
+            problems.append(f"on the path: {{entry}}/{{name}}")
+raise RuntimeError(sorted(set(problems)))
+""")
+    assert found == "[]", found
 
 
 @needs_bubblewrap
@@ -177,9 +279,9 @@ def test_the_learner_process_cannot_reach_the_workers_channel(worker):
 
 
 def test_a_worker_that_cannot_start_is_reported_at_once(monkeypatch):
-    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "autograder.worker"])
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "harness.worker"])
     start = time.monotonic()
-    with pytest.raises(sandbox.WorkerBroken, match="cannot import autograder") as broken:
+    with pytest.raises(sandbox.WorkerBroken, match="cannot import harness") as broken:
         Worker(Limits(startup_seconds=120), [REPO])
     assert time.monotonic() - start < 30
     assert "No module named" in str(broken.value)  # the worker's own words

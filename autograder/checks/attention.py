@@ -33,14 +33,27 @@ from ..framework import (
 # ----------------------------------------------------------------------------------------
 
 
-SOFTMAX_BUILTINS = ("torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.special.softmax")
-SDPA_BUILTINS = ("torch.nn.functional.scaled_dot_product_attention",)
+SOFTMAX_BUILTINS = (
+    "torch.softmax", "torch.Tensor.softmax", "torch.nn.functional.softmax", "torch.special.softmax", "torch.nn.Softmax",
+    # exp(log_softmax(x)) and softmin(-x) are softmax too
+    "torch.log_softmax", "torch.Tensor.log_softmax", "torch.nn.functional.log_softmax", "torch.special.log_softmax",
+    "torch.nn.LogSoftmax", "torch.nn.functional.softmin", "torch.nn.Softmin", "torch.nn.functional.gumbel_softmax",
+)
+#: the attention built-ins return their softmax weights, so they compute softmax as well
+SOFTMAX_OPS = ("softmax", "softmin", "scaled_dot_product", "multi_head_attention", "transformer_encoder_layer")
+SDPA_BUILTINS = (
+    "torch.nn.functional.scaled_dot_product_attention", "torch.nn.functional.multi_head_attention_forward",
+    "torch.nn.MultiheadAttention", "torch.nn.attention.flex_attention.flex_attention",
+)
+#: the private kernels behind them: _scaled_dot_product_flash_attention_for_cpu, _native_multi_head_attention, ...
+SDPA_OPS = ("scaled_dot_product", "scaled_dot_attention", "multi_head_attention", "transformer_encoder_layer")
 
 
 class Softmax(Check):
     function = "softmax"
     oracle = "torch.softmax"
     forbidden = SOFTMAX_BUILTINS
+    forbidden_ops = SOFTMAX_OPS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(2 if not hidden else 20)
@@ -358,6 +371,7 @@ class ScaledDotProductAttention(_AttentionCheck):
     function = "scaled_dot_product_attention"
     oracle = "torch.nn.functional.scaled_dot_product_attention"
     forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
+    forbidden_ops = SOFTMAX_OPS + SDPA_OPS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(3 if not hidden else 30)
@@ -415,6 +429,7 @@ class AdditiveAttention(_AttentionCheck):
     function = "additive_attention"
     oracle = "the additive score w_v · tanh(q W_q + k W_k)"
     forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
+    forbidden_ops = SOFTMAX_OPS + SDPA_OPS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(4 if not hidden else 40)

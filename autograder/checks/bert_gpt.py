@@ -16,8 +16,12 @@ functional twin (:func:`gpt_block`), held to PyTorch on every eval case, names t
 replays the learner's dropout masks in training mode. ``generate_with_cache`` drives
 :class:`autograder.toys.ToyGPT` (``Provided("toy_gpt", ...)``), whose forward uses PyTorch's own
 causal attention; the oracle is that model read without a cache, step by step. The learner's copy
-has a budget of positions per linear layer (prompt length + steps, per row) and raises
-``Recomputed`` past it, which is how a decoder that reads the whole sequence again is caught.
+has a budget of positions per linear weight (prompt length + steps, per row), counted at ATen's
+matrix products by :class:`harness.toys.Reads` from before the call, so that setting the model's
+``budget`` or calling ``F.linear`` on its weights changes nothing; a read past it comes back as
+``Recomputed``, which is how a decoder that reads the whole sequence again is caught. The count
+runs in the learner's process and is advisory: a decoder that copies the weights first is not
+seen, and nothing outside the process can tell a cache from reading everything again.
 
 The cases hand the learner's function a ``torch.Generator`` as ``Provided("generator", {"seed": s})``:
 each side builds its own from the seed. The judges draw nothing: torch's global generator is
@@ -1352,7 +1356,9 @@ GPT_BLOCK_TRAINING_MISTAKES: list[tuple[Callable[[oracles.Dropout], dict], str]]
 class GPTBlock(Check):
     function = "GPTBlock"
     oracle = "nn.TransformerEncoderLayer(norm_first=True, ReLU) under a causal mask, with the same weights"
-    forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention")
+    forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention",
+                 "torch.nn.Transformer", "torch.nn.functional.multi_head_attention_forward")
+    forbidden_ops = ("multi_head_attention", "transformer_encoder_layer")  # the fused kernels behind them
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(97 if not hidden else 970)

@@ -93,6 +93,9 @@ PHONEMES = ("AA", "AE", "AH", "AO", "B", "CH", "D", "EH", "ER", "IY", "K", "L", 
 
 class EditDistance(Check):
     function = "edit_distance"
+    #: installed libraries that compute it (RapidFuzz comes with the course's requirements)
+    forbidden = ("rapidfuzz", "Levenshtein", "editdistance", "nltk.edit_distance", "nltk.metrics.distance",
+                 "torchaudio.functional.edit_distance")
     oracle = "the recursive definition of the Levenshtein distance"
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -206,7 +209,9 @@ def _smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: in
 class LabelSmoothedCrossEntropy(Check):
     function = "label_smoothed_cross_entropy"
     oracle = "F.cross_entropy(label_smoothing=..., ignore_index=pad_id)"
+    #: torch._C._nn.cross_entropy_loss is where both lead, with label_smoothing or without
     forbidden = ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")
+    forbidden_ops = ("cross_entropy",)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(82 if not hidden else 820)

@@ -45,6 +45,8 @@ FORBIDDEN_LAYERS = (
     "torch.nn.TransformerDecoderLayer",
     "torch.nn.TransformerDecoder",
     "torch.nn.MultiheadAttention",
+    "torch.nn.Transformer",
+    "torch.nn.functional.multi_head_attention_forward",
 )
 
 # ----------------------------------------------------------------------------------------
@@ -54,6 +56,8 @@ FORBIDDEN_LAYERS = (
 
 class SubsequentMask(Check):
     function = "subsequent_mask"
+    forbidden = ("torch.nn.Transformer.generate_square_subsequent_mask",
+                 "torch.nn.modules.transformer._generate_square_subsequent_mask")
     invalid_hint = (
         "a negative size makes no sense, so raise ValueError with a message that says so: `raise ValueError(...)`."
     )
@@ -399,6 +403,7 @@ SHAPE_HINT = (
 
 class _DecoderCheck(Check):
     forbidden = FORBIDDEN_LAYERS
+    forbidden_ops = ("multi_head_attention",)  # _native_multi_head_attention
 
     def oracle_module(self, case: Case) -> nn.Module:
         raise NotImplementedError

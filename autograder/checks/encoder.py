@@ -38,8 +38,17 @@ from . import state_mismatch
 State = dict[str, torch.Tensor]
 Diagnoses = list[tuple[Callable[[], torch.Tensor], str]]
 
-LAYER_BUILTINS = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder")
-NORM_BUILTINS = ("torch.nn.LayerNorm", "torch.nn.functional.layer_norm", "torch.layer_norm")
+LAYER_BUILTINS = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerEncoder", "torch.nn.Transformer",
+                  "torch.nn.MultiheadAttention", "torch.nn.functional.multi_head_attention_forward")
+#: the fused kernels behind them: _transformer_encoder_layer_fwd, _native_multi_head_attention
+LAYER_OPS = ("transformer_encoder_layer", "multi_head_attention")
+NORM_BUILTINS = (
+    "torch.nn.LayerNorm", "torch.nn.functional.layer_norm", "torch.layer_norm", "torch.native_layer_norm",
+    # each normalises over the last axis when the input is reshaped to suit it
+    "torch.nn.GroupNorm", "torch.nn.functional.group_norm", "torch.nn.functional.instance_norm",
+    "torch.nn.functional.batch_norm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm",
+)
+NORM_OPS = ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm")
 
 
 def _output(result: Any, name: str, case: Case) -> torch.Tensor:
@@ -179,6 +188,7 @@ class LayerNorm(Check):
     function = "LayerNorm"
     oracle = "torch.nn.LayerNorm with the same gamma and beta"
     forbidden = NORM_BUILTINS
+    forbidden_ops = NORM_OPS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(42 if not hidden else 420)
@@ -365,6 +375,7 @@ def fits_as_attn_mask(padding: torch.Tensor | None, T_q: int) -> bool:
 
 class _StackCheck(Check):
     forbidden = LAYER_BUILTINS
+    forbidden_ops = LAYER_OPS
     N: int | None = None  # None for the single layer
 
     def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:

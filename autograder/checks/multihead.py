@@ -241,7 +241,11 @@ MHA_BUILTINS = (
     "torch.nn.MultiheadAttention",
     "torch.nn.functional.multi_head_attention_forward",
     "torch.nn.functional.scaled_dot_product_attention",
+    # layers that hold a multi-head attention
+    "torch.nn.Transformer", "torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer",
 )
+#: the private kernels behind them: _native_multi_head_attention, _scaled_dot_product_flash_attention, ...
+MHA_OPS = ("multi_head_attention", "scaled_dot_product", "transformer_encoder_layer")
 DROPOUT_P = 0.5
 
 
@@ -324,6 +328,7 @@ class MultiHeadAttentionCheck(Check):
     function = "MultiHeadAttention"
     oracle = "torch.nn.MultiheadAttention with the same weights"
     forbidden = MHA_BUILTINS
+    forbidden_ops = MHA_OPS
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(33 if not hidden else 330)

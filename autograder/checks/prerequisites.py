@@ -237,7 +237,8 @@ def _loop(x, h0, W_xh, W_hh, b_h, step: Callable) -> torch.Tensor:
 class RnnForward(Check):
     function = "rnn_forward"
     oracle = "torch.nn.RNN (tanh, batch_first) with the same weights"
-    forbidden = ("torch.nn.RNN", "torch.nn.RNNCell")
+    forbidden = ("torch.nn.RNN", "torch.nn.RNNCell", "torch.rnn_tanh", "torch.rnn_tanh_cell")
+    forbidden_ops = ("rnn_tanh", "rnn_relu")  # what nn.RNN and nn.RNNCell run
 
     def cases(self, hidden: bool) -> list[Case]:
         g = seeded(6 if not hidden else 60)

@@ -1,4 +1,4 @@
-"""The learner's side of grading: `python -m autograder.worker`, run inside the sandbox.
+"""The learner's side of grading: `python -m harness.worker`, run inside the sandbox.
 
 Two kinds of process, so that the learner's code can never speak for the worker:
 
@@ -9,16 +9,19 @@ Two kinds of process, so that the learner's code can never speak for the worker:
   the same user may trace it or open its descriptors; in the sandbox it is the first process of
   its own process namespace, which no process inside may signal, and whose exit ends them all.
 * **A learner process**, one per graded function, forked from the warm worker (torch already
-  imported, no learner code ever run, no reference code ever loaded). The grader sends it, over
-  its own socket, the course's reference modules *without the function being graded* (that
-  function's name leads to a stub), the names it may not call, the submission's cells, and then
-  the cases; it replies with plain data. It never judges anything.
+  imported, no learner code ever run, no reference code ever loaded). Before anything else it
+  installs a system call filter (:mod:`harness.seccomp`), so that nothing it leaves in the
+  kernel can reach the next one. The grader sends it, over its own socket, the course's
+  reference modules with only the helpers its function uses (every other graded function's
+  name, its own included, leads to a stub), the names it may not call, the submission's cells,
+  and then the cases; it replies with plain data. It never judges anything.
 
 What remains possible in principle: code in the learner's process can answer the cases by any
 route it likes, for instance by replying on its own socket itself, or by reaching a forbidden
 built-in without passing its tripwire. That is the same as the graded function returning those
 answers: the grader judges them in its own process, and the course's answer for the function
-being graded is nowhere in the learner's process to be returned.
+being graded is nowhere in the learner's process to be returned. The shortcuts that matter are
+judged from the submission's source, in the grader's process (:mod:`autograder.shortcuts`).
 """
 from __future__ import annotations
 
@@ -81,7 +84,7 @@ def _quiet_streams() -> None:
 
 
 class _Frames:
-    """Length-prefixed JSON messages over a socket (see :mod:`autograder.wire`)."""
+    """Length-prefixed JSON messages over a socket (see :mod:`harness.wire`)."""
 
     def __init__(self, sock: socket.socket, limit: int):
         self.sock, self.limit = sock, limit
@@ -248,7 +251,7 @@ def serve(control: socket.socket, request_limit: int, scratch: str | None = None
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m autograder.worker")
+    parser = argparse.ArgumentParser(prog="python -m harness.worker")
     parser.add_argument("--channel", required=True)
     parser.add_argument("--memory-mb", type=int, required=True)
     parser.add_argument("--cpu-seconds", type=int, required=True)
@@ -269,7 +272,7 @@ def main(argv: list[str] | None = None) -> None:
 
     import torch
 
-    from . import framework, toys, wire  # noqa: F401  (imported once, here, for every fork)
+    from . import calls, toys, wire  # noqa: F401  (imported once, here, for every fork)
 
     torch.set_num_threads(1)
     # What the notebook imports (matplotlib, say) is imported once here rather than in every
@@ -324,19 +327,36 @@ def _load_reference(sources: dict[str, str]) -> None:
         finder.sources.clear()
 
 
+def _stand_ins() -> None:
+    """The two names of the grader's package that the notebooks themselves import: ``check`` (the
+    notebook's own test runner, which the grader replaces by judging in its own process) and the
+    toy models. Nothing else of :mod:`autograder` exists here."""
+    import types
+
+    from . import toys
+
+    package = types.ModuleType("autograder", "Stand-in: the checks run in the grader's process, not here.")
+    package.check = lambda *args, **kwargs: None
+    package.toys = toys
+    sys.modules.update({"autograder": package, "autograder.toys": toys})
+
+
 def learner(channel: socket.socket, request_limit: int) -> None:
     """Serve one graded function: its setup, the submission's cells, then its cases."""
     import torch
 
-    from . import wire
-    from .framework import Tripwires, call_learner, raised, remember_cell
+    from . import seccomp, wire
+    from .calls import Tripwires, call_learner, raised, remember_cell
 
     os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    # Before anything of the learner's: nothing the kernel keeps past this process (keys, message
+    # queues, shared memory) can be made or read, so no later process of the submission finds it.
+    seccomp.install()
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     frames = _Frames(channel, request_limit)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}
-    function, inject, forbidden, module = "", [], [], None
+    function, inject, module = "", [], None
     wires: Tripwires | None = None
     injected = False
 
@@ -348,11 +368,11 @@ def learner(channel: socket.socket, request_limit: int) -> None:
         op = request.get("op")
         try:
             if op == "setup":
-                function, inject, forbidden = request["function"], request["inject"], request["forbidden"]
+                function, inject = request["function"], request["inject"]
+                _stand_ins()
                 _load_reference(request["modules"])
                 module = sys.modules.get(request["reference"])
-                # Installed before any learner code, so that early imports get the wrapped names.
-                wires = Tripwires(forbidden).install()
+                wires = Tripwires(request["forbidden"], request.get("ops", ()))
                 torch.manual_seed(0)
                 reply = {"ok": True}
             elif op == "cell":
@@ -375,7 +395,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                         injected = True
                     torch.manual_seed(0)
                     try:
-                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires, forbidden)
+                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires)
                     except BaseException as exc:
                         result = raised(exc)
                     reply = {"result": wire.encode(result)}

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from .framework import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
+from .calls import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
 
 HEADER = struct.Struct(">Q")
 MAX_DEPTH = 32  # nesting of values inside one document

@@ -1,0 +1,460 @@
+"""What runs beside the learner's code: a case's inputs built, the learner's function called, its
+result reduced to plain data, and the tripwires that notice a forbidden built-in.
+
+This module, with the rest of :mod:`harness`, is all of the course's code that a sandboxed
+learner process holds. It judges nothing and holds no oracle: the checks, their expected values
+and the course's references live in :mod:`autograder`, in the grader's own process.
+
+The tripwires watch at the level every alias of a function shares: a torch function mode sees
+each call of a torch function (public name, ``torch._C`` binding, ``torch.ops`` entry or Tensor
+method alike) and a dispatch mode each ATen operator it runs. Nothing is wrapped, so there is no
+original to take from a wrapper. They are advisory all the same: code in the learner's process
+can reach anything in it. What is enforced is the grader's scan of the submission's source
+(:mod:`autograder.shortcuts`), made in the grader's process before anything runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import importlib
+import linecache
+import os
+import re
+import sys
+import traceback
+import types
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+
+
+@dataclass(frozen=True)
+class Provided:
+    """An object the grader builds on the learner's side from a name and plain arguments.
+
+    Used for things a function under test needs that are not plain data, such as the small
+    model a greedy decoder drives. Only factories registered in :data:`PROVIDERS` exist.
+    """
+
+    name: str
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+
+
+PROVIDERS: dict[str, Callable[..., Any]] = {}
+
+
+def provider(name: str):
+    """Register a factory for :class:`Provided` objects."""
+
+    def register(factory):
+        PROVIDERS[name] = factory
+        return factory
+
+    return register
+
+
+@dataclass(frozen=True)
+class Case:
+    """One call of the learner's function."""
+
+    label: str
+    args: tuple = ()
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    #: a judge-only marker for cases that test something particular ("large", "pair-a", ...)
+    tag: str = ""
+    #: for a class under test (an nn.Module): its constructor's keyword arguments; the case then
+    #: builds ``cls(**init)``, loads ``state`` (its parameters, by the exercise's names) and calls
+    #: ``method`` with ``args``/``kwargs``
+    init: Mapping[str, Any] | None = None
+    state: Mapping[str, torch.Tensor] | None = None
+    method: str = "forward"
+    #: attributes of the module to report after the call (e.g. "attn_weights")
+    collect: tuple[str, ...] = ()
+    #: call the module in training mode (dropout active); otherwise eval mode
+    train: bool = False
+
+
+@dataclass(frozen=True)
+class Raised:
+    """The learner's function raised instead of returning."""
+
+    type: str
+    message: str
+    #: where it happened, as a phrase for the learner: their own line, and the course's function
+    #: it raised inside when it did ("raised inside the course's `X`, called from your `f`, ...")
+    where: str = ""
+    #: the qualified name of the function that raised (e.g. "LayerNorm.forward")
+    origin: str = ""
+    #: the learner's frames, formatted for a notebook; they stay in the learner's process
+    frames: tuple[str, ...] = field(default=(), compare=False)
+    #: what a judge may need as data rather than words: for a StateMismatch, the parameter names
+    #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs
+    details: Mapping[str, tuple] = field(default_factory=dict, compare=False, hash=False)
+
+
+@dataclass(frozen=True)
+class Opaque:
+    """A returned value that is not plain data (a custom object, a function, ...)."""
+
+    type: str
+
+
+def materialize(value: Any) -> Any:
+    """Build the learner-side arguments of a case: fresh copies, provided objects built."""
+    if isinstance(value, Provided):
+        if value.name not in PROVIDERS:
+            importlib.import_module("harness.toys")  # registers the course's providers (a worker may not have yet)
+        if value.name not in PROVIDERS:
+            raise KeyError(f"no provider named {value.name!r}")
+        return PROVIDERS[value.name](**value.kwargs)
+    if isinstance(value, torch.Tensor):
+        return value.clone()
+    if isinstance(value, tuple):
+        return tuple(materialize(v) for v in value)
+    if isinstance(value, list):
+        return [materialize(v) for v in value]
+    if isinstance(value, dict):
+        return {k: materialize(v) for k, v in value.items()}
+    return copy.deepcopy(value)
+
+
+def to_plain(value: Any, depth: int = 0) -> Any:
+    """Reduce a returned value to plain data: what a judge may look at.
+
+    Tensors become detached CPU tensors of the base class (a subclass cannot bring its own
+    comparison methods); anything that is not data becomes :class:`Opaque`.
+    """
+    if depth > 8:
+        return Opaque("deeply nested value")
+    if isinstance(value, torch.Tensor):
+        plain = value.detach().to("cpu")
+        if type(plain) is not torch.Tensor:
+            plain = plain.as_subclass(torch.Tensor)
+        return plain.clone()
+    if value is None or type(value) in (bool, int, float, str):
+        return value
+    if type(value) in (tuple, list):
+        return type(value)(to_plain(v, depth + 1) for v in value)
+    if type(value) is dict:
+        return {str(k): to_plain(v, depth + 1) for k, v in value.items()}
+    try:
+        import numpy as np
+
+        if type(value) is np.ndarray:
+            return torch.from_numpy(value.copy())
+        if isinstance(value, np.generic):
+            return value.item()
+    except ImportError:  # pragma: no cover
+        pass
+    return Opaque(type(value).__name__)
+
+
+@dataclass(frozen=True)
+class ModuleResult:
+    """What a call of a module returned, with the attributes the case asked to collect."""
+
+    output: Any
+    attributes: Mapping[str, Any]
+
+
+def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
+    module = cls(**materialize(dict(case.init)))
+    if case.state is not None:
+        # A module is built in float32; a case whose weights are float64 runs it in float64.
+        dtypes = {v.dtype for v in case.state.values() if v.is_floating_point()}
+        if len(dtypes) == 1 and dtypes != {torch.float32} and hasattr(module, "to"):
+            module = module.to(dtypes.pop())
+        # Parameters only: buffers (a positional-encoding table, say) are the learner's to compute.
+        own = dict(module.named_parameters()) if hasattr(module, "named_parameters") else {}
+        missing = sorted(set(case.state) - set(own))
+        unexpected = sorted(set(own) - set(case.state))
+        if missing or unexpected:
+            raise StateMismatch(missing, unexpected, shared=shared_names(module))
+        for name, value in case.state.items():
+            if tuple(own[name].shape) != tuple(value.shape):
+                raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}")
+        module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
+    module.train(case.train)
+    torch.manual_seed(0)  # dropout draws the same masks every time the case runs
+    output = getattr(module, case.method)(*args, **kwargs)
+    return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect})
+
+
+def shared_names(module: Any) -> list[tuple[str, str]]:
+    """(alias, original) for each submodule or parameter reachable under a second name.
+
+    PyTorch lists a shared parameter once, under its first name, so ``cross_attn = self_attn``
+    looks like a module without cross_attn's parameters. Only the outermost alias is given:
+    cross_attn, not also cross_attn.w_q.
+    """
+    if not hasattr(module, "named_modules"):
+        return []
+    first: dict[int, str] = {}
+    pairs: list[tuple[str, str]] = []
+    for name, obj in [*module.named_modules(remove_duplicate=False), *module.named_parameters(remove_duplicate=False)]:
+        original = first.setdefault(id(obj), name)
+        if original != name and not any(name.startswith(f"{alias}.") for alias, _ in pairs):
+            pairs.append((name, original))
+    return pairs
+
+
+class StateMismatch(Exception):
+    """The learner's module does not have the parameters the exercise names.
+
+    ``shared`` lists (alias, original) pairs: one module or parameter under two names, whose
+    parameters PyTorch therefore reports only once; names under an alias are not called missing.
+    """
+
+    def __init__(self, missing, unexpected, detail: str = "", shared=()):
+        self.missing, self.unexpected, self.shared = missing, unexpected, list(shared)
+        aliases = [alias for alias, _ in self.shared]
+        really_missing = [n for n in missing if not any(n == a or n.startswith(f"{a}.") for a in aliases)]
+        parts = [
+            f"{alias} and {original} are one and the same object, so they share their weights (PyTorch lists them "
+            f"once, under {original}): give {alias} weights of its own by creating a new object for it instead of "
+            f"reusing {original}"
+            for alias, original in self.shared[:3]
+            if any(n == alias or n.startswith(f"{alias}.") for n in missing)
+        ]
+        if really_missing:
+            parts.append("it has no parameter named " + ", ".join(really_missing[:6]))
+        if unexpected:
+            parts.append("it has parameters the exercise does not ask for: " + ", ".join(unexpected[:6]))
+        if detail:
+            parts.append(detail)
+        tail = (
+            ". Use exactly the submodule names and shapes the exercise gives."
+            if (really_missing or unexpected or detail)
+            else "."
+        )
+        super().__init__("; ".join(parts) + tail)
+
+
+def _plain(name: str) -> str:
+    """"Layer_Norm" -> "layernorm": how names are compared, so that every spelling of one matches."""
+    return name.replace("_", "").lower()
+
+
+def watched_names(paths: Sequence[str], ops: Sequence[str] = ()) -> tuple[str, ...]:
+    """The name fragments a tripwire watches for: ``ops`` and the last part of each torch path
+    ("torch.nn.LayerNorm" -> "layernorm", which ``layer_norm`` and ``native_layer_norm`` contain)."""
+    names = [*ops, *(p.rsplit(".", 1)[-1] for p in paths if p.split(".")[0] == "torch")]
+    return tuple(dict.fromkeys(_plain(n) for n in names if n))
+
+
+def _function_name(func: Any) -> str:
+    """How a torch function is named in feedback: torch.softmax, torch.Tensor.softmax, torch.ops.aten._softmax."""
+    name = str(getattr(func, "__name__", "") or type(func).__name__)
+    module = str(getattr(func, "__module__", "") or "")
+    if module.startswith("torch._ops"):
+        return f"torch.ops.{module.removeprefix('torch._ops.')}.{name}"
+    if str(getattr(func, "__qualname__", "")).startswith(("TensorBase.", "Tensor.")):
+        return f"torch.Tensor.{name}"
+    return f"{module}.{name}" if module else name
+
+
+class _Functions(TorchFunctionMode):
+    """Sees every call of a torch function, whatever name it was reached by."""
+
+    def __init__(self, watched: tuple[str, ...], used: list[str]):
+        super().__init__()
+        self.watched, self.used = watched, used
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        if any(w in _plain(str(getattr(func, "__name__", ""))) for w in self.watched):
+            self.used.append(_function_name(func))
+        return func(*args, **(kwargs or {}))
+
+
+class _Operators(TorchDispatchMode):
+    """Sees every ATen operator that runs: what all the aliases of a function come down to."""
+
+    def __init__(self, watched: tuple[str, ...], used: list[str]):
+        super().__init__()
+        self.watched, self.used = watched, used
+
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing here is compiled; wrapping the handler for dynamo would import it (seconds) in every process.
+        return False
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        namespace, _, name = func.name().partition("::")  # "aten::_softmax"
+        name = name.split(".")[0]  # an overload's name without its variant ("softmax.int")
+        if any(w in _plain(name) for w in self.watched):
+            self.used.append(f"torch.ops.{namespace}.{name}")
+        return func(*args, **(kwargs or {}))
+
+
+class Tripwires:
+    """Notice calls of the torch functions a graded function must not use, by any of their names.
+
+    ``paths`` are the public names (``torch.softmax``, ``torch.nn.LayerNorm``), ``ops`` further
+    fragments of operator names (``softmin``, ``group_norm``). While :meth:`record` is active, a
+    torch function mode and a dispatch mode list every call whose name contains one of them;
+    nothing is replaced, so nothing holds an original to be taken back.
+    """
+
+    def __init__(self, paths: Sequence[str] = (), ops: Sequence[str] = ()):
+        self.paths = tuple(dict.fromkeys(paths))
+        self.watched = watched_names(self.paths, ops)
+
+    @contextlib.contextmanager
+    def record(self):
+        used: list[str] = []
+        if not self.watched:
+            yield used
+            return
+        functions: list[str] = []
+        operators: list[str] = []
+        try:
+            with _Functions(self.watched, functions), _Operators(self.watched, operators):
+                yield used
+        finally:
+            # The function the learner named, when it was a torch function; else the operator it ran.
+            used += list(dict.fromkeys(functions or operators))
+
+
+@dataclass(frozen=True)
+class UsedForbidden:
+    """The learner's code called something the exercise asks them to build themselves."""
+
+    names: tuple[str, ...]
+
+
+#: packages whose code is the course's own: an error raised inside them is named as the course's
+COURSE_PACKAGES = frozenset({"reference", "autograder", "harness", "transformer"})
+#: how notebook cells name their code: the grader's worker, classic IPython, ipykernel
+_CELL_FILE = re.compile(r"<cell [^>]+>|<ipython-input-[^>]*>|.*[/\\]ipykernel_\d+[/\\][^/\\]+\.py")
+
+
+def _own_code(fn: Callable) -> set:
+    """The code objects of the function or class under test (its methods, those of its base classes
+    written beside it, and the functions nested in them); not those of a library's base class."""
+    if isinstance(fn, type):
+        mine = [klass for klass in fn.__mro__ if klass.__module__ == fn.__module__]
+        members = [getattr(m, "__func__", m) for klass in mine for m in vars(klass).values()]  # static and class methods
+        members += [accessor for m in members if isinstance(m, property) for accessor in (m.fget, m.fset, m.fdel)]
+        todo = [m.__code__ for m in members if hasattr(m, "__code__")]
+    else:
+        todo = [fn.__code__] if hasattr(fn, "__code__") else []
+    codes: set = set()
+    while todo:
+        code = todo.pop()
+        if code not in codes:
+            codes.add(code)
+            todo += [c for c in code.co_consts if isinstance(c, types.CodeType)]
+    return codes
+
+
+def remember_cell(filename: str, source: str) -> None:
+    """Keep a cell's text where tracebacks look for it, so that its lines can be quoted."""
+    linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
+
+
+def _qualname(frame) -> str:
+    return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+
+
+def _is_cell(filename: str) -> bool:
+    return _CELL_FILE.fullmatch(filename) is not None
+
+
+def _cell_label(filename: str) -> str:
+    """"Cell In[3]" in IPython, the file's name elsewhere."""
+    if _is_cell(filename):
+        try:
+            shell = sys.modules["IPython"].get_ipython()
+            label = shell.compile.format_code_name(filename)
+            if label:
+                return " ".join(label)
+        except Exception:  # not in IPython, or an IPython without this method
+            pass
+        return "Cell"
+    return filename
+
+
+def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
+    """An exception as data: its type, its message and where it happened.
+
+    ``where`` points at the learner's own code (a notebook cell, or the function under test), the
+    last of it that ran, with the line shown; when the exception came from inside the course's
+    code that the learner called, it names that function too. ``origin`` names the function it
+    came from when that is not ``fn`` itself (a helper the learner has not written yet, say).
+    """
+    own = _own_code(fn) if fn is not None else set()
+    own_files = {code.co_filename for code in own}
+    frames = []  # (frame, line number, kind): kind is "learner", "course" or "library"
+    for frame, lineno in traceback.walk_tb(exc.__traceback__):
+        module = frame.f_globals.get("__name__", "")
+        filename = frame.f_code.co_filename
+        if module == __name__:
+            continue  # the harness that made the call
+        if frame.f_code in own or filename in own_files or _is_cell(filename):
+            kind = "learner"
+        elif module.split(".")[0] in COURSE_PACKAGES:
+            kind = "course"
+        else:
+            kind = "library"
+        frames.append((frame, lineno, kind))
+    mine = [i for i, (_, _, kind) in enumerate(frames) if kind == "learner"]
+    inside = next((f for f, _, kind in frames[mine[-1] + 1 if mine else 0:] if kind == "course"), None)
+    where = ""
+    if mine:
+        frame, lineno, _ = frames[mine[-1]]
+        filename = frame.f_code.co_filename
+        line = linecache.getline(filename, lineno, frame.f_globals).strip()
+        place = "its cell" if _is_cell(filename) else os.path.basename(filename)
+        where = f"your `{_qualname(frame)}`, line {lineno} of {place}" + (f": {line}" if line else "")
+        where = f"raised inside the course's `{_qualname(inside)}`, called from {where}" if inside else f"in {where}"
+    elif inside is not None:
+        where = f"raised inside the course's `{_qualname(inside)}`"
+    shown = []
+    for i in mine:
+        frame, lineno, _ = frames[i]
+        line = linecache.getline(frame.f_code.co_filename, lineno, frame.f_globals).strip()
+        shown.append(
+            f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {_qualname(frame)}" + (f"\n    {line}" if line else "")
+        )
+    origin = ""
+    last = next((f for f, _, kind in reversed(frames) if kind != "library"), None)
+    if last is not None and fn is not None and last.f_code not in own:
+        origin = _qualname(last)
+    details = {}
+    if isinstance(exc, StateMismatch):
+        details = {"missing": tuple(exc.missing), "unexpected": tuple(exc.unexpected),
+                   "shared": tuple((str(a), str(o)) for a, o in exc.shared)}
+    return Raised(type(exc).__name__, str(exc)[:2000], where[:500], origin, tuple(shown), details)
+
+
+def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None) -> Any:
+    """Run one case in this process and return its plain result, a :class:`Raised`, or
+    :class:`UsedForbidden` when it called what the ``wires`` watch for."""
+    args, kwargs = materialize(case.args), materialize(dict(case.kwargs))
+    used: list[str] = []
+    # A provided model that counts what it reads does so from here, before the learner holds it.
+    watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())
+                           if isinstance(a, torch.nn.Module)) if w is not None]
+    try:
+        with wires.record() if wires else contextlib.nullcontext(used) as used, contextlib.ExitStack() as stack:
+            for watch in watches:
+                stack.enter_context(watch)
+            if case.init is not None:
+                result = _call_module(fn, case, args, kwargs)
+            else:
+                result = to_plain(fn(*args, **kwargs))
+    except Exception as exc:  # the learner's mistake is data for the judge, not a crash
+        result = raised(exc, fn)
+    exceeded = next((w.exceeded for w in watches if w.exceeded), None)
+    if exceeded:
+        result = Raised("Recomputed", exceeded)
+    return UsedForbidden(tuple(dict.fromkeys(used))) if used else result
+
+
+
+def seeded(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)

@@ -1,0 +1,174 @@
+"""The scan of a submission's source: every alias of a forbidden built-in, every construct that
+reaches past the checks, is judged before anything runs; correct code in any style is not."""
+from __future__ import annotations
+
+import csv
+
+import pytest
+import torch
+
+from autograder.checks import get
+from autograder.engine import Assignment, Result
+from autograder.engine import TestOutcome as Outcome
+from autograder.framework import CheckFailed, Tripwires, run_check
+from autograder.reports import feedback_html, summary, write_csv
+from autograder.shortcuts import scan
+from autograder.submissions import notebook_cells
+from tests.conftest import NOTEBOOKS, chapter_of
+
+# (notebook, function, the learner's cell, what the message must say)
+FORBIDDEN = [
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return torch.softmax(x, dim)", "calls torch.softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return torch.log_softmax(x, dim).exp()",
+     "calls torch.log_softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return torch._C._VariableFunctions.softmax(x, dim)",
+     "calls torch._C._VariableFunctions.softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return torch.ops.aten._softmax(x, dim, False)",
+     "calls torch.ops.aten._softmax"),
+    ("attention", "softmax", "from torch.nn import functional as G\nsm = G.softmin\ndef softmax(x, dim=-1):\n"
+     "    return sm(-x, dim)", "calls torch.nn.functional.softmin"),
+    ("attention", "softmax", "def softmax(x, dim=-1):\n    return x.log_softmax(dim).exp()", "calls torch.Tensor.log_softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return getattr(torch, 'softmax')(x, dim)",
+     "calls torch.softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n    return getattr(torch, 'soft' + 'max')(x, dim)",
+     "named at run time"),
+    ("attention", "softmax", "import torch\nf = torch.exp\ndef softmax(x, dim=-1):\n    g = f\n"
+     "    while g.__closure__:\n        g = g.__closure__[0].cell_contents\n    return g(x)", "reaching inside functions"),
+    ("attention", "softmax", "def softmax(x, dim=-1):\n    return eval('x.softmax(dim)')", "eval, exec and compile"),
+    ("attention", "softmax", "from reference.attention import softmax as theirs\ndef softmax(x, dim=-1):\n"
+     "    return theirs(x, dim)", "calls reference.attention.softmax"),
+    ("attention", "scaled_dot_product_attention", "import torch\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
+     "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)", "torch.ops.aten"),
+    ("multihead", "MultiHeadAttention", "from autograder import oracles\nclass MultiHeadAttention:\n"
+     "    def forward(self, *a):\n        return oracles.multi_head_attention(*a)", "own packages"),
+    ("encoder", "LayerNorm", "import torch\nclass LayerNorm(torch.nn.Module):\n    def forward(self, x):\n"
+     "        return torch.native_layer_norm(x, [x.shape[-1]], self.gamma, self.beta, 1e-5)[0]",
+     "calls torch.native_layer_norm"),
+    ("encoder", "LayerNorm", "import torch.nn.functional as F\nclass LayerNorm:\n    def forward(self, x):\n"
+     "        return F.group_norm(x.reshape(-1, x.shape[-1], 1), 1).reshape(x.shape)",
+     "calls torch.nn.functional.group_norm"),
+    ("capstone", "label_smoothed_cross_entropy",
+     "import torch\ndef label_smoothed_cross_entropy(l, t, smoothing=0.1, pad_id=0):\n"
+     "    return torch._C._nn.cross_entropy_loss(l, t, None, 1, pad_id, smoothing)", "cross_entropy_loss"),
+    ("capstone", "edit_distance", "from rapidfuzz.distance import Levenshtein\ndef edit_distance(a, b):\n"
+     "    return Levenshtein.distance(a, b)", "calls rapidfuzz.distance.Levenshtein"),
+    ("capstone", "beam_search", "from autograder.checks.capstone import _beam as beam_search", "own packages"),
+    ("bert_gpt", "bpe_train", "import importlib\ndef bpe_train(text, n):\n"
+     "    return importlib.import_module('autograder.checks.bert_gpt').bpe_merges(text, n)", "own packages"),
+    ("bert_gpt", "generate_with_cache", "def generate_with_cache(model, prompt, steps):\n"
+     "    from harness.toys import ToyGPT\n    return None", "own packages"),
+    ("prerequisites", "rnn_forward", "import torch\ndef rnn_forward(x, h, W_xh, W_hh, b):\n"
+     "    return torch.rnn_tanh_cell(x, h, W_xh, W_hh, b)", "calls torch.rnn_tanh_cell"),
+]
+
+# Correct code in other styles, and demonstrations that compare with the built-ins outside the
+# graded function: none of it is judged.
+HONEST = [
+    ("attention", "import torch\ndef softmax(x, dim=-1):\n    e = torch.exp(x - x.amax(dim=dim, keepdim=True))\n"
+     "    return e / e.sum(dim=dim, keepdim=True)\nx = torch.randn(3)\nexpected = torch.softmax(x, -1)\n"
+     "print(torch.allclose(softmax(x), expected))"),
+    ("attention", "import torch\ndef softmax(x, dim=-1):\n    return torch.exp(x - torch.logsumexp(x, dim, keepdim=True))"),
+    ("attention", "import torch\ndef softmax(x, dim=-1):\n    shifted = x - x.max(dim, keepdim=True).values\n"
+     "    return shifted.exp() / shifted.exp().sum(dim, keepdim=True)\n"
+     "def scaled_dot_product_attention(q, k, v, mask=None):\n    w = softmax(torch.einsum('...qd,...kd->...qk', q, k))\n"
+     "    return w @ v, w"),
+    ("attention", "from autograder import check\nfrom autograder.toys import ToyTranslator\n"
+     "check('attention.softmax', softmax)\nprint(ToyTranslator)"),  # what the notebook's own cells do
+    ("encoder", "import torch\nclass LayerNorm(torch.nn.Module):\n    def forward(self, x):\n"
+     "        mean, var = x.mean(-1, keepdim=True), x.var(-1, unbiased=False, keepdim=True)\n"
+     "        return self.gamma * (x - mean) / torch.sqrt(var + self.eps) + self.beta"),
+    ("encoder", "class EncoderLayer:\n    def forward(self, x):\n        return self.multi_head_attention(x, x, x)"),
+    ("capstone", "import torch\ndef label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):\n"
+     "    logp = torch.nn.functional.log_softmax(logits, dim=-1)\n"
+     "    nll = torch.nn.functional.nll_loss(logp.flatten(0, -2), target.flatten(), ignore_index=pad_id)\n"
+     "    return nll"),
+]
+
+
+def _assignment(notebook: str, source_nb) -> Assignment:
+    return Assignment.from_notebook(chapter_of(notebook).assignment, notebook, source_nb(notebook))
+
+
+def _scan(assignment: Assignment, cells: list[str]):
+    rules = {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions}
+    return scan([*assignment.given, *cells], rules, assignment.given)
+
+
+@pytest.mark.parametrize(("notebook", "function", "source", "phrase"), FORBIDDEN,
+                         ids=[f"{f}-{i}" for i, (_, f, _, _) in enumerate(FORBIDDEN)])
+def test_every_alias_of_a_shortcut_scores_zero_with_its_rule(notebook, function, source, phrase, source_nb):
+    found = _scan(_assignment(notebook, source_nb), [source])
+    message = found.message(function)
+    assert message is not None and phrase in message, message
+
+
+@pytest.mark.parametrize(("notebook", "source"), HONEST, ids=[f"{n}-{i}" for i, (n, _) in enumerate(HONEST)])
+def test_correct_code_in_other_styles_is_not_judged(notebook, source, source_nb):
+    found = _scan(_assignment(notebook, source_nb), [source])
+    assert found.forbidden == {} and found.flags() == []
+
+
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_the_solutions_and_the_release_scan_clean(notebook, source_nb, release_nb):
+    assignment = _assignment(notebook, source_nb)
+    for nb in (source_nb(notebook), release_nb(notebook)):
+        found = _scan(assignment, notebook_cells(nb)[0])
+        assert found.forbidden == {} and found.flags() == []
+
+
+def test_a_universal_rule_costs_every_function_and_a_function_only_its_own(source_nb):
+    assignment = _assignment("attention", source_nb)
+    found = _scan(assignment, ["import torch\ndef softmax(x, dim=-1):\n    return torch.softmax(x, dim)"])
+    assert set(found.forbidden) == {"softmax"}  # attention, which calls softmax, is graded with the course's
+    found = _scan(assignment, ["import torch._C as C\nprint(C)"])
+    assert set(found.forbidden) == set(assignment.functions)
+
+
+def test_what_cannot_be_decided_is_flagged_for_review_everywhere(source_nb, tmp_path):
+    assignment = _assignment("attention", source_nb)
+    found = _scan(assignment, ["import ctypes, gc\ndef softmax(x, dim=-1):\n    return getattr(x, 'soft' + 'max')(dim)"])
+    flags = found.flags()
+    assert found.forbidden == {} and len(flags) == 3 and any("getattr(x" in f for f in flags), flags
+    result = Result("learner1", assignment.name, assignment.notebook,
+                    [Outcome(t.grade_id, t.points, t.points, True) for t in assignment.tests], flags=flags)
+    honest = Result("learner2", assignment.name, assignment.notebook,
+                    [Outcome(t.grade_id, t.points, t.points, True) for t in assignment.tests])
+    write_csv(tmp_path / "grades.csv", assignment, [result, honest])
+    with (tmp_path / "grades.csv").open() as f:
+        rows = {r["learner"]: r for r in csv.DictReader(f)}
+    assert "ctypes" in rows["learner1"]["flags"] and rows["learner2"]["flags"] == ""
+    assert "For the instructor to review" in feedback_html(assignment, result)
+    assert "For the instructor to review" not in feedback_html(assignment, honest)
+    assert "to review in 'learner1'" in summary(assignment, [result, honest], 1.0)
+
+
+def test_a_given_cell_edited_by_the_learner_is_judged(source_nb):
+    assignment = _assignment("attention", source_nb)
+    edited = [c + "\nimport torch._C" if "import torch" in c else c for c in assignment.given]
+    assert set(scan(edited, {"softmax": ((), ())}, assignment.given).forbidden) == {"softmax"}
+
+
+# At run time, in the learner's process (advisory: the notebook's own check gives these messages).
+RUN_TIME = {
+    "torch._C": lambda x, dim=-1: torch._C._VariableFunctions.softmax(x, dim),
+    "torch.ops": lambda x, dim=-1: torch.ops.aten._softmax(x, dim, False),
+    "log_softmax": lambda x, dim=-1: torch.log_softmax(x, dim).exp(),
+    "softmin": lambda x, dim=-1: torch.nn.functional.softmin(-x, dim),
+    "multi-head attention's weights": lambda x, dim=-1: torch.nn.functional.scaled_dot_product_attention(
+        x[..., None], x[..., None], x[..., None]),
+}
+
+
+@pytest.mark.parametrize("name", sorted(RUN_TIME))
+def test_the_tripwires_see_every_alias_down_to_the_operator(name):
+    with pytest.raises(CheckFailed, match="which this exercise asks you to build yourself"):
+        run_check(get("attention.softmax"), RUN_TIME[name])
+
+
+def test_the_tripwires_replace_nothing_so_no_original_can_be_taken_back():
+    wires = Tripwires(get("attention.softmax").forbidden, get("attention.softmax").forbidden_ops)
+    with wires.record() as used:
+        assert torch.softmax is torch._C._VariableFunctions.softmax
+        assert torch.Tensor.softmax is torch._C.TensorBase.softmax
+        torch.ones(2).softmax(0)
+    assert used == ["torch.Tensor.softmax"]
