@@ -11,7 +11,7 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="RL
 
 PROBE = textwrap.dedent("""
     import mmap, types
-    from autograder import worker
+    from harness import worker
     worker._limit(types.SimpleNamespace(memory_mb=512, cpu_seconds=60, file_mb=16, processes=0))
     # What a CUDA build does as it loads: reserve far more address space than it will use.
     reserved = mmap.mmap(-1, 16 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS, prot=0)  # PROT_NONE
