@@ -21,6 +21,8 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from . import source_trees
+
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 
 #: explains, after a helper's failure, why the grader may score what the notebook fails
@@ -135,7 +137,7 @@ def _definitions(cells: Sequence[str]) -> dict[str, ast.AST]:
     found: dict[str, ast.AST] = {}
     for source in cells:
         try:
-            tree = ast.parse(source)
+            tree = source_trees.parse(source)
         except (SyntaxError, ValueError):
             continue
         for node in tree.body:

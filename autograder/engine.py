@@ -22,6 +22,7 @@ import nbformat
 from course.layout import reference_module
 from course.notebook_format import check_calls, graded_cells, is_test_cell
 
+from . import source_trees
 from .checks import get
 from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
@@ -94,7 +95,7 @@ def _imports(nb) -> tuple[str, ...]:
         if cell.cell_type != "code" or is_test_cell(cell):
             continue
         try:
-            tree = ast.parse(cell.source)
+            tree = source_trees.parse(cell.source)
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):

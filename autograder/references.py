@@ -14,6 +14,7 @@ from pathlib import Path
 
 from course.layout import REFERENCE, REPO, reference_module
 
+from . import source_trees
 from .shortcuts import names_reached
 
 _FUNCTION_STUB = '''def {name}(*args, **kwargs):
@@ -34,7 +35,7 @@ _CLASS_STUB = '''class {name}(__import__("torch").nn.Module):
 
 def without(source: str, name: str) -> str:
     """``source`` with every top-level definition of ``name`` replaced by a stub."""
-    tree = ast.parse(source)
+    tree = source_trees.parse(source)
     lines = source.splitlines(keepends=True)
     found = []
     for node in tree.body:
@@ -81,7 +82,7 @@ def imported_modules(sources: list[str] | tuple[str, ...]) -> set[str]:
     found: set[str] = set()
     for source in sources:
         try:
-            tree = ast.parse(source)
+            tree = source_trees.parse(source)
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):

@@ -22,13 +22,14 @@ judged: the course's own code is not the learner's doing.
 from __future__ import annotations
 
 import ast
-import symtable
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 from harness.calls import watched_names
+
+from . import source_trees
 
 #: what every rule of the second kind says, by its key
 RULES = {
@@ -189,7 +190,7 @@ class _Statement:
 def _names(stmt: ast.stmt) -> tuple[set[str], set[str]]:
     """(names the statement binds at the top level, global names it or any function inside it reads)."""
     try:
-        table = symtable.symtable(ast.unparse(stmt), "<cell>", "exec")
+        table = source_trees.symbol_table(ast.unparse(stmt), "<cell>")
     except (SyntaxError, ValueError, RecursionError):
         return set(), set()
     binds = {s.get_name() for s in table.get_symbols() if s.is_assigned() or s.is_imported() or s.is_namespace()}
@@ -307,7 +308,7 @@ def scan(cells: Sequence[str], rules: Mapping[str, tuple[Sequence[str], Sequence
     trees: list[tuple[int, ast.Module, bool]] = []
     for index, source in enumerate(cells):
         try:
-            trees.append((index, ast.parse(source), source.strip() in given))
+            trees.append((index, source_trees.parse(source), source.strip() in given))
         except (SyntaxError, ValueError, RecursionError):
             continue  # it raises when it runs, as the learner will be told
     reader = _Reader([t for _, t, _ in trees])
@@ -370,5 +371,5 @@ def _reached(statements: Sequence[_Statement], roots: Sequence[str], start: Sequ
 def names_reached(source: str, roots: Collection[str], among: Collection[str]) -> set[str]:
     """``roots`` and the names of ``among`` that their top-level definitions in ``source`` use,
     directly or through other definitions there."""
-    statements = [_Statement(0, node, True, *_names(node)) for node in ast.parse(source).body]
+    statements = [_Statement(0, node, True, *_names(node)) for node in source_trees.parse(source).body]
     return set(roots) | {n for s in _reached(statements, list(roots)) for n in s.binds & set(among)}

@@ -136,6 +136,23 @@ def test_judging_leaves_the_global_generator_alone(notebook):
             )
 
 
+def test_the_grader_parses_source_only_under_the_parsing_lock():
+    """With --jobs 4 two threads parsed at once and CPython 3.11 failed one submission with
+    "AST constructor recursion depth mismatch": every parse of the grader goes through one lock."""
+    import ast as ast_module
+
+    offenders = []
+    for path in sorted((REPO / "autograder").rglob("*.py")):
+        if path.name == "source_trees.py":
+            continue
+        for node in ast_module.walk(ast_module.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast_module.Attribute) and (
+                    (node.attr == "parse" and getattr(node.value, "id", None) == "ast")
+                    or (node.attr == "symtable" and getattr(node.value, "id", None) == "symtable")):
+                offenders.append(f"{path.relative_to(REPO)}:{node.lineno}")
+    assert not offenders, "parse through autograder.source_trees: " + ", ".join(offenders)
+
+
 # ---------------------------------------------------------------------------------------------
 # The whole grader, --jobs 1 against --jobs 4
 # ---------------------------------------------------------------------------------------------

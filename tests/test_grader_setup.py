@@ -113,11 +113,12 @@ def test_every_limit_option_defaults_to_its_field_of_limits():
 @pytest.mark.skipif(not sandbox.sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 def test_grading_from_a_second_copy_of_the_course_names_both_copies(course, tmp_path):
     # A second copy of the course, run with the environment installed from this one: its own
-    # autograder/ (the current folder) shadows the installed one, which the sandbox does not mount.
+    # harness/ (the current folder) shadows the installed one, and the sandbox mounts the copy the
+    # grader found, where the worker's Python does not look.
     import subprocess
 
     copy = tmp_path / "copy"
-    for package in ("autograder", "course"):
+    for package in ("autograder", "harness", "course"):
         shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
     for folder in ("solutions", "submitted"):
         shutil.copytree(course / folder, copy / folder)
