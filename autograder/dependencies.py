@@ -21,7 +21,7 @@ import types
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from . import source_trees
+from course import source_trees
 
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 

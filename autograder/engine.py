@@ -19,10 +19,10 @@ from pathlib import Path
 
 import nbformat
 
+from course import source_trees
 from course.layout import reference_module
 from course.notebook_format import check_calls, graded_cells, is_test_cell
 
-from . import source_trees
 from .checks import get
 from .dependencies import substitution_notes
 from .framework import Check, CheckFailed

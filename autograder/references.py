@@ -12,9 +12,9 @@ import ast
 from functools import cache
 from pathlib import Path
 
+from course import source_trees
 from course.layout import REFERENCE, REPO, reference_module
 
-from . import source_trees
 from .shortcuts import names_reached
 
 _FUNCTION_STUB = '''def {name}(*args, **kwargs):

@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from course import source_trees
 from harness.calls import watched_names
-
-from . import source_trees
 
 #: what every rule of the second kind says, by its key
 RULES = {

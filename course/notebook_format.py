@@ -22,6 +22,8 @@ from pathlib import Path
 
 import nbformat
 
+from . import source_trees
+
 NBGRADER_SCHEMA = 3
 KERNELSPEC = {"display_name": "Python 3", "language": "python", "name": "python3"}
 _SAFE_ID = re.compile(r"[^A-Za-z0-9_-]")
@@ -52,7 +54,7 @@ def _source_text(cell) -> str:
 def calls_checks(source: str) -> bool:
     """Whether code runs the course's checks itself; code that does not parse does not."""
     try:
-        tree = ast.parse(source)
+        tree = source_trees.parse(source)
     except SyntaxError:
         return False
     return any(_is_check_call(node) for node in ast.walk(tree))
@@ -80,7 +82,7 @@ def check_calls(source: str) -> list[tuple[str | None, str | None, bool]]:
     The id or the name is None where the call does not spell it out as a literal and a name.
     """
     calls = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(source_trees.parse(source)):
         if _is_check_call(node):
             check_id = node.args[0].value if node.args and isinstance(node.args[0], ast.Constant) else None
             fn = node.args[1].id if len(node.args) > 1 and isinstance(node.args[1], ast.Name) else None

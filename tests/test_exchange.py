@@ -23,7 +23,7 @@ import pytest
 from autograder.sandbox import sandboxed
 from course.notebook_format import secret_lines, to_nbgrader, write_notebook
 from tests import small_class as sc
-from tests.conftest import source_path
+from tests.conftest import REPO, source_path
 
 COURSE_ID = "attention-is-all-you-need"
 
@@ -34,22 +34,26 @@ pytestmark = [
 ]
 
 
-def _reachable_by_others(path: Path) -> bool:
-    return all(os.stat(p).st_mode & 0o001 for p in [*reversed(path.parents), path] if p.exists())
+def _closed_folder(path: Path) -> Path | None:
+    """The outermost folder on the way to ``path`` that other users may not enter, if any."""
+    return next((p for p in [*reversed(path.parents), path] if p.exists() and not os.stat(p).st_mode & 0o001), None)
 
 
 def _as(user: pwd.struct_passwd, command: list[str]) -> list[str]:
-    """``command`` run as ``user``. Where this Python lives below a folder other users may not enter
-    (root's home), a mount namespace shows them that folder's Python only."""
+    """``command`` run as ``user``. Where this Python, its environment or the course lives below a
+    folder other users may not enter (root's home, a private temporary folder), a mount namespace
+    shows them only those paths of it."""
     drop = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
-    python = Path(sys.executable).resolve()
-    if _reachable_by_others(python):
+    needed = {Path(sys.executable).resolve().parent.parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
+              REPO.resolve()}
+    closed = {c for c in map(_closed_folder, needed) if c is not None}
+    closed = sorted(c for c in closed if not any(o in c.parents for o in closed))  # the outermost of each
+    if not closed:
         return [*drop, *command]
-    closed = next(p for p in reversed(python.parents) if not os.stat(p).st_mode & 0o001)
-    opened = [p for p in {Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(), python.parent.parent}
-              if closed in p.parents]
-    binds = [arg for p in sorted(opened) for arg in ("--ro-bind", str(p), str(p))]
-    return ["bwrap", "--dev-bind", "/", "/", "--tmpfs", str(closed), *binds, "--", *drop, *command]
+    opened = sorted(p for p in needed if any(c == p or c in p.parents for c in closed))
+    hide = [arg for c in closed for arg in ("--tmpfs", str(c))]
+    binds = [arg for p in opened for arg in ("--ro-bind", str(p), str(p))]
+    return ["bwrap", "--dev-bind", "/", "/", *hide, *binds, "--", *drop, *command]
 
 
 @pytest.fixture(scope="module")

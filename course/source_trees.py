@@ -1,4 +1,4 @@
-"""Parsing submitted source in the grader's process, where several grading threads parse at once.
+"""Parsing source in the grader's process, where several grading threads parse at once.
 
 CPython 3.11 keeps the depth counter of its syntax-tree constructor in state that every thread
 shares, and a parse that fails part-way does not restore it; two threads parsing together can
