@@ -129,9 +129,9 @@ def grade(args) -> int:
     def keep(result) -> None:
         """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
         key = keys[result.learner]
-        gradebook.record(assignment, result, key)
+        graded_at = gradebook.record(assignment, result, key)
         if safe_name(result.learner):
-            reports.write_feedback(root, assignment, [result])
+            reports.write_feedback(root, assignment, [result], graded_at)
             for folder in reports.write_autograded(root, assignment, [result], source, limits.notebook_mb << 20):
                 write_exchange_files(folder, key.timestamp, key.secret)
             write_exchange_files(root / "feedback" / result.learner / assignment.name, key.timestamp, key.secret)
