@@ -73,16 +73,7 @@ def _selected(args, submissions):
 
 
 def grade(args) -> int:
-    from tqdm import tqdm
-
-    from course.layout import REPO
-
-    from . import reports
-    from .engine import grade_all, self_check
-    from .exchange import write_exchange_files
-    from .gradebook import GradebookError
-    from .sandbox import fallback_warning, sandbox_gaps, sandboxed
-    from .submissions import find_submissions, safe_name
+    from .submissions import find_submissions
 
     root = args.root.resolve()
     assignment, source = _source_notebook(root, args.assignment)
@@ -95,6 +86,23 @@ def grade(args) -> int:
     gradebook = _open_gradebook(db_url)  # before anything is graded: a wrong URL or a missing driver costs seconds
     if gradebook is None:
         return 4
+    with gradebook:
+        return _grade_into(gradebook, args, root, assignment, source, submissions)
+
+
+def _grade_into(gradebook, args, root: Path, assignment, source, submissions) -> int:
+    """The run itself, into a gradebook already checked: the sandbox, the self-check, then each submission."""
+    from tqdm import tqdm
+
+    from course.layout import REPO
+
+    from . import reports
+    from .engine import grade_all, self_check
+    from .exchange import write_exchange_files
+    from .gradebook import GradebookError
+    from .sandbox import fallback_warning, sandbox_gaps, sandboxed
+    from .submissions import safe_name
+
     if not sandboxed():
         if not args.no_sandbox:
             print(f"error: {fallback_warning()}\nNothing was graded. To grade without the sandbox anyway (only code "
@@ -129,9 +137,9 @@ def grade(args) -> int:
     def keep(result) -> None:
         """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
         key = keys[result.learner]
-        gradebook.record(assignment, result, key)
+        graded_at = gradebook.record(assignment, result, key)
         if safe_name(result.learner):
-            reports.write_feedback(root, assignment, [result])
+            reports.write_feedback(root, assignment, [result], graded_at)
             for folder in reports.write_autograded(root, assignment, [result], source, limits.notebook_mb << 20):
                 write_exchange_files(folder, key.timestamp, key.secret)
             write_exchange_files(root / "feedback" / result.learner / assignment.name, key.timestamp, key.secret)
@@ -145,11 +153,9 @@ def grade(args) -> int:
         reason = "interrupted" if isinstance(exc, KeyboardInterrupt) else f"error: {exc}"
         print(f"{reason}\nThe submissions graded before this are kept in the gradebook {gradebook}; run the same "
               "command again to grade the rest.", file=sys.stderr)
-        gradebook.close()
         return 130 if isinstance(exc, KeyboardInterrupt) else 5
     csv_path = args.csv or root / "grades" / f"{args.assignment}.csv"
     recorded = [r.result for r in gradebook.records(args.assignment)]
-    gradebook.close()
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
     reports.write_csv(csv_path, assignment, recorded)
     print(reports.summary(assignment, results, time.monotonic() - start))

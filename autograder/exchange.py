@@ -14,6 +14,7 @@ write; a learner graded some other way gets an error, never nbgrader's page.
 """
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from nbconvert.exporters import Exporter
@@ -31,15 +32,26 @@ def write_exchange_files(folder: Path, timestamp: str | None, secret: str | None
             path.write_text(content, encoding="utf-8")
 
 
+@functools.cache
+def _gradebook(db_url: str):
+    from .gradebook import open_gradebook
+
+    return open_gradebook(db_url)  # once per run of generate_feedback, however many learners
+
+
+@functools.cache
+def _assignment(root: Path, name: str):
+    from .exports import load_assignment
+
+    return load_assignment(root, name)[0]
+
+
 def course_feedback(root: Path, db_url: str, assignment_name: str, learner: str) -> str:
     """The course's feedback page of one learner, from the gradebook."""
-    from .exports import load_assignment
-    from .gradebook import open_gradebook
     from .reports import feedback_html
 
-    assignment, _ = load_assignment(root, assignment_name)
-    with open_gradebook(db_url) as gradebook:
-        records = gradebook.records(assignment_name, {learner})
+    assignment = _assignment(root, assignment_name)
+    records = _gradebook(db_url).records(assignment_name, {learner})
     if not records:
         raise ValueError(
             f"the gradebook {db_url} holds no grading of {learner}'s {assignment_name} by the course's grader: "

@@ -242,10 +242,12 @@ class Gradebook:
 
     # -- one submission -----------------------------------------------------------------------------
 
-    def record(self, assignment: Assignment, result: Result, key: SubmissionKey) -> None:
-        """The submission's grades and the course's record of it, in one transaction."""
+    def record(self, assignment: Assignment, result: Result, key: SubmissionKey) -> datetime:
+        """The submission's grades and the course's record of it, in one transaction; returns
+        the time it records as graded (UTC), which the feedback page shows."""
+        graded_at = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
         if not safe_name(result.learner):
-            return  # never an id in the gradebook
+            return graded_at  # never an id in the gradebook
 
         def write() -> None:
             with Session(self.engine) as session, session.begin():
@@ -257,9 +259,10 @@ class Gradebook:
                 session.execute(RECORDS.insert().values(
                     assignment=assignment.name, learner=result.learner, notebook=assignment.notebook,
                     submission=key.submission, grader=key.grader, timestamp=key.timestamp, secret=key.secret,
-                    graded_at=datetime.now(UTC).replace(tzinfo=None), result=json.dumps(to_dict(result))))
+                    graded_at=graded_at, result=json.dumps(to_dict(result))))
 
         retried(write, f"recording {result.learner}'s grades in {self}")
+        return graded_at
 
     # -- what is there ------------------------------------------------------------------------------
 

@@ -52,6 +52,9 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
     outputs = [t.communicate(timeout=900) for t in tasks]
     assert [t.returncode for t in tasks] == [0, 0], outputs
     assert all("shard" in err for _, err in outputs)
+    # After a run with --db, it says which gradebook nbgrader's own commands read, and how to change it.
+    assert all("formgrader and generate_feedback read the gradebook named in nbgrader_config.py" in out
+               and f"--CourseDirectory.db_url='{url}'" in out for out, _ in outputs)
     with open_gradebook(url) as gradebook:
         scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}
