@@ -31,13 +31,13 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.capstone import hardware  # noqa: E402
-from transformer import bert  # noqa: E402
-from transformer import data as g2p_data  # noqa: E402
+from transformer.bert import train as bert  # noqa: E402
+from transformer.bert.syllables import TASKS  # noqa: E402
+from transformer.g2p.data import G2PData, load  # noqa: E402
 from transformer.loop import TrainingError, check_same_run, read_checkpoint, save_json  # noqa: E402
-from transformer.syllables import TASKS  # noqa: E402
 
 
-def pretrained_run(config: bert.PretrainConfig, g2p: g2p_data.G2PData) -> float:
+def pretrained_run(config: bert.PretrainConfig, g2p: G2PData) -> float:
     """Seconds spent pre-training now (0 when a finished run was found)."""
     checkpoint = Path(config.run_dir) / "checkpoint.pt"
     started = time.perf_counter()
@@ -55,7 +55,7 @@ def pretrained_run(config: bert.PretrainConfig, g2p: g2p_data.G2PData) -> float:
     return time.perf_counter() - started
 
 
-def finetuned(config: bert.FinetuneConfig, g2p: g2p_data.G2PData) -> dict:
+def finetuned(config: bert.FinetuneConfig, g2p: G2PData) -> dict:
     """The results.json of a fine-tuning run, trained now unless a finished one is there."""
     results = Path(config.run_dir) / "results.json"
     if results.is_file():  # a finished run: reused only when it is this configuration's
@@ -74,7 +74,7 @@ def finetuned(config: bert.FinetuneConfig, g2p: g2p_data.G2PData) -> dict:
 
 
 def compare(args: argparse.Namespace, pre: bert.PretrainConfig, tune: bert.FinetuneConfig,
-            g2p: g2p_data.G2PData) -> list[dict]:
+            g2p: G2PData) -> list[dict]:
     """One row per task and number of labels: the test accuracy from the pre-trained encoder and from scratch."""
     rows = []
     for task in args.tasks:
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
                                **({"max_steps": args.finetune_steps} if args.finetune_steps else {}))
     torch.set_num_threads(pre.threads)
     print(hardware(), f"load average {os.getloadavg()[0]:.1f}" if hasattr(os, "getloadavg") else "")
-    g2p = g2p_data.load(stress=True)
+    g2p = load(stress=True)
     try:
         pretrain_seconds = pretrained_run(pre, g2p)
         rows = compare(args, pre, tune, g2p)

@@ -35,11 +35,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import phonetisaurus_g2p  # noqa: E402  (beside this file)
 
 from reference.capstone import label_smoothed_cross_entropy, length_batches  # noqa: E402
-from transformer import data as g2p_data  # noqa: E402
-from transformer import train as T  # noqa: E402
-from transformer.evaluate import evaluate_run  # noqa: E402
-from transformer.g2p import Vocabularies, encode_pairs, make_batch  # noqa: E402
-from transformer.metrics import count_errors  # noqa: E402
+from transformer.g2p import train as T  # noqa: E402
+from transformer.g2p.data import G2PData, load  # noqa: E402
+from transformer.g2p.encoding import Vocabularies, encode_pairs, make_batch  # noqa: E402
+from transformer.g2p.evaluate import evaluate_run  # noqa: E402
+from transformer.g2p.metrics import count_errors  # noqa: E402
 
 
 def hardware() -> str:
@@ -57,7 +57,7 @@ def hardware() -> str:
 class Stepper:
     """One configuration's model and optimizer, trained step by step on the CPU preset's batches."""
 
-    def __init__(self, config: T.TrainConfig, device: torch.device, g2p: g2p_data.G2PData, threads: int = 0) -> None:
+    def __init__(self, config: T.TrainConfig, device: torch.device, g2p: G2PData, threads: int = 0) -> None:
         self.config, self.device, self.threads = config, device, threads
         self.vocabs = Vocabularies.make(config.share_embeddings, config.stress)
         self.examples = encode_pairs(g2p.train.pairs, self.vocabs)
@@ -122,7 +122,7 @@ def trained(config: T.TrainConfig, folder: Path, test_words: int, beam: int) -> 
     }
 
 
-def classical_baseline(g2p: g2p_data.G2PData, test_words: int, folder: Path) -> None:
+def classical_baseline(g2p: G2PData, test_words: int, folder: Path) -> None:
     """Phonetisaurus on the capstone's split, scored as the course's model is."""
     test = g2p.test
     words = list(test.words[:test_words] if test_words else test.words)
@@ -150,7 +150,7 @@ def main() -> None:
     parser.add_argument("--skip-phonetisaurus", action="store_true", help="leave out the classical baseline")
     args = parser.parse_args()
     print(f"hardware: {hardware()}")
-    g2p = g2p_data.load()
+    g2p = load()
     cpu = torch.device("cpu")
     scratch = Path(tempfile.mkdtemp(prefix="capstone-benchmark-"))
 

@@ -7,9 +7,9 @@
     python benchmarks/gpt_bits.py --run checkpoints/gpt-stdlib-cpu --chars 20000 \
         --json checkpoints/gpt-stdlib-cpu/heldout-20000.json     the slice its test measures again
 
-Everything is measured on the text of :mod:`transformer.stdlib_text` (this interpreter's
+Everything is measured on the text of :mod:`transformer.gpt.stdlib_text` (this interpreter's
 standard library, tests excluded, the hash-of-path split), held-out text read after the training
-text; the definitions are in :mod:`transformer.text_baselines` and :mod:`transformer.gpt`. Every
+text; the definitions are in :mod:`text_baselines` and :mod:`transformer.gpt.train`. Every
 figure printed was measured in this run; copy them, with the machine line, into
 benchmarks/RESULTS.md.
 """
@@ -26,12 +26,12 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from capstone import hardware  # noqa: E402
+from text_baselines import COMPRESSORS, KneserNey, compressor_bits  # noqa: E402
 
-from transformer import stdlib_text  # noqa: E402
-from transformer.gpt import bits_per_character, load_trained  # noqa: E402
+from transformer.gpt import stdlib_text  # noqa: E402
+from transformer.gpt.train import bits_per_character, load_trained  # noqa: E402
 from transformer.loop import TrainingError, save_json  # noqa: E402
 from transformer.model import count_parameters  # noqa: E402
-from transformer.text_baselines import COMPRESSORS, KneserNey, compressor_bits  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ benchmark dependency, not something a learner installs::
 
 Trained with the package's defaults on the capstone's training words (stress removed, every
 reference pronunciation of a word given), decoded one best pronunciation per test word, and scored
-with the course's metric (:func:`transformer.metrics.count_errors`: the closest reference counts).
+with the course's metric (:func:`transformer.g2p.metrics.count_errors`: the closest reference counts).
 Its binaries run as child processes, so their CPU time is read from the children's resource usage.
 """
 from __future__ import annotations

@@ -4,7 +4,7 @@ The wheel is built from this checkout and installed, with its declared dependenc
 virtual environment that has no repository around it. From an empty folder, a released notebook
 (chapter 2, with the instructor's answers filled in as a learner would) is executed with nbclient,
 checked with `python -m autograder check` with bubblewrap and without it, and the capstone's data
-and shipped checkpoint are used by `python -m transformer.pronounce`.
+and shipped checkpoint are used by `python -m transformer.g2p pronounce`.
 """
 from __future__ import annotations
 
@@ -131,8 +131,8 @@ def test_the_install_command_follows_the_configured_address(url, command, tmp_pa
 
 def test_the_capstones_commands_work_from_any_folder(installed, tmp_path):
     env = _clean_env(installed)
-    out = _run([str(installed), "-m", "transformer.pronounce", "attention"], cwd=tmp_path, env=env)
+    out = _run([str(installed), "-m", "transformer.g2p", "pronounce", "attention"], cwd=tmp_path, env=env)
     assert out.split()[:2] == ["attention", "AH"]
-    out = _run([str(installed), "-c", "from transformer import data; print(len(data.load().test))"], cwd=tmp_path,
+    out = _run([str(installed), "-c", "from transformer.g2p import data; print(len(data.load().test))"], cwd=tmp_path,
                env=env)
     assert int(out.split()[-1]) > 10_000

@@ -1,6 +1,9 @@
-"""What every ``python -m transformer....`` command shares: its parser, and option help from the code.
+"""What every ``python -m transformer.<model> <command>`` shares: the choice of command, its parser,
+and option help from the code.
 
-An unknown or wrong option is answered with the error first and one line on where to find the
+Each model's package (``transformer.g2p``, ``transformer.gpt``, ``transformer.bert``) has a
+``__main__`` that names its commands; :func:`dispatch` reads the first word and hands the rest of
+the command line to that command. An unknown or wrong option is answered with the error first and one line on where to find the
 options, not the whole usage before it. The help of an option made from a configuration
 dataclass is the comment written beside its field, so the two never drift apart.
 """
@@ -9,8 +12,11 @@ from __future__ import annotations
 import argparse
 import inspect
 import io
+import sys
 import textwrap
 import tokenize
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import NoReturn
 
 
@@ -46,3 +52,32 @@ def field_comments(config_class: type) -> dict[str, str]:
                     and tokens[1].string == ":" and tokens[-1].type == tokenize.COMMENT):
                 comments[tokens[0].string] = tokens[-1].string.lstrip("#").strip()
     return comments
+
+
+@dataclass(frozen=True)
+class Command:
+    """One word of ``python -m transformer.<model> WORD``: what it runs and the line that describes it."""
+
+    run: Callable[[Sequence[str]], int]  # the command's own main: its options in, the exit status out
+    summary: str
+
+
+#: what every model's export command does
+EXPORT_SUMMARY = "write a finished run's shippable form (weights, configuration, figures)"
+
+
+def dispatch(prog: str, description: str, commands: dict[str, Command], argv: Sequence[str] | None = None) -> int:
+    """Run the command the first word names with the rest of ``argv``; without one, or with --help, list them."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    width = max(map(len, commands))
+    usage = "\n".join([f"usage: {prog} {{{','.join(commands)}}} [options]", "", description, "", "commands:",
+                        *(f"  {name:<{width}}  {command.summary}" for name, command in commands.items()),
+                        "", f"`{prog} COMMAND --help` lists the options of a command"])
+    if argv[:1] in (["-h"], ["--help"]):
+        print(usage)
+        return 0
+    if not argv or argv[0] not in commands:
+        problem = f"unknown command {argv[0]!r}" if argv else "no command given"
+        print(f"error: {problem}: choose one of {', '.join(commands)}\n(`{prog} --help` describes them)", file=sys.stderr)
+        return 2
+    return commands[argv[0]].run(argv[1:])

@@ -332,13 +332,15 @@ def export_run(run: str | Path, destination: str | Path, config_class: type[Loop
     return target
 
 
-def export_command(argv: Sequence[str], export: Callable[[str, str], Path], program: str) -> int:
-    """``program export RUN_DIR DESTINATION`` (``argv`` without the word export): the exit status."""
-    if len(argv) != 2:
-        print(f"usage: {program} export RUN_DIR DESTINATION", file=sys.stderr)
-        return 2
+def export_command(argv: Sequence[str], export: Callable[[str, str], Path], prog: str) -> int:
+    """``prog RUN_DIR DESTINATION``: write a run's shippable form with ``export``; the exit status."""
+    parser = Parser(prog=prog, description="Write the shippable form of a finished run: its weights (averaged when "
+                    "it averaged), configuration, metrics and pictures, without the optimiser's state.")
+    parser.add_argument("run", help="a run folder (or its checkpoint.pt)")
+    parser.add_argument("destination", help="the folder to write (created when missing)")
+    args = parser.parse_args(argv)
     try:
-        path = export(argv[0], argv[1])
+        path = export(args.run, args.destination)
     except TrainingError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

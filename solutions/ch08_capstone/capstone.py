@@ -83,7 +83,7 @@ check("capstone.edit_distance", edit_distance, hidden=True)
 # * **PER**, phoneme error rate: the edit distances to the closest references, summed over all
 #   words, divided by the summed lengths of those same closest references (each counted once).
 #
-# `transformer/metrics.py` computes both with your function's reference version. One published
+# `transformer/g2p/metrics.py` computes both with your function's reference version. One published
 # G2P codebase divides by twice the reference length and so reports half the PER: compare error
 # rates only when they are defined the same way.
 

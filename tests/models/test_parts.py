@@ -1,0 +1,209 @@
+"""--parts mine: the model built from a learner's completed notebooks, and a clear word when a part is missing."""
+from __future__ import annotations
+
+import dataclasses
+import shutil
+from pathlib import Path
+
+import jupytext
+import nbformat
+import pytest
+import torch
+
+from course.layout import REPO
+from transformer import Transformer, TransformerConfig
+from transformer.g2p import evaluate as E
+from transformer.g2p import train as T
+from transformer.parts import NOTEBOOKS, LearnerTransformer, PartsError, load_parts
+
+CONFIG = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, h=4, N=2, d_ff=64, dropout=0.0, max_len=64)
+
+
+def _answers(name: str) -> dict[str, str]:
+    """The instructor's answer to each graded cell of a notebook, without nbgrader's markers."""
+    source = next((REPO / "solutions").glob(f"*/{name}.py"))
+    answers = {}
+    for cell in jupytext.read(source).cells:
+        if "solution" in cell.metadata.get("tags", []):
+            lines = [line for line in cell.source.splitlines() if line.strip() not in ("### BEGIN SOLUTION", "### END SOLUTION")]
+            answers[cell.metadata["grade_id"]] = "\n".join(lines)
+    return answers
+
+
+@pytest.fixture(scope="module")
+def completed(tmp_path_factory) -> Path:
+    """A learner's exercises/ with chapters 2 to 6 completed (with the instructor's answers)."""
+    folder = tmp_path_factory.mktemp("learner") / "exercises"
+    for name in NOTEBOOKS:
+        released = next((REPO / "exercises").glob(f"*/{name}.ipynb"))
+        nb = nbformat.read(released, as_version=4)
+        answers = _answers(name)
+        for cell in nb.cells:
+            grade_id = cell.metadata.get("nbgrader", {}).get("grade_id")
+            if "solution" in cell.metadata.get("tags", []):
+                cell.source = answers[grade_id]
+        target = folder / released.parent.name / released.name
+        target.parent.mkdir(parents=True)
+        nbformat.write(nb, target)
+    return folder
+
+
+def test_the_learners_model_computes_what_the_reference_one_does(completed):
+    parts = load_parts(completed)
+    assert "reference" not in parts["multihead"].scaled_dot_product_attention.__module__  # the learner's own
+    torch.manual_seed(0)
+    reference = Transformer(CONFIG).eval()
+    mine = LearnerTransformer(CONFIG, parts).eval()
+    assert type(mine.encoder).__module__.startswith("_learner_parts_")
+    assert mine.state_dict().keys() == reference.state_dict().keys()
+    mine.load_state_dict(reference.state_dict())
+    src = torch.tensor([[5, 7, 9, 2, 0], [4, 8, 2, 0, 0]])
+    tgt = torch.tensor([[1, 12, 13], [1, 20, 0]])
+    torch.testing.assert_close(mine(src, tgt), reference(src, tgt))
+
+
+def test_a_missing_part_is_named(completed, tmp_path):
+    unfinished = tmp_path / "exercises"
+    shutil.copytree(completed, unfinished)
+    path = next(unfinished.glob("*/encoder.ipynb"))
+    nb = nbformat.read(path, as_version=4)
+    for cell in nb.cells:
+        if cell.metadata.get("nbgrader", {}).get("grade_id") == "LayerNorm":
+            cell.source = (
+                cell.source.split("    def forward")[0] + "    def forward(self, x):\n        raise NotImplementedError()\n"
+            )
+    nbformat.write(nb, path)
+    with pytest.raises(PartsError, match=r"LayerNorm \(ch04_encoder/encoder.ipynb\)"):
+        load_parts(unfinished)
+    with pytest.raises(PartsError, match="scaled_dot_product_attention .*NotImplementedError"):
+        load_parts(REPO / "exercises")  # the release itself: nothing written yet
+
+
+def test_training_with_my_parts(completed, tmp_path):
+    config = dataclasses.replace(T.PRESETS["tiny"], run_dir=str(tmp_path / "run"), device="cpu", parts="mine",
+                                 parts_dir=str(completed), max_steps=4, eval_every=4, eval_words=5)
+    result = T.train(config, progress=False)
+    assert isinstance(result.model, LearnerTransformer)
+    model, _, _ = T.load_trained(tmp_path / "run", "cpu")
+    assert isinstance(model, LearnerTransformer)
+    with pytest.raises(ValueError, match="with parts=mine use attention=course"):
+        dataclasses.replace(config, attention="fused")
+
+
+# ---------------------------------------------------------------------------------------------
+# Chapter 8's parts, the list of whose part is whose, and the checks before training
+# ---------------------------------------------------------------------------------------------
+
+
+def _complete(folder: Path, name: str, changes: dict[str, str] | None = None) -> None:
+    """Write notebook ``name`` into a learner's folder with the instructor's answers, or ``changes``."""
+    released = next((REPO / "exercises").glob(f"*/{name}.ipynb"))
+    nb = nbformat.read(released, as_version=4)
+    answers = _answers(name) | (changes or {})
+    for cell in nb.cells:
+        if "solution" in cell.metadata.get("tags", []):
+            cell.source = answers[cell.metadata["nbgrader"]["grade_id"]]
+    target = folder / released.parent.name / released.name
+    target.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, target)
+
+
+def _learner(tmp_path, completed, capstone: dict[str, str] | None = None, **encoder: str) -> Path:
+    folder = tmp_path / "exercises"
+    shutil.copytree(completed, folder)
+    if capstone is not None:
+        _complete(folder, "capstone", capstone)
+    if encoder:
+        _complete(folder, "encoder", encoder)
+    return folder
+
+
+def _tiny(folder: Path, run: Path, **changes) -> T.TrainConfig:
+    return dataclasses.replace(T.PRESETS["tiny"], run_dir=str(run), device="cpu", parts="mine", parts_dir=str(folder),
+                               max_steps=4, eval_every=4, eval_words=5, **changes)
+
+
+ZERO_LOSS = '''def label_smoothed_cross_entropy(logits, target, smoothing=0.1, pad_id=0):
+    return (logits * 0).sum()
+'''
+FLAT_RATE = '''def noam_rate(step, d_model, warmup, factor=1.0):
+    return 0.000123
+'''
+NO_EDITS = '''def edit_distance(a, b):
+    return 0
+'''
+UNBIASED_LAYER_NORM = _answers("encoder")["LayerNorm"].replace("(centred * centred).mean(dim=-1, keepdim=True)",
+                                                                 "x.var(dim=-1, keepdim=True)")
+
+
+def test_chapter_8s_parts_are_yours_and_listed(completed, tmp_path, capsys):
+    folder = _learner(tmp_path, completed, capstone={})
+    T.train(_tiny(folder, tmp_path / "run"), progress=False)
+    out = capsys.readouterr().out
+    yours = next(line for line in out.splitlines() if line.strip().startswith("yours:"))
+    for part in ("softmax", "LayerNorm", "label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance",
+                 "beam_search"):
+        assert part in yours, part
+    assert "the course's" not in out and "passes its notebook's visible check" in out
+    task = T.G2PTask(_tiny(folder, tmp_path / "other"))
+    task.use_learner_parts(lambda line: None)
+    for part in ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance", "beam_search"):
+        assert task.parts[part].__module__.startswith("_learner_parts_"), part
+
+
+def test_an_unwritten_chapter_8_part_is_the_courses_and_says_so(completed, tmp_path, capsys):
+    stub = "def beam_search(model, src, beam_size, max_len, bos_id, eos_id, alpha=0.0):\n    raise NotImplementedError()\n"
+    folder = _learner(tmp_path, completed, capstone={"beam_search": stub})
+    task = T.G2PTask(_tiny(folder, tmp_path / "run"))
+    task.use_learner_parts()
+    out = capsys.readouterr().out
+    assert "the course's: beam_search (yours in ch08_capstone/capstone.ipynb still raises NotImplementedError)" in out
+    assert task.parts["beam_search"].__module__ == "reference.capstone"
+
+
+def test_training_and_evaluation_use_your_chapter_8_parts(completed, tmp_path, capsys):
+    folder = _learner(tmp_path, completed, capstone={"label_smoothed_cross_entropy": ZERO_LOSS,
+                                                     "noam_rate": FLAT_RATE, "edit_distance": NO_EDITS})
+    with pytest.raises(PartsError, match="3 of your parts fail"):
+        T.train(_tiny(folder, tmp_path / "stopped"), progress=False)
+    assert not (tmp_path / "stopped" / "checkpoint.pt").exists()
+    result = T.train(_tiny(folder, tmp_path / "run", allow_failing_parts=True), progress=False)
+    assert "warning: 3 of your parts fail their check" in capsys.readouterr().out
+    assert all(entry["loss"] == 0 for entry in result.metrics["train"])  # your loss trained the model
+    assert all(entry["lr"] == pytest.approx(0.000123) for entry in result.metrics["train"])  # your schedule
+    assert result.metrics["dev"][-1]["wer"] == 0  # your edit distance measured it
+    measured = E.evaluate_run(tmp_path / "run", split="dev", beam=2, limit=5, device="cpu", worst=0, progress=False)
+    assert "yours:" in capsys.readouterr().out
+    assert all(row["wer"] == 0 for row in measured["decodings"].values())
+
+
+def test_a_part_that_fails_its_check_stops_the_run_with_the_checks_words(completed, tmp_path):
+    folder = _learner(tmp_path, completed, LayerNorm=UNBIASED_LAYER_NORM)
+    with pytest.raises(PartsError) as stopped:
+        T.train(_tiny(folder, tmp_path / "run"), progress=False)
+    assert "LayerNorm: " in str(stopped.value) and "unbiased" in str(stopped.value)
+    assert "--allow-failing-parts true" in str(stopped.value)
+    assert UNBIASED_LAYER_NORM != _answers("encoder")["LayerNorm"]
+    assert T.main(["--preset", "tiny", "--parts", "mine", "--parts-dir", str(folder), "--run-dir", str(tmp_path / "cli"),
+                   "--quiet", "--max-steps", "2", "--device", "cpu"]) == 2
+    assert not (tmp_path / "cli" / "checkpoint.pt").exists()
+
+
+def test_the_gpt_and_bert_commands_take_your_chapter_7_parts(tmp_path, capsys):
+    from transformer.bert import train as bert
+    from transformer.gpt import train as gpt
+
+    folder = tmp_path / "exercises"
+    _complete(folder, "bert_gpt")
+    task = gpt.GPTTask(dataclasses.replace(gpt.PRESETS["tiny"], parts="mine", parts_dir=str(folder)))
+    task.use_learner_parts()
+    assert task.parts["causal_lm_loss"].__module__.startswith("_learner_parts_")
+    assert task.parts["sample_next"].__module__.startswith("_learner_parts_")
+    block = task.build_model().blocks[0]
+    assert type(block).__module__.startswith("_learner_parts_")  # the model is made of your GPTBlocks
+    pretrain = bert.PretrainTask(dataclasses.replace(bert.PRETRAIN_PRESETS["tiny"], parts="mine", parts_dir=str(folder)))
+    pretrain.use_learner_parts()
+    assert pretrain.parts["mask_tokens"].__module__.startswith("_learner_parts_")
+    out = capsys.readouterr().out
+    assert "yours: GPTBlock, causal_lm_loss, sample_next" in out and "yours: mask_tokens" in out
+    assert gpt.GPTTask(gpt.PRESETS["tiny"]).parts["causal_lm_loss"].__module__ == "reference.bert_gpt"

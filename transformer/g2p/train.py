@@ -1,0 +1,307 @@
+"""Train the course's Transformer on English spelling to sound.
+
+    python -m transformer.g2p train --preset cpu                 the CPU configuration
+    python -m transformer.g2p train --preset tiny --max-steps 50 any setting can be overridden
+    python -m transformer.g2p train --resume runs/cpu            continue an interrupted run exactly
+
+The recipe is the paper's (section 5): Adam with beta = (0.9, 0.98) and eps = 1e-9, the
+warm-up schedule of equation 3, label smoothing 0.1, dropout, shared embeddings, and batches by
+length under a token budget. The schedule, the loss and the batching are the chapter 8
+exercises' reference versions, and the model is built from chapters 2 to 6; with ``--parts mine``
+all of them are the learner's (see :mod:`transformer.parts`).
+
+The loop itself (steps, schedule, checkpoints, resume, averaging, DDP, bf16) is the course's
+one training loop, :mod:`transformer.loop`; this module is its G2P task.
+
+A run folder holds ``config.json``, ``metrics.json`` (training loss, learning rate, throughput
+and dev WER/PER over time), ``curves.png``, ``attention.png`` (cross-attention of a few dev
+words) and ``checkpoint.pt``, written atomically, which ``--resume`` continues from.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ..attention_paths import PATHS, attention_path, use_attention
+from ..flops import training_flops
+from ..loop import (
+    Batch,
+    LoopConfig,
+    RunResult,
+    Task,
+    TrainingError,
+    atomic_write,
+    choose_device,
+    command_line,
+    launch,
+    read_checkpoint,
+    run_training,
+)
+from ..model import Transformer, TransformerConfig, count_parameters
+from ..parts import EXERCISES, G2P_PARTS, NEEDED, LearnerTransformer, PartsError, load_parts
+from .baseline import TorchTransformer
+from .data import G2PData, Split, Vocabulary, load
+from .encoding import EncodedPairs, Vocabularies, encode_pairs, make_batch, predict
+from .metrics import count_errors
+
+
+@dataclass
+class TrainConfig(LoopConfig):
+    """Every setting of a run: the loop's (:class:`LoopConfig`), then the model's and the data's.
+    The model's fields are those of :class:`TransformerConfig`."""
+
+    # the model
+    d_model: int = 128
+    h: int = 4  # attention heads
+    N: int = 2  # layers (of the encoder and of the decoder)
+    d_ff: int = 512  # width of the feed-forward network's hidden layer
+    dropout: float = 0.0  # dropout rate (the paper's P_drop)
+    share_embeddings: bool = True  # one embedding matrix for letters and phonemes, also used by the output layer
+    attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
+    implementation: str = "course"  # course (the chapters' parts), or torch (nn.Transformer, for comparison)
+    # the data
+    stress: bool = False  # keep the stress digits of the vowels (AH0, AH1) in the targets
+    train_words: int = 0  # use only the first n training words (0: all of them)
+    # the optimisation
+    max_tokens: int = 1024  # padded tokens per batch (the larger of source and target length)
+    label_smoothing: float = 0.1  # the label smoothing epsilon of the loss (the paper's 0.1)
+    # measuring
+    eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
+
+    RESUMABLE = LoopConfig.RESUMABLE | {"eval_words"}
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for name in ("h", "N", "d_ff", "max_tokens"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.attention not in PATHS:
+            raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
+        if self.implementation not in ("course", "torch"):
+            raise ValueError(f"implementation must be course or torch, got {self.implementation!r}")
+        if self.implementation == "torch" and (self.parts != "reference" or self.attention != "course"):
+            raise ValueError("implementation=torch is PyTorch's nn.Transformer: it takes neither --parts mine nor --attention")
+        if self.parts == "mine" and self.attention != "course":
+            raise ValueError("attention=fused replaces the reference attention layer; with parts=mine use attention=course")
+        if not 0.0 <= self.label_smoothing < 1.0:
+            raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        self.model_config(vocab_size=70)  # the model's own checks, early
+
+    def model_config(self, vocab_size: int, target_vocab_size: int | None = None) -> TransformerConfig:
+        return TransformerConfig(
+            src_vocab_size=vocab_size, tgt_vocab_size=target_vocab_size or vocab_size, d_model=self.d_model,
+            h=self.h, N=self.N, d_ff=self.d_ff, dropout=self.dropout, max_len=64,
+            share_embeddings=self.share_embeddings, pad_id=Vocabulary.pad_id,
+        )
+
+
+#: settings that may change when a run is resumed
+RESUMABLE = TrainConfig.RESUMABLE
+
+PRESETS: dict[str, TrainConfig] = {
+    # seconds on a laptop: what the tests run
+    "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
+                        max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15),
+    # ten minutes on two CPU cores; two threads trained 1.7 times faster than one on an idle 2-core
+    # machine (benchmarks/RESULTS.md), so the preset takes both cores
+    "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=1024, peak_lr=3e-3, warmup=500, threads=2,
+                       time_limit=600.0, eval_every=1000, eval_words=500, checkpoint_every=500, average_last=5,
+                       average_every=200),
+    # one GPU: a wider, deeper model, large batches, bf16
+    "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
+                       time_limit=600.0, eval_every=500, eval_words=0, checkpoint_every=1000, precision="bf16",
+                       average_last=5, average_every=500),
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# evaluation and pictures
+# ---------------------------------------------------------------------------------------------
+
+
+def evaluate(model: Transformer, split: Split, vocabs: Vocabularies, device: torch.device,
+             limit: int = 0, distance: Callable[[list, list], int] | None = None) -> dict[str, float]:
+    """Greedy WER and PER (percent) on the first ``limit`` words of a split (all when 0), measured with
+    ``distance`` (the course's edit_distance unless given)."""
+    words = list(split.words[:limit] if limit else split.words)
+    references = list(split.references[: len(words)])
+    predictions = predict(model, words, vocabs, device)
+    counts = count_errors(predictions, references, ignore_stress=False, distance=distance)
+    return {"wer": counts.wer, "per": counts.per, "words": counts.words}
+
+
+@torch.no_grad()
+def draw_attention(model: Transformer, words: Sequence[str], vocabs: Vocabularies, device: torch.device, path: Path) -> None:
+    """The last decoder layer's cross-attention, averaged over heads, for the greedy pronunciation."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    if not hasattr(getattr(model, "decoder", None), "layers"):
+        return  # nn.Transformer keeps no attention weights to draw
+    predictions = predict(model, words, vocabs, device)
+    was_training, kind = model.training, attention_path(model)
+    if kind == "fused":
+        use_attention(model, "course")  # the fused kernel keeps no weights to draw
+    model.eval()
+    fig, axes = plt.subplots(1, len(words), figsize=(3.2 * len(words), 3.2), squeeze=False)
+    for ax, word, phonemes in zip(axes[0], words, predictions):
+        src = torch.tensor([vocabs.source.encode(word, eos=True)], device=device)
+        ys = torch.tensor([vocabs.target.encode(phonemes, bos=True)], device=device)
+        model(src, ys)
+        weights = model.decoder.layers[-1].cross_attn.attn_weights[0].mean(0).float().cpu().numpy()  # (T, S)
+        ax.imshow(weights, cmap="Greys", vmin=0, vmax=1)
+        ax.set_xticks(range(len(word) + 1), [*word, "</s>"])
+        ax.set_yticks(range(len(phonemes) + 1), ["<s>", *phonemes])
+        ax.set_title(word)
+    model.train(was_training)
+    if kind == "fused":
+        use_attention(model, kind)
+    fig.tight_layout()
+    atomic_write(path, lambda p: fig.savefig(p, dpi=90, format="png"))
+    plt.close(fig)
+
+
+# ---------------------------------------------------------------------------------------------
+# the task
+# ---------------------------------------------------------------------------------------------
+
+
+def build_model(config: TrainConfig, vocabs: Vocabularies, parts: dict | None = None) -> Transformer:
+    """The model a config describes; with parts=mine, made of ``parts`` (the learner's modules, loaded when
+    not given)."""
+    model_config = config.model_config(len(vocabs.source), len(vocabs.target))
+    if config.implementation == "torch":
+        return TorchTransformer(model_config)
+    if config.parts == "mine":
+        return LearnerTransformer(model_config, parts or load_parts(Path(config.parts_dir or EXERCISES)))
+    return use_attention(Transformer(model_config), config.attention)
+
+
+class G2PTask(Task):
+    """Spelling to sound for :func:`transformer.loop.run_training`: words in, phonemes out, teacher forcing."""
+
+    config: TrainConfig
+    MODEL_PARTS = NEEDED
+    PARTS = G2P_PARTS
+    curves = (("wer", "WER"), ("per", "PER"))
+    curves_axis = "dev error rate (%)"
+    loss_axis = "training loss (label-smoothed)"
+
+    def __init__(self, config: TrainConfig, data: G2PData | None = None) -> None:
+        super().__init__(config)
+        self.data = data
+        self.vocabs = Vocabularies.make(config.share_embeddings, config.stress)
+        self.model_config = config.model_config(len(self.vocabs.source), len(self.vocabs.target))
+
+    def prepare(self) -> None:
+        config = self.config
+        self.data = load(stress=config.stress) if self.data is None else self.data
+        pairs = self.data.train.pairs
+        if config.train_words:
+            kept = set(self.data.train.words[: config.train_words])
+            pairs = [p for p in pairs if p[0] in kept]
+        if not pairs:
+            raise TrainingError("the training split is empty: check the data files and --train-words")
+        if not len(self.data.dev):
+            raise TrainingError("the dev split is empty: there is nothing to measure the model on")
+        self.examples: EncodedPairs = encode_pairs(pairs, self.vocabs)
+        self.lengths = self.examples.lengths
+        if max(self.lengths) > config.max_tokens:
+            raise TrainingError(f"max_tokens={config.max_tokens} is below the longest example ({max(self.lengths)} tokens)")
+
+    def build_model(self) -> Transformer:
+        return build_model(self.config, self.vocabs, self.parts.modules)
+
+    def epoch_batches(self, epoch: int) -> list[list[int]]:
+        return self.parts["length_batches"](self.lengths, self.config.max_tokens, seed=self.config.seed, epoch=epoch)
+
+    def make_batch(self, indices: Sequence[int], device: torch.device) -> Batch:
+        src, tgt_in, tgt_out = (t.to(device) for t in make_batch(self.examples, indices, self.vocabs))
+        real = int((tgt_out != self.vocabs.target.pad_id).sum())
+        tokens = real + int((src != self.vocabs.source.pad_id).sum())
+        flops = training_flops(self.model_config, src.shape[0], src.shape[1], tgt_in.shape[1])
+        return Batch(inputs=(src, tgt_in), targets=tgt_out, count=real, tokens=tokens, flops=flops)
+
+    def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
+        return self.parts["label_smoothed_cross_entropy"](output.float(), batch.targets, self.config.label_smoothing,
+                                                          self.vocabs.target.pad_id)
+
+    def evaluate(self, model: torch.nn.Module) -> dict[str, float]:
+        assert self.data is not None
+        return evaluate(model, self.data.dev, self.vocabs, _device_of(model), self.config.eval_words,
+                        self.parts["edit_distance"])
+
+    def report(self, measured: dict[str, float]) -> str:
+        return dev_line(measured)
+
+    def checkpoint_extra(self) -> dict[str, list[str]]:
+        return {"vocabulary": list(self.vocabs.target.tokens), "source_vocabulary": list(self.vocabs.source.tokens)}
+
+    def finish(self, model: torch.nn.Module, run_dir: Path) -> None:
+        assert self.data is not None
+        draw_attention(model, list(self.data.dev.words[:3]), self.vocabs, _device_of(model), run_dir / "attention.png")
+
+
+def dev_line(measured: dict[str, float]) -> str:
+    """The dev figures as printed, with a word on a PER above 100 %, which early in training is right."""
+    line = f"dev WER {measured['wer']:.1f} %, PER {measured['per']:.2f} %"
+    if measured["per"] > 100:
+        line += (" (over 100 %: the predictions are longer than the references, often running on to the length "
+                 "limit early in training, and every extra phoneme counts as one more edit)")
+    return line
+
+
+def _device_of(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
+
+
+def train(config: TrainConfig, resume: bool = False, data: G2PData | None = None,
+          progress: bool = True) -> RunResult:
+    """Train (or, with ``resume``, continue) the run described by ``config`` in ``config.run_dir``."""
+    return run_training(G2PTask(config, data), resume=resume, progress=progress)
+
+
+def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
+    """A trained model from a run folder or its checkpoint file, in eval mode."""
+    checkpoint, config, file = read_checkpoint(path, TrainConfig)
+    vocabs = Vocabularies.make(config.share_embeddings, config.stress)
+    if list(vocabs.target.tokens) != checkpoint["vocabulary"] or list(vocabs.source.tokens) != checkpoint["source_vocabulary"]:
+        raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
+    target = choose_device(device)
+    model = build_model(config, vocabs)
+    weights = checkpoint.get("averaged")
+    model.load_state_dict(weights if weights is not None else checkpoint["model"])
+    return model.to(target).eval(), config, vocabs
+
+
+# ---------------------------------------------------------------------------------------------
+# the command line
+# ---------------------------------------------------------------------------------------------
+
+
+def config_from_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bool, bool]:
+    """(config, resume, quiet) from the command line: a preset, or a run's saved config, plus overrides."""
+    config, resume, quiet = command_line(
+        TrainConfig, PRESETS, "python -m transformer.g2p train",
+        "Train the Transformer on English spelling to sound (CMUdict).", argv,
+    )
+    assert isinstance(config, TrainConfig)
+    return config, resume, quiet
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    config, resume, quiet = config_from_args(argv)
+    result = launch(G2PTask(config), resume, quiet, errors=(PartsError,))
+    if isinstance(result, int):
+        return result
+    dev = result.metrics["dev"][-1] if result.metrics["dev"] else None
+    print(f"{count_parameters(result.model):,} parameters, {result.step} steps; run folder: {result.run_dir}")
+    if dev:
+        print(f"{dev['words']} words: {dev_line(dev)}")
+    return 0
+

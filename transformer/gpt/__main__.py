@@ -1,0 +1,23 @@
+"""``python -m transformer.gpt train|sample|export``: chapter 7's GPT on the Python standard library."""
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from ..cli import EXPORT_SUMMARY, Command, dispatch
+from . import sample, train
+
+COMMANDS = {
+    "train": Command(train.main, "train a small GPT byte by byte (a preset, any setting overridden; --resume RUN continues)"),
+    "sample": Command(sample.main, "let a trained GPT write Python"),
+    "export": Command(train.export_main, EXPORT_SUMMARY),
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return dispatch("python -m transformer.gpt", "Chapter 7's GPT, trained on the Python standard library's source.",
+                    COMMANDS, argv)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,83 @@
+"""A small GPT: the decoder alone, reading left to right, built from the course's reference parts.
+
+The blocks are chapter 7's ``GPTBlock``: chapter 3's :class:`MultiHeadAttention` with chapter 5's causal mask, the
+feed-forward network and the layer normalisation are chapter 4's. What differs from the paper's
+decoder is GPT-2's arrangement: no cross-attention (there is no encoder), *pre-norm* blocks
+(each sub-layer reads a normalised copy of the residual stream and adds its output back, with
+one more LayerNorm after the last block), learned position embeddings instead of sinusoids, and
+the output projection tied to the token embedding.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from torch import nn
+
+from reference import bert_gpt
+
+from ..attention_paths import PATHS, use_attention
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab_size: int = 256  # bytes
+    block_size: int = 128  # the longest context, in tokens
+    d_model: int = 128
+    h: int = 4
+    N: int = 4
+    d_ff: int = 512
+    dropout: float = 0.0
+    attention: str = "course"  # course, or fused (F.scaled_dot_product_attention)
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "block_size", "d_model", "h", "N", "d_ff"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        if self.d_model % self.h:
+            raise ValueError(f"d_model={self.d_model} is not divisible by h={self.h}: each head gets d_model / h features")
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        if self.attention not in PATHS:
+            raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
+
+
+class GPT(bert_gpt.GPT):
+    """Token ids (B, T) -> next-token logits (B, T, vocab_size), T at most block_size.
+
+    Chapter 7's own ``GPT`` (``reference.bert_gpt``: embeddings, ``GPTBlock`` s, a final LayerNorm,
+    the tied output layer), configured by a :class:`GPTConfig`, initialised as GPT-2 is, and able to
+    switch its attention to the fused kernel. Its parameter names are the exercise's, so the
+    exercise's ``generate_with_cache`` runs on a trained model as it is.
+    """
+
+    def __init__(self, config: GPTConfig, block: type[nn.Module] | None = None) -> None:
+        super().__init__(config.vocab_size, config.d_model, config.h, config.d_ff, config.N, max_len=config.block_size,
+                         dropout=config.dropout)
+        if block is not None:  # another GPTBlock (the learner's, with --parts mine)
+            self.blocks = nn.ModuleList(block(config.d_model, config.h, config.d_ff, config.dropout) for _ in range(config.N))
+        self.config = config
+        self._init_weights()
+        use_attention(self, config.attention)
+
+    def _init_weights(self) -> None:
+        # GPT-2's: small normal weights, zero biases; the projections that write into the residual
+        # stream are scaled down by sqrt(2N) so that the stream's variance does not grow with depth.
+        for name, p in self.named_parameters():
+            if name.endswith("bias") or name.endswith("beta"):
+                nn.init.zeros_(p)
+            elif name.endswith("gamma"):
+                nn.init.ones_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * self.config.N) if name.endswith(("w_o.weight", "w_2.weight")) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+
+def forward_flops(config: GPTConfig, batch: int, length: int) -> int:
+    """Matrix-product FLOPs of one forward pass over (batch, length) tokens, counted as on the
+    full-Transformer page: two per multiply-add, weights and attention, element-wise work left out."""
+    d, N = config.d_model, config.N
+    per_token = N * (4 * d * d + 2 * d * config.d_ff) + config.vocab_size * d
+    attention = 2 * d * N * length * length  # scores and weighted sum, the masked half included
+    return 2 * batch * (length * per_token + attention)
