@@ -54,9 +54,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NoReturn
 
 import torch
 from tqdm import tqdm
@@ -64,15 +64,15 @@ from tqdm import tqdm
 from course.layout import runs
 from reference.capstone import noam_rate
 
+from . import checkpoint
+from .checkpoint import atomic_write
 from .cli import Parser, field_comments
 from .flops import peak_flops
 from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_parts
 
-REPO = Path(__file__).resolve().parent.parent
-
 __all__ = [
-    "Batch", "LoopConfig", "Processes", "RunResult", "StopRequest", "Task", "TrainingError", "atomic_write",
-    "average_weights", "check_same_run", "choose_device", "command_line", "export_run", "identity", "launch", "noam_rate",
+    "Batch", "LoopConfig", "Processes", "RunResult", "StopRequest", "Task", "TrainingError",
+    "average_weights", "check_same_run", "choose_device", "command_line", "export_run", "identity", "launch",
     "read_checkpoint", "run_training", "save_json", "snapshot",
 ]
 
@@ -261,13 +261,6 @@ def choose_device(name: str) -> torch.device:
 # ---------------------------------------------------------------------------------------------
 
 
-def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
-    """Write to a temporary file beside ``path`` and rename it: a crash never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
-
-
 def save_json(path: Path, value: Any) -> None:
     atomic_write(path, lambda p: p.write_text(json.dumps(value, indent=1) + "\n", encoding="utf-8"))
 
@@ -291,41 +284,30 @@ def check_same_run(saved: dict[str, Any], config: LoopConfig, where: Path) -> No
 
 def read_checkpoint(path: str | Path, config_class: type[LoopConfig]) -> tuple[dict[str, Any], LoopConfig, Path]:
     """(checkpoint, its config, its file) from a run folder or a checkpoint file, with clear errors."""
-    path = Path(path)
-    file = path / "checkpoint.pt" if path.is_dir() else path
-    if not file.is_file():
-        raise TrainingError(f"no checkpoint at {file}")
+    file = checkpoint.file_of(path)
     try:
-        checkpoint = torch.load(file, map_location="cpu", weights_only=False)
-    except Exception as exc:  # torch.load raises several kinds for a file that is not one of its own
-        raise TrainingError(f"{file} is not a checkpoint: {type(exc).__name__}: {exc}") from None
+        saved = checkpoint.load(file)
+    except checkpoint.CheckpointError as exc:
+        raise TrainingError(str(exc)) from None
     try:
-        config = config_class(**checkpoint["config"])
+        config = config_class(**saved[checkpoint.CONFIG])
     except (KeyError, TypeError) as exc:
         raise TrainingError(f"{file} is not a checkpoint of this training loop ({exc})") from None
-    return checkpoint, config, file
-
-
-#: what a checkpoint holds only to continue training: an exported one leaves it out
-TRAINING_STATE = ("optimizer", "snapshots", "rng", "cuda_rng", "epoch", "position", "metrics")
+    return saved, config, file
 
 
 def export_run(run: str | Path, destination: str | Path, config_class: type[LoopConfig],
                files: Sequence[str] = ("config.json", "metrics.json", "curves.png")) -> Path:
-    """Write a finished run's shippable form into ``destination``: ``checkpoint.pt`` with the
-    weights the run ended with (the averaged ones when it averaged), its config and the task's
-    extras, but no optimiser state or snapshots (it cannot be resumed), beside copies of ``files``.
-    Returns the checkpoint's path."""
-    run, destination = Path(run), Path(destination)
-    checkpoint, _, source = read_checkpoint(run, config_class)
-    if "optimizer" not in checkpoint:
+    """Write a finished run's shippable form into ``destination``: the checkpoint's exported form
+    (:func:`transformer.checkpoint.slim`: the final weights, the config and the task's extras, but
+    nothing to resume from) beside copies of ``files``. Returns the checkpoint's path."""
+    destination = Path(destination)
+    saved, _, source = read_checkpoint(run, config_class)
+    if not checkpoint.resumable(saved):
         raise TrainingError(f"{source} is already an exported model")
-    weights = checkpoint.get("averaged")
-    slim = {k: v for k, v in checkpoint.items() if k not in TRAINING_STATE}
-    slim.update(model=weights if weights is not None else checkpoint["model"], averaged=None)
     destination.mkdir(parents=True, exist_ok=True)
-    target = destination / "checkpoint.pt"
-    atomic_write(target, lambda p: torch.save(slim, p))
+    target = destination / checkpoint.FILE
+    checkpoint.write(target, checkpoint.slim(saved))
     for name in files:
         if (source.parent / name).is_file():
             shutil.copyfile(source.parent / name, destination / name)
@@ -463,177 +445,267 @@ def average_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, t
     return out
 
 
-def run_training(task: Task, resume: bool = False, progress: bool = True) -> RunResult:
-    """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``."""
-    config = task.config
-    if not config.run_dir:
-        raise TrainingError("no run folder: set run_dir (--run-dir)")
-    run_dir = Path(config.run_dir)
-    checkpoint_path = run_dir / "checkpoint.pt"
-    processes = Processes()
-    device = choose_device(config.device)
-    if processes.distributed and device.type == "cuda":
-        device = torch.device("cuda", processes.local_rank)  # one GPU per process
-    checkpoint = None
-    if resume:
-        if not checkpoint_path.is_file():
-            raise TrainingError(f"nothing to resume: {checkpoint_path} does not exist")
-        checkpoint = torch.load(checkpoint_path, map_location="cpu", weights_only=False)
-        check_same_run(checkpoint["config"], config, run_dir)
-    elif checkpoint_path.exists():
-        raise TrainingError(
-            f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another --run-dir"
-        )
-    if config.parts == "mine":
-        task.use_learner_parts(print if processes.main else lambda line: None)
-    task.prepare()
+@dataclass
+class Progress:
+    """Where a run stands between two steps: what its checkpoint holds besides the weights, the
+    optimiser and the random state."""
 
-    processes.start(device)
-    torch.manual_seed(config.seed)
-    model = task.build_model().to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
-    step, epoch, position = 0, 0, 0  # position: batches of this epoch already trained on
-    metrics: dict[str, list[dict[str, float]]] = {"train": [], "dev": []}
-    elapsed = 0.0
-    snapshots: list[dict[str, torch.Tensor]] = []  # for averaging: the weights at the last multiples of average_every
-    if checkpoint is not None:
-        if "optimizer" not in checkpoint:
-            raise TrainingError(f"{checkpoint_path} is an exported model, not a run: it cannot be resumed")
-        model.load_state_dict(checkpoint["model"])
-        snapshots = checkpoint.get("snapshots", [])
-        optimizer.load_state_dict(checkpoint["optimizer"])
-        step, epoch, position = checkpoint["step"], checkpoint["epoch"], checkpoint["position"]
-        metrics, elapsed = checkpoint["metrics"], checkpoint["elapsed"]
-        torch.set_rng_state(checkpoint["rng"])
-        if device.type == "cuda" and checkpoint.get("cuda_rng") is not None:
-            torch.cuda.set_rng_state(checkpoint["cuda_rng"], device)
-    if processes.main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        save_json(run_dir / "config.json", asdict(config))
-    forward: torch.nn.Module = model
-    if processes.distributed:
-        forward = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
-    if config.compile:
-        forward = torch.compile(forward)
+    step: int = 0
+    epoch: int = 0
+    position: int = 0  # batches of this epoch already trained on
+    metrics: dict[str, list[dict[str, float]]] = field(default_factory=lambda: {"train": [], "dev": []})
+    elapsed: float = 0.0  # seconds trained, over every session of the run
+    #: for averaging: the weights at the last multiples of average_every
+    snapshots: list[dict[str, torch.Tensor]] = field(default_factory=list)
 
-    averaged: dict[str, torch.Tensor] | None = None  # set when training ends
 
-    def save_checkpoint() -> None:
-        if not processes.main:
-            return
-        state = {
-            **task.checkpoint_extra(),
-            "config": asdict(config), "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "step": step, "epoch": epoch, "position": position, "metrics": metrics, "elapsed": elapsed,
-            "snapshots": snapshots, "averaged": averaged, "rng": torch.get_rng_state(),
-            "cuda_rng": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-        }
-        atomic_write(checkpoint_path, lambda p: torch.save(state, p))
-        save_json(run_dir / "metrics.json", metrics)
+class Throughput:
+    """The training measures of a window of steps: mean loss, tokens/s, TFLOP/s and, where the
+    device's peak is known, model FLOPs utilisation (the matrix products' share of the peak)."""
 
-    def measure(which: torch.nn.Module) -> dict[str, float]:
-        measured = task.evaluate(which)
-        model.train()
+    def __init__(self, every: int, peak: float | None, world: int) -> None:
+        self.every, self.peak, self.world = every, peak, world
+        self._open()
+
+    def _open(self) -> None:
+        self.loss, self.tokens, self.flops, self.start = 0.0, 0, 0.0, time.perf_counter()
+
+    def add(self, loss: float, tokens: float, flops: float) -> None:
+        self.loss += loss
+        self.tokens += int(tokens)
+        self.flops += flops
+
+    def close(self, step: int, lr: float, elapsed: float) -> dict[str, float] | None:
+        """The window's record at a multiple of ``every`` steps (then a new window opens), else None."""
+        if step % self.every:
+            return None
+        seconds = max(time.perf_counter() - self.start, 1e-9)
+        record = {"step": step, "loss": self.loss / self.every, "lr": lr, "tokens_per_s": self.tokens / seconds,
+                  "tflops_per_s": self.flops / seconds / 1e12, "elapsed_s": elapsed}
+        if self.peak:
+            record["mfu"] = record["tflops_per_s"] * 1e12 / (self.peak * self.world)
+        self._open()
+        return record
+
+
+def shown(record: dict[str, float]) -> dict[str, str]:
+    """A training record as the progress bar shows it."""
+    out = {"loss": f"{record['loss']:.3f}", "lr": f"{record['lr']:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
+    if "mfu" in record:
+        out["MFU"] = f"{record['mfu']:.1%}"
+    return out
+
+
+class Run:
+    """One session of a run: the task, where it trains, its model and optimiser, and its progress.
+
+    :func:`run_training` reads top-down: start (or resume) the run, train until the last step, the
+    time limit or a stop request, then finish: average, measure, save and draw.
+    """
+
+    def __init__(self, task: Task, resume: bool) -> None:
+        config = self.config = task.config
+        self.task = task
+        if not config.run_dir:
+            raise TrainingError("no run folder: set run_dir (--run-dir)")
+        self.run_dir = Path(config.run_dir)
+        self.checkpoint_path = self.run_dir / checkpoint.FILE
+        self.processes = Processes()
+        self.device = choose_device(config.device)
+        if self.processes.distributed and self.device.type == "cuda":
+            self.device = torch.device("cuda", self.processes.local_rank)  # one GPU per process
+        saved = self._saved_run() if resume else self._no_run_yet()
+        if config.parts == "mine":
+            task.use_learner_parts(print if self.processes.main else lambda line: None)
+        task.prepare()
+        self.processes.start(self.device)
+        torch.manual_seed(config.seed)
+        self.model = task.build_model().to(self.device)
+        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        self.progress = Progress()
+        self.averaged: dict[str, torch.Tensor] | None = None  # set when training ends
+        if saved is not None:
+            self._restore(saved)
+        if self.processes.main:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            save_json(self.run_dir / "config.json", asdict(config))
+        self.forward = self._forward()
+
+    def _saved_run(self) -> dict[str, Any]:
+        if not self.checkpoint_path.is_file():
+            raise TrainingError(f"nothing to resume: {self.checkpoint_path} does not exist")
+        try:
+            saved = checkpoint.load(self.checkpoint_path)
+        except checkpoint.CheckpointError as exc:
+            raise TrainingError(str(exc)) from None
+        check_same_run(saved[checkpoint.CONFIG], self.config, self.run_dir)
+        return saved
+
+    def _no_run_yet(self) -> None:
+        if self.checkpoint_path.exists():
+            raise TrainingError(
+                f"{self.run_dir} already holds a run: continue it with --resume {self.run_dir}, or choose another --run-dir"
+            )
+
+    def _restore(self, saved: dict[str, Any]) -> None:
+        if not checkpoint.resumable(saved):
+            raise TrainingError(f"{self.checkpoint_path} is an exported model, not a run: it cannot be resumed")
+        self.model.load_state_dict(saved[checkpoint.MODEL])
+        self.optimizer.load_state_dict(saved[checkpoint.OPTIMIZER])
+        self.progress = Progress(saved[checkpoint.STEP], saved[checkpoint.EPOCH], saved[checkpoint.POSITION],
+                                 saved[checkpoint.METRICS], saved[checkpoint.ELAPSED], saved.get(checkpoint.SNAPSHOTS, []))
+        torch.set_rng_state(saved[checkpoint.RNG])
+        if self.device.type == "cuda" and saved.get(checkpoint.CUDA_RNG) is not None:
+            torch.cuda.set_rng_state(saved[checkpoint.CUDA_RNG], self.device)
+
+    def _forward(self) -> torch.nn.Module:
+        """The model as the steps call it: wrapped for DDP and compiled where asked."""
+        forward: torch.nn.Module = self.model
+        if self.processes.distributed:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            forward = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
+        if self.config.compile:
+            forward = torch.compile(forward)
+        return forward
+
+    # -- training ------------------------------------------------------------------------------
+
+    def train(self, show_progress: bool) -> bool:
+        """Train until the last step, the time limit or a stop request; True when a request stopped it
+        before either limit (the run is then saved to be resumed)."""
+        config, progress = self.config, self.progress
+        bar = tqdm(total=config.max_steps, initial=progress.step, desc="training", unit="step",
+                   disable=not (show_progress and self.processes.main), dynamic_ncols=True)
+        window = Throughput(max(1, min(50, config.eval_every)), peak_flops(self.device), self.processes.world)
+        self.started = time.perf_counter() - progress.elapsed
+        self.model.train()
+        out_of_time, interrupted = bool(config.time_limit and progress.elapsed >= config.time_limit), False
+        with StopRequest() as stop_request:
+            try:
+                while progress.step < config.max_steps and not (out_of_time or interrupted):
+                    batches = self.task.epoch_batches(progress.epoch)
+                    if not batches:
+                        raise TrainingError("an epoch has no batches: the training data is empty or smaller than one batch")
+                    while progress.position < len(batches) and progress.step < config.max_steps:
+                        out_of_time, interrupted = self.step(batches[progress.position], window, bar, stop_request)
+                        if out_of_time or interrupted:
+                            break
+                    if progress.position >= len(batches):
+                        progress.epoch, progress.position = progress.epoch + 1, 0
+            finally:
+                bar.close()
+        return interrupted and not out_of_time
+
+    def step(self, indices: Sequence[int], window: Throughput, bar: tqdm, stop_request: StopRequest) -> tuple[bool, bool]:
+        """One optimiser step on one batch, then what is due after it (a record, an evaluation, a
+        checkpoint); (out of time, stop requested), agreed by every process."""
+        config, progress, processes, device = self.config, self.progress, self.processes, self.device
+        batch = self.task.make_batch(processes.share(indices), device)
+        all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
+        progress.step += 1
+        lr = self.task.rate(progress.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+            output = self.forward(*batch.inputs)
+        loss = self.task.loss(output, batch)
+        # The mean over this share's units, reweighted so that the processes' average is the mean
+        # over the whole batch's.
+        scaled = loss * (batch.count * processes.world / all_count) if processes.distributed else loss
+        self.optimizer.zero_grad(set_to_none=True)
+        scaled.backward()
+        self.optimizer.step()
+        progress.position += 1
+        if config.average_last and progress.step % config.average_every == 0:
+            progress.snapshots = [*progress.snapshots, snapshot(self.model)][-config.average_last :]
+        progress.elapsed = time.perf_counter() - self.started
+        out_of_time = bool(config.time_limit and progress.elapsed >= config.time_limit)
+        loss_sum, stop, interrupted = processes.total(loss.item() * batch.count, float(out_of_time),
+                                                      float(stop_request.requested), device=device)
+        window.add(loss_sum / all_count, all_tokens, all_flops)
+        record = window.close(progress.step, lr, progress.elapsed)
+        if record is not None:
+            progress.metrics["train"].append(record)
+            bar.set_postfix(shown(record))
+        bar.update(1)
+        if progress.step % config.eval_every == 0 and processes.main:
+            progress.metrics["dev"].append({"step": progress.step, "elapsed_s": progress.elapsed, **self.measure(self.model)})
+            bar.write(f"step {progress.step}: {self.task.report(progress.metrics['dev'][-1])}")
+        if progress.step % config.checkpoint_every == 0:
+            self.save_checkpoint()
+        return stop > 0, interrupted > 0  # every process stops at the same step
+
+    def measure(self, which: torch.nn.Module) -> dict[str, float]:
+        measured = self.task.evaluate(which)
+        self.model.train()
         return measured
 
-    bar = tqdm(
-        total=config.max_steps, initial=step, desc="training", unit="step",
-        disable=not (progress and processes.main), dynamic_ncols=True,
-    )
-    window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
-    peak = peak_flops(device)
-    started = time.perf_counter() - elapsed
-    model.train()
-    with StopRequest() as stop_request:
-        try:
-            out_of_time, interrupted = bool(config.time_limit and elapsed >= config.time_limit), False
-            while step < config.max_steps and not out_of_time:
-                batches = task.epoch_batches(epoch)
-                if not batches:
-                    raise TrainingError("an epoch has no batches: the training data is empty or smaller than one batch")
-                while position < len(batches) and step < config.max_steps:
-                    batch = task.make_batch(processes.share(batches[position]), device)
-                    all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
-                    step += 1
-                    lr = task.rate(step)
-                    for group in optimizer.param_groups:
-                        group["lr"] = lr
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
-                        output = forward(*batch.inputs)
-                    loss = task.loss(output, batch)
-                    # The mean over this share's units, reweighted so that the processes' average is
-                    # the mean over the whole batch's.
-                    scaled = loss * (batch.count * processes.world / all_count) if processes.distributed else loss
-                    optimizer.zero_grad(set_to_none=True)
-                    scaled.backward()
-                    optimizer.step()
-                    position += 1
-                    if config.average_last and step % config.average_every == 0:
-                        snapshots = [*snapshots, snapshot(model)][-config.average_last :]
-                    elapsed = time.perf_counter() - started
-                    out_of_time = bool(config.time_limit and elapsed >= config.time_limit)
-                    loss_sum, stop, interrupted = processes.total(loss.item() * batch.count, float(out_of_time),
-                                                                  float(stop_request.requested), device=device)
-                    out_of_time, interrupted = stop > 0, interrupted > 0  # every process stops at the same step
+    def save_checkpoint(self) -> None:
+        if not self.processes.main:
+            return
+        progress = self.progress
+        checkpoint.write(self.checkpoint_path, {
+            **self.task.checkpoint_extra(),
+            checkpoint.CONFIG: asdict(self.config), checkpoint.MODEL: self.model.state_dict(),
+            checkpoint.OPTIMIZER: self.optimizer.state_dict(), checkpoint.STEP: progress.step,
+            checkpoint.EPOCH: progress.epoch, checkpoint.POSITION: progress.position,
+            checkpoint.METRICS: progress.metrics, checkpoint.ELAPSED: progress.elapsed,
+            checkpoint.SNAPSHOTS: progress.snapshots, checkpoint.AVERAGED: self.averaged,
+            checkpoint.RNG: torch.get_rng_state(),
+            checkpoint.CUDA_RNG: torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
+        })
+        save_json(self.run_dir / "metrics.json", progress.metrics)
 
-                    window_loss += loss_sum / all_count
-                    window_tokens += int(all_tokens)
-                    window_flops += all_flops
-                    log_every = max(1, min(50, config.eval_every))
-                    if step % log_every == 0:
-                        seconds = time.perf_counter() - window_start
-                        record = {"step": step, "loss": window_loss / log_every, "lr": lr,
-                                  "tokens_per_s": window_tokens / max(seconds, 1e-9),
-                                  "tflops_per_s": window_flops / max(seconds, 1e-9) / 1e12, "elapsed_s": elapsed}
-                        if peak:  # model FLOPs utilisation: the matrix products' share of the devices' peak
-                            record["mfu"] = record["tflops_per_s"] * 1e12 / (peak * processes.world)
-                        metrics["train"].append(record)
-                        shown = {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.2e}", "tok/s": f"{record['tokens_per_s']:.0f}"}
-                        if peak:
-                            shown["MFU"] = f"{record['mfu']:.1%}"
-                        bar.set_postfix(shown)
-                        window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
-                    bar.update(1)
-                    if step % config.eval_every == 0 and processes.main:
-                        metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measure(model)})
-                        bar.write(f"step {step}: {task.report(metrics['dev'][-1])}")
-                    if step % config.checkpoint_every == 0:
-                        save_checkpoint()
-                    if out_of_time or interrupted:
-                        break
-                if position >= len(batches):
-                    epoch, position = epoch + 1, 0
-                if interrupted:
-                    break
-        finally:
-            bar.close()
-    if interrupted and not out_of_time:
-        save_checkpoint()
-        if processes.main:
-            print(f"interrupted after step {step}: `--resume {run_dir}` continues from here", file=sys.stderr)
+    # -- the end -------------------------------------------------------------------------------
+
+    def stop_interrupted(self) -> NoReturn:
+        self.save_checkpoint()
+        if self.processes.main:
+            print(f"interrupted after step {self.progress.step}: `--resume {self.run_dir}` continues from here",
+                  file=sys.stderr)
         raise KeyboardInterrupt
-    final_model: torch.nn.Module = model
-    if config.average_last:
+
+    def final_model(self) -> tuple[torch.nn.Module, int]:
+        """The model the run ends with (the average of the last snapshots where it averages) and how
+        many weights it averages (0: none)."""
+        config, progress = self.config, self.progress
+        if not config.average_last:
+            return self.model, 0
         # the final weights are one of the averaged; they are already the last snapshot at a multiple of average_every
-        last = snapshots if snapshots and step % config.average_every == 0 else [*snapshots, snapshot(model)]
-        last = last[-config.average_last :]
-        averaged = average_weights(last)
+        at_snapshot = progress.snapshots and progress.step % config.average_every == 0
+        last = (progress.snapshots if at_snapshot else [*progress.snapshots, snapshot(self.model)])[-config.average_last :]
+        self.averaged = average_weights(last)
         with torch.random.fork_rng(devices=[]):  # a fresh model's initialisation must not move the saved random state
-            final_model = task.build_model().to(device)
-        final_model.load_state_dict(averaged)
-    if processes.main:
-        measured = task.evaluate_final(final_model)
-        if measured is None and (config.average_last or not metrics["dev"] or metrics["dev"][-1]["step"] != step):
-            measured = measure(final_model)  # the final model is measured
-        if measured is not None:
-            if config.average_last:
-                measured["averaged"] = len(last)
-            metrics["dev"].append({"step": step, "elapsed_s": elapsed, **measured})
-        save_checkpoint()
-        draw_curves(metrics, run_dir / "curves.png", task)
-        task.finish(final_model, run_dir)
-    processes.wait()
-    return RunResult(run_dir, final_model, step, metrics)
+            final = self.task.build_model().to(self.device)
+        final.load_state_dict(self.averaged)
+        return final, len(last)
+
+    def finish(self) -> RunResult:
+        """Average, measure the final model, save, draw the curves and let the task finish."""
+        config, progress = self.config, self.progress
+        final, averaged = self.final_model()
+        if self.processes.main:
+            measured = self.task.evaluate_final(final)
+            dev = progress.metrics["dev"]
+            if measured is None and (config.average_last or not dev or dev[-1]["step"] != progress.step):
+                measured = self.measure(final)  # the final model is measured
+            if measured is not None:
+                if config.average_last:
+                    measured["averaged"] = averaged
+                dev.append({"step": progress.step, "elapsed_s": progress.elapsed, **measured})
+            self.save_checkpoint()
+            draw_curves(progress.metrics, self.run_dir / "curves.png", self.task)
+            self.task.finish(final, self.run_dir)
+        self.processes.wait()
+        return RunResult(self.run_dir, final, progress.step, progress.metrics)
+
+
+def run_training(task: Task, resume: bool = False, progress: bool = True) -> RunResult:
+    """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``."""
+    run = Run(task, resume)
+    if run.train(show_progress=progress):
+        run.stop_interrupted()
+    return run.finish()
 
 
 # ---------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import torch.nn.functional as F
 
 from course.layout import runs
 
+from ..checkpoint import final_weights
 from ..g2p.data import G2PData
 from ..g2p.data import load as load_cmudict
 from ..loop import (
@@ -276,8 +277,8 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 
 def load_pretrained(path: str | Path, expected: BertConfig | None = None) -> BertForMaskedLM:
     """The final model of a pre-training run (its averaged weights when it averaged), on the CPU."""
-    checkpoint, config, file = read_checkpoint(path, PretrainConfig)
-    if checkpoint.get("vocabulary") != list(CharVocabulary().tokens):
+    saved, config, file = read_checkpoint(path, PretrainConfig)
+    if saved.get("vocabulary") != list(CharVocabulary().tokens):
         raise TrainingError(f"{file} was trained with another vocabulary than this code builds")
     model_config = config.model_config()
     if expected is not None:
@@ -287,19 +288,17 @@ def load_pretrained(path: str | Path, expected: BertConfig | None = None) -> Ber
             raise TrainingError(f"the encoder of {file} has another shape ({', '.join(differ)}): fine-tune with the "
                                 "--preset it was pre-trained with, or set these options to match")
     model = BertForMaskedLM(model_config)
-    weights = checkpoint.get("averaged")
-    model.load_state_dict(weights if weights is not None else checkpoint["model"])
+    model.load_state_dict(final_weights(saved))
     return model.eval()
 
 
 def load_finetuned(path: str | Path) -> tuple[BertClassifier, FinetuneConfig]:
     """The final model of a fine-tuning run (or its export) and its config, on the CPU, in eval mode."""
-    checkpoint, config, file = read_checkpoint(path, FinetuneConfig)
+    saved, config, file = read_checkpoint(path, FinetuneConfig)
     assert isinstance(config, FinetuneConfig)
-    if "task" not in checkpoint["config"]:
+    if "task" not in saved["config"]:
         raise TrainingError(f"{file} is a pre-training run, not a fine-tuned classifier")
-    weights = checkpoint.get("averaged")
-    weights = weights if weights is not None else checkpoint["model"]
+    weights = final_weights(saved)
     # The number of classes is fixed by the training words' labels; the output layer records it.
     model = BertClassifier(config.model_config(), classes=weights["out.weight"].shape[0])
     try:
@@ -312,14 +311,14 @@ def load_finetuned(path: str | Path) -> tuple[BertClassifier, FinetuneConfig]:
 def export(run: str | Path, destination: str | Path) -> Path:
     """The shippable form of a finished pre-training or fine-tuning run (see
     :func:`transformer.loop.export_run`), checked to load before anything is written."""
-    checkpoint, _, _ = read_checkpoint(run, FinetuneConfig)
-    if "task" in checkpoint["config"]:
+    saved, _, _ = read_checkpoint(run, FinetuneConfig)
+    if "task" in saved["config"]:
         load_finetuned(run)
         config_class: type[LoopConfig] = FinetuneConfig
     else:
         load_pretrained(run)
         config_class = PretrainConfig
-    del checkpoint
+    del saved
     return export_run(run, destination, config_class, ("config.json", "metrics.json", "curves.png", "results.json"))
 
 

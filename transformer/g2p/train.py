@@ -26,6 +26,7 @@ from pathlib import Path
 import torch
 
 from ..attention_paths import PATHS, attention_path, use_attention
+from ..checkpoint import atomic_write, final_weights
 from ..flops import training_flops
 from ..loop import (
     Batch,
@@ -33,7 +34,6 @@ from ..loop import (
     RunResult,
     Task,
     TrainingError,
-    atomic_write,
     choose_device,
     command_line,
     launch,
@@ -268,14 +268,13 @@ def train(config: TrainConfig, resume: bool = False, data: G2PData | None = None
 
 def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
     """A trained model from a run folder or its checkpoint file, in eval mode."""
-    checkpoint, config, file = read_checkpoint(path, TrainConfig)
+    saved, config, file = read_checkpoint(path, TrainConfig)
     vocabs = Vocabularies.make(config.share_embeddings, config.stress)
-    if list(vocabs.target.tokens) != checkpoint["vocabulary"] or list(vocabs.source.tokens) != checkpoint["source_vocabulary"]:
+    if list(vocabs.target.tokens) != saved["vocabulary"] or list(vocabs.source.tokens) != saved["source_vocabulary"]:
         raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
     target = choose_device(device)
     model = build_model(config, vocabs)
-    weights = checkpoint.get("averaged")
-    model.load_state_dict(weights if weights is not None else checkpoint["model"])
+    model.load_state_dict(final_weights(saved))
     return model.to(target).eval(), config, vocabs
 
 

@@ -39,6 +39,7 @@ import torch
 from reference.bert_gpt import sample_next
 
 from ..attention_paths import PATHS
+from ..checkpoint import final_weights
 from ..loop import (
     Batch,
     LoopConfig,
@@ -293,15 +294,14 @@ def train(config: GPTTrainConfig, resume: bool = False, data: stdlib_text.Stdlib
 
 def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainConfig]:
     """A trained GPT from a run folder or its checkpoint file, in eval mode."""
-    checkpoint, config, file = read_checkpoint(path, GPTTrainConfig)
+    saved, config, file = read_checkpoint(path, GPTTrainConfig)
     assert isinstance(config, GPTTrainConfig)
     block = None
     if config.parts == "mine":  # the blocks a run trained on your parts was made of
         block = learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS)["GPTBlock"]
     model = GPT(config.model_config(), block)
-    weights = checkpoint.get("averaged")
     try:
-        model.load_state_dict(weights if weights is not None else checkpoint["model"])
+        model.load_state_dict(final_weights(saved))
     except (KeyError, RuntimeError) as exc:
         raise TrainingError(f"{file} does not hold this GPT's weights ({exc})") from None
     return model.to(choose_device(device)).eval(), config

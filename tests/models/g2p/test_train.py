@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from course.layout import REPO
+from reference.capstone import noam_rate
 from transformer import loop
 from transformer.g2p import train as T
 from transformer.g2p.data import Split, load
@@ -101,7 +102,7 @@ def test_the_recipe_is_the_papers():
     config = T.PRESETS["cpu"]
     model_config = config.model_config(70)
     assert model_config.share_embeddings
-    peak = loop.noam_rate(config.warmup, config.d_model, config.warmup, config.lr_factor)
+    peak = noam_rate(config.warmup, config.d_model, config.warmup, config.lr_factor)
     assert peak == pytest.approx(config.peak_lr)
     assert config.label_smoothing == 0.1
 
