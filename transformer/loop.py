@@ -9,7 +9,7 @@ object supplies the rest: the model, the batches, the loss and the evaluation.
 
 Writing a new task::
 
-    @dataclass
+    @dataclass(frozen=True)
     class MyConfig(LoopConfig):             # the loop's settings, then the task's own
         vocab: int = 100
 
@@ -68,6 +68,7 @@ from . import checkpoint
 from .checkpoint import atomic_write
 from .cli import Parser, field_comments
 from .flops import peak_flops
+from .model import ModelShape
 from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_parts
 
 __all__ = [
@@ -81,15 +82,15 @@ class TrainingError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
-@dataclass
-class LoopConfig:
+@dataclass(frozen=True)
+class LoopConfig(ModelShape):
     """The settings the loop reads. A task's config is a subclass that adds the model's and the data's.
 
-    ``d_model`` is here because equation 3's schedule scales with the model's width; a task gives
-    it its own default by declaring it again.
+    It is a :class:`~transformer.model.ModelShape` (d_model, h, N, d_ff, dropout, and their rules)
+    because every model the loop trains has one, and equation 3's schedule scales with d_model; a
+    task gives the shape its own defaults by declaring the fields again.
     """
 
-    d_model: int = 128  # the model's width: the size of every token's vector (the paper's d_model)
     # the optimisation
     peak_lr: float = 3e-3  # the rate at the end of the warm-up: sets the factor of equation 3
     warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
@@ -122,7 +123,8 @@ class LoopConfig:
     )
 
     def __post_init__(self) -> None:
-        for name in ("d_model", "warmup", "max_steps", "eval_every", "checkpoint_every", "threads", "average_every"):
+        super().__post_init__()
+        for name in ("warmup", "max_steps", "eval_every", "checkpoint_every", "threads", "average_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
         if self.precision not in ("fp32", "bf16"):

@@ -6,7 +6,7 @@ generate. This file only wires them together, as Figure 1 of the paper draws the
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import NamedTuple
 
 import torch
@@ -17,33 +17,54 @@ from reference.encoder import Encoder
 from reference.positional import PositionalEmbedding
 
 
-@dataclass(frozen=True)
-class TransformerConfig:
-    """Every setting of the model. The defaults are the paper's base model (Table 3)."""
+def positive_integers(config: object, names: tuple[str, ...]) -> None:
+    """Refuse a setting of ``config`` among ``names`` that is not a positive integer."""
+    for name in names:
+        value = getattr(config, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ValueError(f"{name} must be a positive integer, got {value!r}")
 
-    src_vocab_size: int = 37000  # the paper's shared English-German byte-pair vocabulary
-    tgt_vocab_size: int = 37000
-    d_model: int = 512
-    h: int = 8
-    N: int = 6  # layers in the encoder, and again in the decoder
-    d_ff: int = 2048
-    dropout: float = 0.1
-    max_len: int = 5000
-    # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
-    share_embeddings: bool = True
-    pad_id: int = 0
+
+@dataclass(frozen=True, kw_only=True)
+class ModelShape:
+    """The shape every model of the course shares, and its rules: the encoder-decoder, GPT and BERT
+    configurations and their training configurations are all shapes. The defaults are the paper's
+    base model (Table 3); a model or a task gives its own by declaring a field again."""
+
+    d_model: int = 512  # the model's width: the size of every token's vector (the paper's d_model)
+    h: int = 8  # attention heads
+    N: int = 6  # layers (of the encoder, and again of the decoder)
+    d_ff: int = 2048  # width of the feed-forward network's hidden layer
+    dropout: float = 0.1  # dropout rate (the paper's P_drop)
 
     def __post_init__(self) -> None:
-        for name in ("src_vocab_size", "tgt_vocab_size", "d_model", "h", "N", "d_ff", "max_len"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
+        positive_integers(self, ("d_model", "h", "N", "d_ff"))
         if self.d_model % self.h:
             raise ValueError(
                 f"d_model={self.d_model} is not divisible by h={self.h}: each head gets d_model / h features"
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+
+    def shape(self) -> dict[str, int | float]:
+        """The shape's settings alone, to build a model's configuration from a training one."""
+        return {f.name: getattr(self, f.name) for f in fields(ModelShape)}
+
+
+@dataclass(frozen=True)
+class TransformerConfig(ModelShape):
+    """Every setting of the model. The defaults are the paper's base model (Table 3)."""
+
+    src_vocab_size: int = 37000  # the paper's shared English-German byte-pair vocabulary
+    tgt_vocab_size: int = 37000
+    max_len: int = 5000
+    # Section 3.4: one matrix for both embeddings and the pre-softmax projection.
+    share_embeddings: bool = True
+    pad_id: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        positive_integers(self, ("src_vocab_size", "tgt_vocab_size", "max_len"))
         if self.share_embeddings and self.src_vocab_size != self.tgt_vocab_size:
             raise ValueError(
                 "share_embeddings needs one vocabulary for both languages, but "

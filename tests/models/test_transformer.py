@@ -111,4 +111,27 @@ def test_it_is_assembled_from_the_chapters_parts_not_copies():
     assert type(model.src_embed) is PositionalEmbedding
     source = REPO / "transformer" / "model.py"
     classes = {n.name for n in ast.walk(ast.parse(source.read_text())) if isinstance(n, ast.ClassDef)}
-    assert classes == {"TransformerConfig", "Memory", "Transformer"}
+    assert classes == {"ModelShape", "TransformerConfig", "Memory", "Transformer"}
+
+
+def test_every_model_and_training_config_is_one_model_shape():
+    from transformer.bert.model import BertConfig
+    from transformer.bert.train import FinetuneConfig, PretrainConfig
+    from transformer.g2p.train import TrainConfig
+    from transformer.gpt.model import GPTConfig
+    from transformer.gpt.train import GPTTrainConfig
+    from transformer.loop import LoopConfig
+    from transformer.model import ModelShape
+
+    configs = [TransformerConfig, GPTConfig, BertConfig, LoopConfig, TrainConfig, GPTTrainConfig, PretrainConfig,
+               FinetuneConfig]
+    assert "d_model" not in LoopConfig.__dict__["__annotations__"], "the loop's d_model is the shape's"
+    for config in configs:
+        assert issubclass(config, ModelShape), config.__name__
+        for bad, message in (({"d_model": 30, "h": 4}, "not divisible by h=4"),
+                             ({"dropout": 1.0}, r"dropout must be in \[0, 1\)"), ({"N": 0}, "N must be a positive integer"),
+                             ({"d_ff": 1.5}, "d_ff must be a positive integer")):
+            with pytest.raises(ValueError, match=message):
+                config(**bad)
+    assert TrainConfig(d_model=64, h=2, N=3, d_ff=96, dropout=0.2).model_config(70).shape() == {
+        "d_model": 64, "h": 2, "N": 3, "d_ff": 96, "dropout": 0.2}

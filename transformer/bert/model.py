@@ -31,7 +31,7 @@ from torch import nn
 from reference.encoder import Encoder, LayerNorm
 
 from ..g2p.data import LETTERS
-from ..model import TransformerConfig
+from ..model import ModelShape, positive_integers
 
 PAD, CLS, SEP, MASK, UNK = "[PAD]", "[CLS]", "[SEP]", "[MASK]", "[UNK]"
 SPECIALS = (PAD, CLS, SEP, MASK, UNK)  # ids 0 to 4
@@ -79,7 +79,7 @@ class CharVocabulary:
 
 
 @dataclass(frozen=True)
-class BertConfig:
+class BertConfig(ModelShape):
     vocab_size: int = len(SPECIALS) + len(LETTERS)
     d_model: int = 128
     h: int = 4
@@ -89,9 +89,8 @@ class BertConfig:
     max_len: int = 32  # positions: the longest word of CMUdict has 28 letters, plus [CLS] and [SEP]
 
     def __post_init__(self) -> None:
-        # The encoder's settings obey the capstone model's rules: its config checks them.
-        TransformerConfig(self.vocab_size, self.vocab_size, self.d_model, self.h, self.N, self.d_ff, self.dropout,
-                          self.max_len)
+        super().__post_init__()
+        positive_integers(self, ("max_len",))
         if self.vocab_size <= len(SPECIALS):
             raise ValueError(f"vocab_size={self.vocab_size} leaves no room for symbols after the {len(SPECIALS)} special tokens")
 

@@ -52,6 +52,7 @@ from ..loop import (
     run_training,
     save_json,
 )
+from ..model import positive_integers
 from ..parts import BERT_PARTS
 from . import syllables
 from .data import copy_encoder, labelled_batch, masked_batch, masked_lm_loss, masked_lm_scores, predict
@@ -61,7 +62,7 @@ from .model import BertClassifier, BertConfig, BertForMaskedLM, CharVocabulary
 ENCODER_FIELDS = ("d_model", "h", "N", "d_ff", "max_len")
 
 
-@dataclass
+@dataclass(frozen=True)
 class PretrainConfig(LoopConfig):
     """The loop's settings (:class:`LoopConfig`), then the model's and the data's."""
 
@@ -80,18 +81,15 @@ class PretrainConfig(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size",):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        positive_integers(self, ("batch_size", "max_len"))
         if self.eval_words < 0:
             raise ValueError(f"eval_words must be 0 (all) or more, got {self.eval_words}")
-        self.model_config()  # the model's own checks, early
 
     def model_config(self) -> BertConfig:
-        return BertConfig(len(CharVocabulary()), self.d_model, self.h, self.N, self.d_ff, self.dropout, self.max_len)
+        return BertConfig(**self.shape(), vocab_size=len(CharVocabulary()), max_len=self.max_len)
 
 
-@dataclass
+@dataclass(frozen=True)
 class FinetuneConfig(PretrainConfig):
     task: str = "syllables"  # syllables or stress
     labels: int = 0  # labelled training words to keep (0: all of them)

@@ -48,7 +48,7 @@ from .encoding import EncodedPairs, Vocabularies, encode_pairs, make_batch, pred
 from .metrics import count_errors
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainConfig(LoopConfig):
     """Every setting of a run: the loop's (:class:`LoopConfig`), then the model's and the data's.
     The model's fields are those of :class:`TransformerConfig`."""
@@ -75,9 +75,8 @@ class TrainConfig(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("h", "N", "d_ff", "max_tokens"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        if self.max_tokens < 1:
+            raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
         if self.implementation not in ("course", "torch"):
@@ -88,12 +87,10 @@ class TrainConfig(LoopConfig):
             raise ValueError("attention=fused replaces the reference attention layer; with parts=mine use attention=course")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
-        self.model_config(vocab_size=70)  # the model's own checks, early
 
     def model_config(self, vocab_size: int, target_vocab_size: int | None = None) -> TransformerConfig:
         return TransformerConfig(
-            src_vocab_size=vocab_size, tgt_vocab_size=target_vocab_size or vocab_size, d_model=self.d_model,
-            h=self.h, N=self.N, d_ff=self.d_ff, dropout=self.dropout, max_len=64,
+            **self.shape(), src_vocab_size=vocab_size, tgt_vocab_size=target_vocab_size or vocab_size, max_len=64,
             share_embeddings=self.share_embeddings, pad_id=Vocabulary.pad_id,
         )
 

@@ -17,28 +17,23 @@ from torch import nn
 from reference import bert_gpt
 
 from ..attention_paths import PATHS, use_attention
+from ..model import ModelShape, positive_integers
 
 
 @dataclass(frozen=True)
-class GPTConfig:
+class GPTConfig(ModelShape):
     vocab_size: int = 256  # bytes
     block_size: int = 128  # the longest context, in tokens
     d_model: int = 128
     h: int = 4
-    N: int = 4
+    N: int = 4  # blocks
     d_ff: int = 512
     dropout: float = 0.0
     attention: str = "course"  # course, or fused (F.scaled_dot_product_attention)
 
     def __post_init__(self) -> None:
-        for name in ("vocab_size", "block_size", "d_model", "h", "N", "d_ff"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive integer, got {value!r}")
-        if self.d_model % self.h:
-            raise ValueError(f"d_model={self.d_model} is not divisible by h={self.h}: each head gets d_model / h features")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), got {self.dropout}")
+        super().__post_init__()
+        positive_integers(self, ("vocab_size", "block_size"))
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
 

@@ -54,7 +54,7 @@ from ..loop import (
     read_checkpoint,
     run_training,
 )
-from ..model import count_parameters
+from ..model import count_parameters, positive_integers
 from ..parts import EXERCISES, GPT_PARTS, learner_parts
 from . import stdlib_text
 from .model import GPT, GPTConfig, forward_flops
@@ -63,7 +63,7 @@ from .model import GPT, GPTConfig, forward_flops
 NO_PADDING = -1
 
 
-@dataclass
+@dataclass(frozen=True)
 class GPTTrainConfig(LoopConfig):
     """Every setting of a GPT run: the loop's (:class:`LoopConfig`), then the model's and the data's."""
 
@@ -88,9 +88,7 @@ class GPTTrainConfig(LoopConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size",):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
+        positive_integers(self, ("batch_size", "block_size"))
         for name in ("train_chars", "eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
@@ -101,11 +99,9 @@ class GPTTrainConfig(LoopConfig):
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
-        self.model_config()  # the model's own checks, early
 
     def model_config(self) -> GPTConfig:
-        return GPTConfig(vocab_size=256, block_size=self.block_size, d_model=self.d_model, h=self.h, N=self.N,
-                         d_ff=self.d_ff, dropout=self.dropout, attention=self.attention)
+        return GPTConfig(**self.shape(), vocab_size=256, block_size=self.block_size, attention=self.attention)
 
     @property
     def stride(self) -> int:
