@@ -17,6 +17,7 @@ from transformer.bert import syllables
 from transformer.bert import train as bert
 from transformer.bert.data import masked_lm_scores, predict
 from transformer.bert.model import CharVocabulary
+from transformer.checkpoint import TRAINING_STATE
 from transformer.g2p.data import load as load_cmudict
 from transformer.gpt import stdlib_text
 from transformer.gpt import train as gpt
@@ -53,7 +54,7 @@ def test_each_shipped_folder_is_small_and_cannot_be_resumed(folder):
         assert (folder / name).is_file(), name
     assert (folder / "checkpoint.pt").stat().st_size < 5 << 20, "a few MB, not a resumable run"
     checkpoint = torch.load(folder / "checkpoint.pt", weights_only=False)
-    assert not set(loop.TRAINING_STATE) & checkpoint.keys()
+    assert not set(TRAINING_STATE) & checkpoint.keys()
     assert checkpoint["config"] == read(folder / "config.json")
 
 
