@@ -231,7 +231,7 @@ def test_bad_arguments_get_clear_errors(g2p, pretrained, tmp_path):
         tiny_finetune(tmp_path, task="rhyme")
     with pytest.raises(ValueError, match="labels must be 0"):
         tiny_finetune(tmp_path, labels=-5)
-    with pytest.raises(ValueError, match="batch_size must be at least 1"):
+    with pytest.raises(ValueError, match="batch_size must be a positive integer"):
         dataclasses.replace(bert.PRETRAIN_PRESETS["tiny"], batch_size=0)
     with pytest.raises(TrainingError, match="no checkpoint"):
         bert.finetune(tiny_finetune(tmp_path / "x", init=str(tmp_path / "missing")), data=g2p, progress=False)
