@@ -145,8 +145,8 @@ _UIDS = _UidPool()
 SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/bin", "/lib", "/lib32", "/lib64")
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
-#: the course's packages that hold solutions or tools; hidden where an installation copied them
-COURSE_PACKAGES = ("autograder", "reference", "coursetools", "course", "transformer", "solutions")
+#: the course's packages that hold solutions or tools (course.tools among them); hidden where an installation copied them
+COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
 def _python_paths() -> list[Path]:
