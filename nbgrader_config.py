@@ -39,4 +39,5 @@ except ImportError as exc:
     print(f"warning: the course is not installed here ({exc}): run `make setup`, or nbgrader finds no "
           "instructor notebooks", file=sys.stderr)
 else:
+    # This file's folder is the course directory nbgrader runs in: this repository, or a copy of it.
     write_nbgrader_sources(Path(__file__).resolve().parent)

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from harness import seccomp, wire
 
-#: the only course code the worker sees: what runs beside the learner's, none of what judges it
+#: the only course code the worker sees: what runs beside the learner's, none of what judges it (the
+#: harness package where the import system found it, in a clone or an installed course)
 HARNESS = Path(wire.__file__).resolve().parent
 #: where the worker finds the grader's socket inside the sandbox
 CHANNEL_DIR = "/run/grader"

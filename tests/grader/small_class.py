@@ -7,6 +7,7 @@ writes beside it.
 from __future__ import annotations
 
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -52,6 +53,13 @@ def graded_cells_only(nb: nbformat.NotebookNode) -> nbformat.NotebookNode:
         c for c in nb.cells if c.cell_type == "code" and ("nbgrader" in c.metadata or "export" in c.metadata.get("tags", []))
     ]
     return nb
+
+
+def without_demonstrations(source: str) -> str:
+    """The instructor's percent script without its untagged code cells: the grader's self-check runs
+    every code cell of it, and those demonstrations grade nothing."""
+    cells = re.split(r"(?m)^(?=# %%)", source)
+    return "".join(c for c in cells if not re.match(r"# %%[ \t]*(\n|$)", c))
 
 
 def hand_in(root: Path, learner: str, kind: str, timestamp: str = "2026-12-01 10:00:00.000000 UTC") -> Path:

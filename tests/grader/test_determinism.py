@@ -32,7 +32,7 @@ from autograder.framework import CheckFailed, Tripwires, call_learner
 from autograder.sandbox import sandboxed
 from course.notebook_format import complete, to_nbgrader
 from tests.conftest import NOTEBOOKS, REPO, chapter_of
-from tests.grader.small_class import graded_cells_only
+from tests.grader.small_class import graded_cells_only, without_demonstrations
 
 # ---------------------------------------------------------------------------------------------
 # The judges
@@ -196,13 +196,6 @@ def _class(notebook: str) -> dict[str, nbformat.NotebookNode]:
     return {"correct": correct, "wrong": wrong, "stub": release, "crashing": crashing}
 
 
-def _without_demonstrations(source: str) -> str:
-    """The instructor's percent script without its untagged code cells: the grader's self-check runs
-    every code cell of it, and those demonstrations grade nothing."""
-    cells = re.split(r"(?m)^(?=# %%)", source)
-    return "".join(c for c in cells if not re.match(r"# %%[ \t]*(\n|$)", c))
-
-
 @pytest.fixture(scope="module")
 def course(tmp_path_factory):
     if not sandboxed():
@@ -212,7 +205,7 @@ def course(tmp_path_factory):
     for notebook in CORE:
         chapter = chapter_of(notebook)
         (root / "solutions" / chapter.assignment).mkdir(parents=True)
-        source = _without_demonstrations(chapter.source.read_text())
+        source = without_demonstrations(chapter.source.read_text())
         (root / "solutions" / chapter.assignment / chapter.source.name).write_text(source)
         for learner, nb in _class(notebook).items():
             folder = root / "submitted" / learner / chapter.assignment

@@ -9,6 +9,12 @@ hidden cases for a later function, leaving huge sparse files, damaging the noteb
 the expected score and message are asserted; the honest learners in the same run are graded
 normally; no submitted file changes.
 
+Each learner is a sandboxed worker and a process per graded function, so attacks that meet the
+same defence share a learner (patching the checks' tools and hiding errors; forging output and
+editing the test cells; deleting and duplicating cells; two endless functions): one submission
+that does both still has to get the one score that neither attack changes. That grading the same
+class again gives the same grades is the determinism test's (tests/grader/test_determinism.py).
+
 Points in chapter 2: softmax 2, scaled_dot_product_attention 4, additive_attention 3,
 score_variance 2 (11 in all).
 """
@@ -33,6 +39,7 @@ from autograder.reports import ensure_assignment
 from autograder.sandbox import sandboxed
 from course.layout import NBGRADER_CONFIG, REPO, chapter
 from course.notebook_format import complete, secret_lines, to_nbgrader, write_notebook
+from tests.grader.small_class import graded_cells_only, without_demonstrations
 
 ASSIGNMENT, NOTEBOOK = "ch02_attention", "attention"
 CHAPTER = chapter(ASSIGNMENT)
@@ -160,7 +167,9 @@ def _source():
 
 
 def _release():
-    return nbformat.read(CHAPTER.release, as_version=4)
+    # Without the chapter's demonstrations (its plots), which every function's process would run
+    # again for every learner: the attacks are in the cells added or replaced, never in those.
+    return graded_cells_only(nbformat.read(CHAPTER.release, as_version=4))
 
 
 def _solved():
@@ -257,14 +266,22 @@ def score_variance(q, k, scaled=False):
     duplicate_ids = _solved()
     for cell in duplicate_ids.cells:
         cell.id = "same"
-    tests_edited = _with({"softmax": WRONG_SOFTMAX})
-    for cell in tests_edited.cells:
+    # Test cells come from the instructor's notebook: editing them (while forging results, below),
+    # or deleting them and duplicating every other cell, changes nothing.
+    forges_results = _with({"softmax": WRONG_SOFTMAX}, before=(
+        "import json, os, sys\n"
+        f"for d in ({str(root)!r}, '.', '/tmp'):\n"
+        "    try:\n"
+        "        os.makedirs(os.path.join(d, 'grades'), exist_ok=True)\n"
+        "        open(os.path.join(d, 'grades', 'ch02_attention.csv'), 'w').write('forged')\n"
+        "        open(os.path.join(d, 'results.json'), 'w').write(json.dumps({'score': 11}))\n"
+        "    except OSError:\n        pass\n"
+        "print('All tests passed'); print(json.dumps({'result': 11})); sys.stdout.flush()\n"))
+    for cell in forges_results.cells:
         if cell.metadata.get("nbgrader", {}).get("grade"):
             cell.source = "print('All tests passed')"
     tests_deleted = _solved()
-    tests_deleted.cells = [c for c in tests_deleted.cells if not c.metadata.get("nbgrader", {}).get("grade")]
-    tests_duplicated = _solved()
-    tests_duplicated.cells = [c for c in tests_duplicated.cells for _ in (0, 1)]
+    tests_deleted.cells = [c for c in tests_deleted.cells if not c.metadata.get("nbgrader", {}).get("grade") for _ in (0, 1)]
     huge = _solved()
     huge.cells[2].outputs = [nbformat.v4.new_output("stream", name="stdout", text="x" * (200 << 20))]
     return {
@@ -274,23 +291,23 @@ def score_variance(q, k, scaled=False):
             "class Anything:\n    def __eq__(self, other): return True\n    def __getattr__(self, name): return self\n"
             "    def __call__(self, *a, **k): return self\n"
             "def softmax(x, dim=-1):\n    return Anything()\n")}),
+        # The checks' tools patched and the errors hidden: the verdict is made in the grader's process.
         "patches_allclose": _with({"softmax": WRONG_SOFTMAX}, before=(
             "import torch, numpy, builtins\n"
             "torch.allclose = lambda *a, **k: True\nnumpy.allclose = lambda *a, **k: True\n"
             "torch.isclose = lambda a, b, **k: torch.ones_like(a, dtype=torch.bool)\n"
-            "builtins.AssertionError = type('AssertionError', (Exception,), {})\n")),
-        "hides_errors": _with({"softmax": WRONG_SOFTMAX}, before=(
+            "builtins.AssertionError = type('AssertionError', (Exception,), {})\n"
             "import sys, os, traceback\nsys.stderr = open(os.devnull, 'w')\nsys.excepthook = lambda *a: None\n"
             "traceback.print_exc = lambda *a, **k: None\n")),
-        "default_dtype": _with(before="import torch\ntorch.set_default_dtype(torch.float64)\n"),
         "patches_matmul": _with(before=(
             "import torch\ntorch.Tensor.__matmul__ = lambda a, b: torch.zeros(a.shape[:-1] + b.shape[-1:], dtype=a.dtype)\n")),
         "forbidden_builtin": _with({"softmax": "import torch\ndef softmax(x, dim=-1):\n    return torch.softmax(x, dim=dim)\n"}),
         "forbidden_reference": _with({"softmax": (
             "from reference.attention import softmax as _theirs\n"
             "def softmax(x, dim=-1):\n    return _theirs(x, dim)\n")}),
-        "endless_loop": _with({"score_variance": "def score_variance(q, k, scaled=False):\n    while True:\n        pass\n"}),
-        "print_loop": _with({"scaled_dot_product_attention": (
+        # Two functions that never return, one of them printing without end: each costs its own points.
+        "endless_loop": _with({"score_variance": "def score_variance(q, k, scaled=False):\n    while True:\n        pass\n",
+                               "scaled_dot_product_attention": (
             "def scaled_dot_product_attention(q, k, v, mask=None):\n"
             "    while True:\n        print('All tests passed ' * 100)\n")}),
         "memory_bomb": _with({"additive_attention": (
@@ -300,24 +317,15 @@ def score_variance(q, k, scaled=False):
         "os_exit_in_softmax": _with({"softmax": "import os\ndef softmax(x, dim=-1):\n    os._exit(0)\n"}),
         "kills_itself_in_a_cell": _with(before="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         "loops_in_a_cell": _with(before="while True:\n    pass\n"),
-        "leaves_children": _with(before=(
+        # It reads files and the network from inside a function, and leaves processes behind.
+        "snoops": _with({"score_variance": snoop}, before=(
             "import os, subprocess, time\n"
             "subprocess.Popen(['sleep', '3131'], start_new_session=True)\n"
             "if os.fork() == 0:\n    time.sleep(3132)\n")),
-        "snoops": _with({"score_variance": snoop}),
-        "forges_results": _with({"softmax": WRONG_SOFTMAX}, before=(
-            "import json, os, sys\n"
-            f"for d in ({str(root)!r}, '.', '/tmp'):\n"
-            "    try:\n"
-            "        os.makedirs(os.path.join(d, 'grades'), exist_ok=True)\n"
-            "        open(os.path.join(d, 'grades', 'ch02_attention.csv'), 'w').write('forged')\n"
-            "        open(os.path.join(d, 'results.json'), 'w').write(json.dumps({'score': 11}))\n"
-            "    except OSError:\n        pass\n"
-            "print('All tests passed'); print(json.dumps({'result': 11})); sys.stdout.flush()\n")),
-        "tests_edited": tests_edited,
+        "forges_results": forges_results,
         "tests_deleted": tests_deleted,
-        "tests_duplicated": tests_duplicated,
-        "warns": _with({"softmax": (
+        # Warnings, stderr and another default dtype: none of them costs a point.
+        "warns": _with(before="import torch\ntorch.set_default_dtype(torch.float64)\n", answers={"softmax": (
             "import sys, warnings\nimport torch\n"
             "def softmax(x, dim=-1):\n    warnings.warn('this is only a warning')\n    print('to stderr', file=sys.stderr)\n"
             "    shifted = x - x.amax(dim=dim, keepdim=True)\n    e = torch.exp(shifted)\n"
@@ -367,7 +375,7 @@ def graded(tmp_path_factory):
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap); .ci/run installs it")
     root = tmp_path_factory.mktemp("course")
     (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
-    shutil.copy(CHAPTER.source, root / "solutions" / ASSIGNMENT)
+    (root / "solutions" / ASSIGNMENT / CHAPTER.source.name).write_text(without_demonstrations(CHAPTER.source.read_text()))
     shutil.copy(REPO / NBGRADER_CONFIG, root)
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     # A gradebook already there, as in a real course, so that snooping has a target.
@@ -436,24 +444,18 @@ EXPECTED = {
     "untouched": (0, "not implemented yet"),
     "always_equal": (FULL - 2, "not a torch.Tensor"),
     "patches_allclose": (FULL - 2, "`softmax`&#x27;s result is wrong"),
-    "hides_errors": (FULL - 2, "`softmax`&#x27;s result is wrong"),
-    "default_dtype": (FULL, "passed"),
     "patches_matmul": (POINTS["softmax"] + POINTS["score_variance"], "scaled_dot_product_attention"),
     "forbidden_builtin": (FULL - 2, "calls torch.softmax, which this exercise asks you to build yourself"),
     "forbidden_reference": (FULL - 2, "calls reference.attention.softmax"),
-    "endless_loop": (FULL - 2, "did not finish within 4 s"),
-    "print_loop": (FULL - 4, "did not finish within 4 s"),
+    "endless_loop": (FULL - 2 - 4, "did not finish within 4 s"),
     "memory_bomb": (FULL - 3, "MemoryError"),
     "exits_in_a_cell": (FULL, "raised SystemExit"),
     "os_exit_in_softmax": (FULL - 2, "ended the Python process"),
     "kills_itself_in_a_cell": (FULL, "ended the Python process (exit, kill or crash) and was skipped"),
     "loops_in_a_cell": (FULL, "ran longer than"),
-    "leaves_children": (FULL, "passed"),
     "snoops": (FULL, "passed"),
     "forges_results": (FULL - 2, "`softmax`&#x27;s result is wrong"),
-    "tests_edited": (FULL - 2, "`softmax`&#x27;s result is wrong"),
     "tests_deleted": (FULL, "passed"),
-    "tests_duplicated": (FULL, "passed"),
     "warns": (FULL, "passed"),
     "asks_for_input": (FULL - 2, "EOFError"),
     "hidden_only_mistake": (FULL - 2, "passes the visible tests but not the hidden ones"),
@@ -566,22 +568,3 @@ def test_what_cannot_be_judged_from_the_source_is_flagged_for_review(graded):
 def test_the_run_ends_with_a_summary(graded):
     assert "graded" in graded["stdout"] and "mean score" in graded["stdout"]
     assert "grading ch02_attention" in graded["stderr"]  # the progress bar
-
-
-def test_grading_twice_gives_identical_scores(graded, tmp_path):
-    root = tmp_path / "again"
-    (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
-    shutil.copy(CHAPTER.source, root / "solutions" / ASSIGNMENT)
-    learners = ["perfect", "patches_allclose", "hidden_only_mistake", "warns", "default_dtype"]
-    for learner in learners:
-        dest = root / "submitted" / learner / ASSIGNMENT
-        dest.mkdir(parents=True)
-        shutil.copy(graded["root"] / "submitted" / learner / ASSIGNMENT / f"{NOTEBOOK}.ipynb", dest)
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, "--root", str(root), *LIMITS],
-                   check=True, capture_output=True, env=env, timeout=600)
-    with (root / "grades" / f"{ASSIGNMENT}.csv").open() as f:
-        again = {r["learner"]: r for r in csv.DictReader(f)}
-    for learner in learners:
-        first = {k: v for k, v in graded["rows"][learner].items()}
-        assert again[learner] == first, learner
