@@ -50,11 +50,11 @@ lint: setup
 
 ## Regenerate exercises/ and reference/ from solutions/ (and fill the instructor's gradebook)
 release: setup
-	$(PY) -m coursetools release
+	$(PY) -m course.tools release
 
 ## Fail if exercises/ or reference/ are stale
 check-release: setup
-	$(PY) -m coursetools release --check
+	$(PY) -m course.tools release --check
 
 ## Grade a class in one process and in two shards at once (time, memory), then 40 submissions against nbgrader autograde
 benchmark: setup

@@ -103,7 +103,7 @@ def _imports(nb) -> tuple[str, ...]:
                 names.update(dict.fromkeys(alias.name for alias in node.names))
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 names[node.module] = None
-    return tuple(n for n in names if n.split(".")[0] not in ("reference", "autograder", "course", "coursetools"))
+    return tuple(n for n in names if n.split(".")[0] not in ("reference", "autograder", "course"))
 
 
 @dataclass

@@ -34,7 +34,8 @@ from pathlib import Path
 
 from harness import seccomp, wire
 
-#: the only course code the worker sees: what runs beside the learner's, none of what judges it
+#: the only course code the worker sees: what runs beside the learner's, none of what judges it (the
+#: harness package where the import system found it, in a clone or an installed course)
 HARNESS = Path(wire.__file__).resolve().parent
 #: where the worker finds the grader's socket inside the sandbox
 CHANNEL_DIR = "/run/grader"
@@ -145,8 +146,8 @@ _UIDS = _UidPool()
 SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/bin", "/lib", "/lib32", "/lib64")
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
-#: the course's packages that hold solutions or tools; hidden where an installation copied them
-COURSE_PACKAGES = ("autograder", "reference", "coursetools", "course", "transformer", "solutions")
+#: the course's packages that hold solutions or tools (course.tools among them); hidden where an installation copied them
+COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
 def _python_paths() -> list[Path]:

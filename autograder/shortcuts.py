@@ -53,7 +53,7 @@ GRADER_PACKAGES = ("autograder", "harness")
 #: what the notebooks themselves import from the grader, and the sandbox provides: the notebook's
 #: test runner (which does nothing there) and the toy models
 NOTEBOOK_IMPORTS = ("autograder", "autograder.check", "autograder.toys")
-COURSE_PACKAGES = ("course", "coursetools", "transformer", "solutions")
+COURSE_PACKAGES = ("course", "transformer", "solutions")
 LOW_LEVEL = ("ctypes", "gc", "inspect", "marshal", "pickle", "dill", "builtins", "mmap", "sysv_ipc", "posix_ipc")
 INSIDE = frozenset({"__closure__", "cell_contents", "__globals__", "__code__", "__wrapped__", "__builtins__",
                     "f_globals", "f_locals", "f_back", "f_code", "tb_frame", "gi_frame", "cr_frame", "_getframe"})

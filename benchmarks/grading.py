@@ -38,12 +38,13 @@ from pathlib import Path
 
 import nbformat
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+# A script run by its path, perhaps by another checkout's interpreter (--before): the packages of
+# the checkout it lives in come first; from there on course.layout says where everything is.
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from course.layout import chapter  # noqa: E402
+from course.layout import REPO, chapter  # noqa: E402
 from course.notebook_format import complete, to_nbgrader, write_notebook  # noqa: E402
-from coursetools.release import _stage, build  # noqa: E402
+from course.tools.release import _stage, build  # noqa: E402
 
 ASSIGNMENT = "ch02_attention"
 
@@ -143,7 +144,6 @@ def _finish(*runs: subprocess.Popen) -> None:
 
 
 def gradebook_contents(root: Path) -> dict:
-    sys.path.insert(0, str(REPO))
     from autograder.gradebook import open_gradebook
 
     with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:

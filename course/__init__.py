@@ -5,6 +5,6 @@ release, its reference module, its checks, its page) and which chapters there ar
 ``course.notebook_format`` says how a notebook is read: the authoring tags, nbgrader's metadata,
 which cells are graded tests and which ``check(...)`` calls they make.
 
-The release generator (``coursetools``) and the grader (``autograder``) both read these; neither
+The release generator (``course.tools``) and the grader (``autograder``) both read these; neither
 reads the other.
 """

@@ -45,6 +45,15 @@ BOOK = "book"
 CHECKS = "autograder/checks"
 MISTAKES = "tests/mistakes"
 TOC = "_toc.yml"
+GLOSSARY = f"{BOOK}/glossary"
+NBGRADER_CONFIG = "nbgrader_config.py"
+#: what `make site` builds, with the execution cache a later build (and the site's tests) reuses
+BUILD = "_build"
+EXECUTION_CACHE = f"{BUILD}/.jupyter_cache"
+#: the release generator, the chapter scaffold, the chapter tables and the website's extension
+TOOLS = PACKAGE / "tools"
+#: files the website's extension copies into every build
+SITE_STATIC = TOOLS / "site_static"
 
 #: chNN_topic: the number orders the chapters, the topic is a Python-friendly word or two
 CHAPTER_NAME = re.compile(r"^ch(\d{2})_([a-z][a-z0-9]*(?:_[a-z0-9]+)*)$")
@@ -187,3 +196,24 @@ def instructor_notebook(assignment: str, root: Path = REPO) -> Path:
     raise LayoutError(
         f"no instructor notebook in {folder}: is {assignment!r} the assignment's name, and {root} the course directory?"
     )
+
+
+def toc_pages(root: Path = REPO) -> list[str]:
+    """Every page _toc.yml lists, as written there (book/ch02_attention), in reading order: the root first."""
+    import yaml  # the instructor's tools have it; a learner's installed course never reads the table of contents
+
+    found: dict[str, None] = {}
+
+    def walk(node) -> None:
+        if isinstance(node, dict):
+            for key in sorted(node, key=lambda k: k != "root"):
+                if key in ("file", "root") and isinstance(node[key], str):
+                    found[node[key].removesuffix(".md")] = None
+                else:
+                    walk(node[key])
+        elif isinstance(node, list):
+            for item in node:
+                walk(item)
+
+    walk(yaml.safe_load((root / TOC).read_text(encoding="utf-8")))
+    return list(found)

@@ -1,5 +1,5 @@
 """The course's reference implementations, one module per chapter notebook.
 
-Generated from the instructor notebooks in solutions/ by `python -m coursetools release`;
+Generated from the instructor notebooks in solutions/ by `python -m course.tools release`;
 later chapters and the capstone import these instead of keeping copies.
 """

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 2 exercises: attention
 
-Generated from solutions/ch02_attention/attention.py by `python -m coursetools release`.
+Generated from solutions/ch02_attention/attention.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

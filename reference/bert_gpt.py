@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 7 exercises: BERT and GPT
 
-Generated from solutions/ch07_bert_gpt/bert_gpt.py by `python -m coursetools release`.
+Generated from solutions/ch07_bert_gpt/bert_gpt.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 8 exercises: training, decoding and evaluating the Transformer
 
-Generated from solutions/ch08_capstone/capstone.py by `python -m coursetools release`.
+Generated from solutions/ch08_capstone/capstone.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 5 exercises: the decoder
 
-Generated from solutions/ch05_decoder/decoder.py by `python -m coursetools release`.
+Generated from solutions/ch05_decoder/decoder.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 4 exercises: the encoder
 
-Generated from solutions/ch04_encoder/encoder.py by `python -m coursetools release`.
+Generated from solutions/ch04_encoder/encoder.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

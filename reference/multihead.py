@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 3 exercises: multi-head attention
 
-Generated from solutions/ch03_multihead/multihead.py by `python -m coursetools release`.
+Generated from solutions/ch03_multihead/multihead.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 6 exercises: positional encoding
 
-Generated from solutions/ch06_positional/positional.py by `python -m coursetools release`.
+Generated from solutions/ch06_positional/positional.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

@@ -1,6 +1,6 @@
 """Reference implementation: Chapter 1 exercises: prerequisites and motivation
 
-Generated from solutions/ch01_prerequisites/prerequisites.py by `python -m coursetools release`.
+Generated from solutions/ch01_prerequisites/prerequisites.py by `python -m course.tools release`.
 Do not edit: change the instructor notebook and regenerate.
 """
 

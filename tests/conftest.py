@@ -1,6 +1,7 @@
 """Shared fixtures: where things are, and the notebooks every test reads."""
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
@@ -64,8 +65,20 @@ def pytest_collection_modifyitems(config, items):
 
 
 @pytest.fixture(scope="session")
+def fresh_release() -> Path:
+    """A scratch copy of the course with its release generated afresh (nbgrader's sources, exercises/,
+    reference/ and the gradebook generate_assignment fills), made once for every test that needs one:
+    the release check compares it with what is committed, and stock nbgrader grades a class in it."""
+    from course.tools.release import fresh_build
+
+    root = fresh_build(REPO)
+    yield root
+    shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
 def site(tmp_path_factory) -> Path:
     """The built website (its _build/html), built once for every test that reads it."""
-    from tests.site_build import build_site
+    from tests.site.site_build import build_site
 
     return build_site(tmp_path_factory.mktemp("site"))

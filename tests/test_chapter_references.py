@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 
-from course.layout import BOOK, CHAPTER_NAME, REPO, TOC, chapters
+from course.layout import BOOK, CHAPTER_NAME, REPO, TOC, chapters, toc_pages
 from course.notebook_format import to_nbgrader
-from coursetools.tables import PLANNED, page_title, toc_pages
+from course.tools.tables import PLANNED, page_title
 
 # "chapter 3", "Chapter 3's", "chapters 2 to 6", "chapters 3 and 4", "chapters 2, 3 and 5", "(ch. 4)"
 _MENTION = re.compile(r"\b(?:[Cc]hapters?|[Cc]h\.)\s+(\d+(?:\s*(?:,|\band\b|\bor\b|\bto\b|-|–)\s*\d+)*)")

@@ -1,0 +1,94 @@
+"""python -m course.tools release [--check] | new-chapter chNN_topic [--title T] | tables [--check] | cjk-font [--check]"""
+import argparse
+import sys
+
+from course.layout import REPO, LayoutError
+from course.notebook_format import NotebookSourceError
+
+from .release import release, stale
+
+
+def _release(args) -> int:
+    if args.check:
+        problems = stale(REPO)
+        for p in problems:
+            print(p)
+        print(
+            "generated files are current"
+            if not problems
+            else f"{len(problems)} generated file(s) stale: run `python -m course.tools release`"
+        )
+        return 1 if problems else 0
+    release(REPO, args.assignments or None)
+    print(f"regenerated exercises/ and reference/ from solutions/ ({', '.join(args.assignments) or 'all assignments'})")
+    return 0
+
+
+def _new_chapter(args) -> int:
+    from . import tables
+    from .scaffold import new_chapter
+
+    for path in new_chapter(args.name, args.title, REPO):
+        print(f"wrote {path}")
+    release(REPO, [args.name])
+    print(f"generated exercises/{args.name}/ and its reference module")
+    for name in tables.write(REPO):
+        print(f"updated the chapter table of {name}")
+    print("next: replace every SCAFFOLD part with the chapter's own (the tests fail until none is left)")
+    return 0
+
+
+def _tables(args) -> int:
+    from . import tables
+
+    if args.check:
+        problems = tables.problems(REPO)
+        for p in problems:
+            print(p)
+        print("the chapter tables agree with the course" if not problems else "run `python -m course.tools tables`")
+        return 1 if problems else 0
+    changed = tables.write(REPO)
+    print(f"updated {', '.join(changed)}" if changed else "the chapter tables were current")
+    problems = tables.problems(REPO)
+    for p in problems:  # what only the author can fill in
+        print(p)
+    return 1 if problems else 0
+
+
+def _cjk_font(args) -> int:
+    from . import cjk_font
+
+    if not args.check:
+        for path in cjk_font.write(REPO):
+            print(f"wrote {path.relative_to(REPO)} ({path.stat().st_size:,} bytes)")
+    lacking = {weight: chars for weight, chars in cjk_font.missing(REPO).items() if chars}
+    for weight, chars in lacking.items():
+        print(f"the {weight} subset lacks {len(chars)} character(s) the pages use: {''.join(sorted(chars))}")
+    print("run `python -m course.tools cjk-font`" if lacking else "the font subsets cover every Chinese character of the pages")
+    return 1 if lacking else 0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m course.tools")
+    sub = parser.add_subparsers(dest="command", required=True)
+    rel = sub.add_parser("release", help="regenerate exercises/ and reference/ from solutions/")
+    rel.add_argument("assignments", nargs="*", help="only these assignments (default: all)")
+    rel.add_argument("--check", action="store_true", help="only say whether the committed files are current")
+    new = sub.add_parser("new-chapter", help="write a new chapter's notebook, checks, mistakes, page and toc entry")
+    new.add_argument("name", help="chNN_topic, such as ch07_bert_gpt")
+    new.add_argument("--title", help="the page's title (default: the topic, capitalised)")
+    tab = sub.add_parser("tables", help="rewrite the chapter tables of README.md and book/intro.md from the course")
+    tab.add_argument("--check", action="store_true", help="only say whether the tables agree with the course")
+    font = sub.add_parser("cjk-font", help="write the site's Chinese font subsets from Debian's fonts-noto-cjk")
+    font.add_argument("--check", action="store_true", help="only say whether the subsets cover the pages")
+    args = parser.parse_args(argv)
+    command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables, "cjk-font": _cjk_font}[args.command]
+    try:
+        return command(args)
+    except (LayoutError, NotebookSourceError) as exc:  # a ScaffoldError is a LayoutError
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,318 @@
+"""The sandbox on its own: output is capped, limits hold, the learner's process cannot reach the
+worker's channel, only an allow-list of files is visible, and the fallback still grades."""
+from __future__ import annotations
+
+import importlib
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+
+from autograder import sandbox
+from autograder.engine import Assignment, grade_cells
+from autograder.sandbox import Limits, Worker, WorkerTimeout
+from autograder.submissions import notebook_cells
+from course.notebook_format import complete, to_nbgrader
+from tests.conftest import NOTEBOOKS, REPO, chapter_of, release_path, source_path
+
+LIMITS = Limits(call_seconds=3, cell_seconds=3, submission_seconds=60, memory_mb=1024, output_kb=16)
+SETUP = {"op": "setup", "function": "f", "reference": "reference.none", "modules": {}, "forbidden": [], "inject": []}
+
+needs_bubblewrap = pytest.mark.skipif(not sandbox.sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+
+@pytest.fixture
+def worker():
+    w = Worker(LIMITS, [REPO])
+    yield w
+    w.stop()
+
+
+def _learner(worker: Worker):
+    child = worker.fork()
+    assert child.request(SETUP, timeout=60) == {"ok": True}
+    return child
+
+
+def _cell(child, source: str, timeout: float = 60) -> str:
+    """What a cell reports: the message of the exception it raises at its end."""
+    reply = child.request({"op": "cell", "index": 1, "source": source}, timeout=timeout)
+    assert "error" in reply, reply
+    return reply["error"][1]
+
+
+def test_output_is_capped_and_the_rest_discarded(worker):
+    child = _learner(worker)
+    reply = child.request({"op": "cell", "index": 1, "source": "for _ in range(2000):\n    print('x' * 999)\n"}, timeout=30)
+    assert reply == {"ok": True}
+    child.request({"op": "cell", "index": 2, "source": "import sys; sys.stdout.flush()"}, timeout=30)
+    worker.stop()
+    assert len(worker.output) <= LIMITS.output_kb << 10
+    assert worker.output_dropped > 0
+
+
+def test_a_cell_past_its_time_costs_its_process_not_the_worker(worker):
+    child = _learner(worker)
+    with pytest.raises(WorkerTimeout):
+        child.request({"op": "cell", "index": 1, "source": "while True:\n    pass\n"}, timeout=LIMITS.cell_seconds)
+    child.close()
+    worker.end_children()
+    assert worker.process.poll() is None
+    assert _cell(_learner(worker), "raise ValueError('fresh')") == "fresh"
+
+
+def test_memory_beyond_the_limit_is_refused(worker):
+    reply = _learner(worker).request({"op": "cell", "index": 1, "source": "block = bytearray(4 << 30)\n"}, timeout=30)
+    assert reply["error"][0] == "MemoryError"
+
+
+@needs_bubblewrap
+def test_scratch_space_is_bounded(worker):
+    # 4 GB in files of 1 MB: /tmp is memory, so its size is a memory limit of its own.
+    message = _cell(_learner(worker), (
+        "import os\nwritten = 0\ntry:\n    for i in range(4096):\n        with open(f'/tmp/fill{i}', 'wb') as f:\n"
+        "            f.write(b'x' * (1 << 20))\n        written += 1\nexcept OSError as exc:\n    error = exc.strerror\n"
+        "else:\n    error = None\nelsewhere = []\nfor path in ('/dev/shm/x', '/x', '/dev/x', '/usr/lib/x'):\n"
+        "    try:\n        open(path, 'wb').write(b'x')\n        elsewhere.append(path)\n    except OSError:\n        pass\n"
+        "raise RuntimeError(f'{written} {error} {elsewhere}')"))
+    written, *rest = message.split(" ", 1)
+    assert int(written) <= LIMITS.scratch_mb, message
+    assert "No space left" in rest[0] and rest[0].endswith("[]"), message
+
+
+def test_each_learner_process_starts_with_an_empty_scratch_space(worker):
+    # A course cloned below /tmp shows the way to its environment there, read-only; nothing else.
+    fresh = _cell(_learner(worker), "import os\nraise RuntimeError(os.listdir('.'))")
+    worker.end_children()
+    child = _learner(worker)
+    _cell(child, "import os\nos.makedirs('hoard/closed')\nopen('hoard/closed/cases', 'w').write('x')\n"
+                 "os.chmod('hoard/closed', 0)\nopen('cases', 'w').write('x')\nraise RuntimeError(sorted(os.listdir('.')))")
+    child.close()
+    worker.end_children()
+    assert _cell(_learner(worker), "import os\nraise RuntimeError(os.listdir('.'))") == fresh
+    if not str(REPO).startswith("/tmp/"):
+        assert fresh == "[]"
+
+
+# Every kernel object and file one learner process could leave for another: the keyrings, POSIX
+# and System V message queues, System V shared memory and semaphores, files in /tmp and /dev/shm.
+CHANNELS = r"""
+import ctypes, os, platform
+libc = ctypes.CDLL(None, use_errno=True)
+X86 = platform.machine() == "x86_64"
+ADD_KEY, REQUEST_KEY = (248, 249) if X86 else (217, 218)
+libc.mq_open.restype = ctypes.c_int
+def put():
+    done = []
+    for ring in (-4, -3, -5):  # the user's, the session's and the user's session keyring
+        if libc.syscall(ADD_KEY, b"user", b"grader-channel", b"the reference", 13, ring) >= 0:
+            done.append(f"key {ring}")
+    if libc.mq_open(b"/grader-channel", os.O_CREAT | os.O_RDWR, 0o666, None) >= 0:
+        done.append("mqueue")
+    for name, make in (("msg", lambda: libc.msgget(4242, 0o1666)), ("shm", lambda: libc.shmget(4242, 4096, 0o1666)),
+                       ("sem", lambda: libc.semget(4242, 1, 0o1666))):
+        if make() >= 0:
+            done.append(name)
+    for path in ("/tmp/grader-channel", "/dev/shm/grader-channel"):
+        try:
+            open(path, "w").write("the reference")
+            done.append(path)
+        except OSError:
+            pass
+    return done
+def get():
+    found = []
+    for ring in (-4, -3, -5):
+        if libc.syscall(REQUEST_KEY, b"user", b"grader-channel", None, ring) >= 0:
+            found.append(f"key {ring}")
+    if libc.mq_open(b"/grader-channel", os.O_RDWR, 0, None) >= 0:
+        found.append("mqueue")
+    for name, find in (("msg", lambda: libc.msgget(4242, 0o666)), ("shm", lambda: libc.shmget(4242, 4096, 0o666)),
+                       ("sem", lambda: libc.semget(4242, 1, 0o666))):
+        if find() >= 0:
+            found.append(name)
+    found += [p for p in ("/tmp/grader-channel", "/dev/shm/grader-channel") if os.path.exists(p)]
+    return found
+"""
+
+
+def test_no_channel_between_the_processes_of_a_submission(worker):
+    # One function's process holds what another's should not see (its hidden cases, say).
+    child = _learner(worker)
+    put = _cell(child, CHANNELS + "raise RuntimeError(put())")
+    child.close()
+    worker.end_children()
+    assert _cell(_learner(worker), CHANNELS + "raise RuntimeError(get())") == "[]", put
+    assert "key" not in put and "mqueue" not in put and "msg" not in put, put  # refused outright
+
+
+@needs_bubblewrap
+def test_no_channel_between_two_submissions(worker):
+    other = Worker(LIMITS, [REPO])
+    try:
+        writer = _learner(worker)
+        put = _cell(writer, CHANNELS + "raise RuntimeError(put())")  # it stays alive while the other looks
+        assert _cell(_learner(other), CHANNELS + "raise RuntimeError(get())") == "[]", put
+    finally:
+        other.stop()
+
+
+@needs_bubblewrap
+def test_system_v_objects_do_not_outlive_their_learner_process(worker):
+    listed = _cell(_learner(worker), "raise RuntimeError([len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1"
+                                     " for k in ('shm', 'msg', 'sem')])")
+    assert listed == "[0, 0, 0]"
+
+
+def _judging_names() -> set[str]:
+    """Every graded function of the course, and every function the checks and oracles define."""
+    import inspect
+
+    from autograder import checks, oracles
+    from course.layout import chapters
+
+    names = set()
+    for chapter in chapters():
+        names |= set(checks.chapter_checks(chapter.stem))
+        module = importlib.import_module(f"autograder.checks.{chapter.stem}")
+        names |= {n for n, o in vars(module).items() if inspect.isfunction(o) and o.__module__ == module.__name__}
+    return names | {n for n, o in vars(oracles).items() if inspect.isfunction(o) and o.__module__ == oracles.__name__}
+
+
+@needs_bubblewrap
+def test_nothing_importable_in_the_sandbox_can_compute_a_graded_function(worker):
+    names = sorted(_judging_names())
+    assert {"multi_head_attention", "layer_norm", "levenshtein", "generate_cached", "bpe_merges", "softmax"} <= set(names)
+    found = _cell(_learner(worker), f"""
+import importlib, inspect, pkgutil, sys
+names = set({names!r})
+problems = []
+for entry in ("autograder.oracles", "autograder.checks", "autograder.checks.capstone", "autograder.framework",
+              "autograder.engine", "reference", "reference.attention", "course", "course.tools", "transformer",
+              "transformer.model", "solutions"):
+    try:
+        importlib.import_module(entry)
+        problems.append("importable: " + entry)
+    except ImportError:
+        pass
+import harness
+for info in pkgutil.walk_packages(harness.__path__, "harness."):
+    module = importlib.import_module(info.name)
+    for name, obj in vars(module).items():
+        members = [name] + ([n for n in vars(obj)] if inspect.isclass(obj) and obj.__module__ == module.__name__ else [])
+        problems += [f"{{info.name}}.{{m}}" for m in members if m in names]
+for name in ("autograder", "reference", "course", "transformer", "solutions"):
+    for entry in sys.path:
+        if entry and pkgutil.os.path.exists(pkgutil.os.path.join(entry, name)):
+            problems.append(f"on the path: {{entry}}/{{name}}")
+raise RuntimeError(sorted(set(problems)))
+""")
+    assert found == "[]", found
+
+
+@needs_bubblewrap
+def test_a_fork_storm_is_capped_and_ends_with_its_process(worker):
+    child = _learner(worker)
+    message = _cell(child, (
+        "import os\nstarted = 0\ntry:\n    for _ in range(3000):\n        if os.fork() == 0:\n"
+        "            os.execv('/bin/sleep', ['sleep', '3133'])\n        started += 1\nexcept OSError:\n    pass\n"
+        "raise RuntimeError(started)"), timeout=60)
+    assert 0 < int(message) < LIMITS.processes, message
+    child.close()
+    worker.end_children()
+    left = subprocess.run(["pgrep", "-f", "sleep 3133"], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes of the fork storm are still running: {left}"
+    assert _cell(_learner(worker), "raise ValueError('fresh')") == "fresh"  # and the cap is not used up
+
+
+@needs_bubblewrap
+def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
+    copy = tmp_path / "another_copy" / "solutions" / "ch02_attention"
+    copy.mkdir(parents=True)
+    (copy / "attention.py").write_text("SECRET")
+    files = ["/etc/shadow", "/etc/passwd", "/root/.bashrc", str(copy / "attention.py"),
+             str(REPO / "solutions" / "ch02_attention" / "attention.py"), str(REPO / "reference" / "attention.py"),
+             str(REPO / "README.md")]
+    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path)]
+    message = _cell(_learner(worker), (
+        f"import os\nfound = [p for p in {files!r} if os.path.exists(p)]\n"
+        f"listed = {{d: sorted(os.listdir(d)) for d in {folders!r} if os.path.isdir(d)}}\n"
+        "raise RuntimeError(repr((found, listed)))"))
+    found, listed = eval(message)  # noqa: S307 (the cell's own repr of lists and dicts of strings)
+    assert found == [] and "SECRET" not in message
+    assert listed.pop("/etc") == ["ld.so.cache"]
+    # Every other folder it sees holds only the way to what it needs: the system, Python, autograder.
+    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths()
+    for folder, entries in listed.items():
+        for entry in entries:
+            path = Path(folder) / entry
+            on_the_way = any(path == n or path in n.parents or n in path.parents for n in needed)
+            assert on_the_way or entry in ("dev", "etc", "proc", "tmp", "run"), path
+
+
+@needs_bubblewrap
+def test_the_learner_process_cannot_reach_the_workers_channel(worker):
+    child = _learner(worker)
+    # pidfd_open and pidfd_getfd (434 and 438 on every architecture) copy another process's
+    # descriptor when ptrace would be allowed: the way to take over the worker's socket.
+    message = _cell(child, (
+        "import ctypes, os, stat\nlibc = ctypes.CDLL(None, use_errno=True)\nreached = []\n"
+        "for pid in range(1, 300):\n    if pid == os.getpid():\n        continue\n"
+        "    pidfd = libc.syscall(434, pid, 0)\n    if pidfd < 0:\n        continue\n"
+        "    for fd in range(64):\n        got = libc.syscall(438, pidfd, fd, 0)\n        if got >= 0:\n"
+        "            reached.append((pid, fd, stat.S_ISSOCK(os.fstat(got).st_mode)))\n            os.close(got)\n"
+        "    os.close(pidfd)\n"
+        "sockets = 0\nfor n in os.listdir('/proc/self/fd'):\n    try:\n"
+        "        sockets += stat.S_ISSOCK(os.fstat(int(n)).st_mode)\n    except OSError:\n        pass\n"
+        "raise RuntimeError(repr((reached, sockets, os.getppid())))"))
+    reached, sockets, parent = eval(message)  # noqa: S307
+    assert reached == [] and sockets == 1 and parent == 1, message
+    # Nor can it end the worker: the first process of a namespace ignores what comes from inside.
+    _cell(child, "import os, signal\nfor s in (signal.SIGKILL, signal.SIGTERM, signal.SIGINT):\n    os.kill(1, s)\n"
+                 "raise RuntimeError('sent')")
+    child.close()
+    worker.end_children()
+    assert worker.process.poll() is None
+
+
+def test_a_worker_that_cannot_start_is_reported_at_once(monkeypatch):
+    monkeypatch.setattr(sandbox, "worker_program", lambda: [sys.executable, "-S", "-m", "harness.worker"])
+    start = time.monotonic()
+    with pytest.raises(sandbox.WorkerBroken, match="cannot import harness") as broken:
+        Worker(Limits(startup_seconds=120), [REPO])
+    assert time.monotonic() - start < 30
+    assert "No module named" in str(broken.value)  # the worker's own words
+
+
+def _solved_cells():
+    nb = complete(nbformat.read(release_path("attention"), as_version=4), to_nbgrader(source_path("attention")))
+    return [c.source for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("grade")]
+
+
+def test_without_bubblewrap_grading_falls_back_and_says_so(monkeypatch):
+    monkeypatch.setattr(sandbox, "sandboxed", lambda: False)
+    assert "bubblewrap is not available" in sandbox.fallback_warning()
+    assignment = Assignment.from_notebook("ch02_attention", "attention", to_nbgrader(source_path("attention")))
+    outcomes, _ = grade_cells(assignment, _solved_cells(), LIMITS, [REPO], include_hidden=False)
+    assert all(o.passed for o in outcomes), [o.message for o in outcomes]
+    looping = _solved_cells() + ["def softmax(x, dim=-1):\n    while True:\n        pass\n"]
+    outcomes, _ = grade_cells(assignment, looping, LIMITS, [REPO], include_hidden=False)
+    verdict = {o.grade_id: o for o in outcomes}
+    assert not verdict["test_softmax"].passed and "did not finish" in verdict["test_softmax"].message
+    assert verdict["test_score_variance"].passed
+
+
+@needs_bubblewrap
+@pytest.mark.parametrize("notebook", NOTEBOOKS)
+def test_every_solution_runs_in_the_sandbox_without_a_note(notebook, source_nb):
+    """The sandbox hides the repository: a demonstration cell that imports from it would raise for
+    every learner and give each the same note about a cell of ours."""
+    nb = source_nb(notebook)
+    assignment = Assignment.from_notebook(chapter_of(notebook).assignment, notebook, nb)
+    cells, _ = notebook_cells(nb)
+    outcomes, notes = grade_cells(assignment, cells, Limits(), [REPO])
+    assert [o.grade_id for o in outcomes if not o.passed] == []
+    assert notes == []

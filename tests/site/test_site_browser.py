@@ -1,0 +1,391 @@
+"""The website as a reader meets it: every page opened in headless Chromium, with no network.
+
+The site built by the `site` fixture is served on 127.0.0.1; the browser reaches nothing else
+(every other address goes to a proxy that does not exist, and every request the pages make is
+logged and checked). Each page is opened at phone width (390 px) and saved as a screenshot in
+_build/screenshots/, beside the published _build/html/ and not part of it.
+
+Needs Debian's `chromium` and `chromium-driver` (`make setup` installs them when run as root)
+and the `selenium` package (requirements.txt); without them these tests are skipped, saying so.
+"""
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import re
+import shutil
+import threading
+import time
+import urllib.request
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from urllib.parse import quote, urldefrag, urlparse
+
+import pytest
+
+from course.layout import BUILD, REPO, toc_pages
+
+PHONE, DESKTOP = 390, 1280
+SCREENSHOTS = REPO / BUILD / "screenshots"
+CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+# Checked before the site is built, so that a machine without a browser skips at once.
+pytestmark = [
+    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="the browser test needs Debian's chromium and "
+                       "chromium-driver: run `make setup` as root, or apt-get install chromium chromium-driver"),
+    pytest.mark.skipif(importlib.util.find_spec("selenium") is None,
+                       reason="the browser test needs selenium: pip install -r requirements.txt"),
+]
+
+
+class _QuietHandler(SimpleHTTPRequestHandler):
+    missing: list[str]
+
+    def log_message(self, format, *args):  # noqa: A002 (the base class's name)
+        pass
+
+    def send_error(self, code, message=None, explain=None):
+        self.missing.append(f"{code} {self.path}")
+        super().send_error(code, message, explain)
+
+
+@pytest.fixture(scope="module")
+def server(site):
+    handler = type("Handler", (_QuietHandler,), {"missing": []})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), functools.partial(handler, directory=str(site)))
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", handler.missing
+    httpd.shutdown()
+
+
+@pytest.fixture(scope="module")
+def browser(server):
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                # No network: all but the loopback goes to a proxy on a closed port, and names do not resolve.
+                "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]:
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    driver.set_script_timeout(60)
+    yield driver
+    driver.quit()
+
+
+def _pages(site: Path) -> list[str]:
+    return sorted(p.relative_to(site).as_posix() for p in site.rglob("*.html") if "_static" not in p.parts)
+
+
+def _wait_for_mathjax(driver) -> None:
+    driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "if (!window.MathJax || !MathJax.startup || !MathJax.startup.promise) { done(false); return; }"
+        "MathJax.startup.promise.then(() => done(true), () => done(true));"
+    )
+
+
+def _requests(driver) -> list[str]:
+    urls = []
+    for entry in driver.get_log("performance"):
+        message = json.loads(entry["message"])["message"]
+        if message.get("method") == "Network.requestWillBeSent":
+            urls.append(message["params"]["request"]["url"])
+    return urls
+
+
+PAGE_STATE = r"""
+return {
+  math: document.querySelectorAll('span.math, div.math').length,
+  untypeset: [...document.querySelectorAll('span.math, div.math')]
+      .filter(e => !e.querySelector('mjx-container')).map(e => e.textContent.trim().slice(0, 60)),
+  errors: [...document.querySelectorAll('mjx-merror')].map(e => e.textContent.slice(0, 60)),
+  width: document.documentElement.scrollWidth,
+  wide: [...document.querySelectorAll('main *')].filter(e => e.getBoundingClientRect().right > window.innerWidth + 1
+      && getComputedStyle(e).position !== 'fixed' && !e.closest('.pst-scrollable-table-container, pre, .highlight, '
+      + '.output, .cell_output, mjx-container, .table-wrapper, .bd-sidebar-primary'))
+      .slice(0, 3).map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.') + ' "'
+      + e.textContent.trim().slice(0, 40) + '"'),
+  links: [...document.querySelectorAll('a[href]')].map(a => a.href),
+  images: [...document.querySelectorAll('img')].map(i => [i.src, i.complete && i.naturalWidth > 0]),
+  exercise: [...document.querySelectorAll('.exercise-box a.download')].map(a => [a.href, a.offsetParent !== null]),
+  // a Markdown table that was never made one: its bars and dashes in a paragraph
+  pipes: [...document.querySelectorAll('main p, main li')].map(e => {
+      const c = e.cloneNode(true); c.querySelectorAll('code, mjx-container, .math').forEach(x => x.remove());
+      return c.textContent; }).filter(t => /\|\s*:?[-–—]+:?\s*\|/.test(t))  // the |---|---:| row
+      .map(t => t.trim().slice(0, 80)),
+  figures: [...document.querySelectorAll('main figure')].filter(f => f.querySelector('img')).map(f => {
+      const img = f.querySelector('img'), box = img.getBoundingClientRect();
+      return {id: f.id, natural: img.naturalWidth, shown: box.width, right: box.right}; }),
+  // phonemes and other symbols in a table cell: each one line box
+  symbols: [...document.querySelectorAll('main td code.symbols')].filter(c => c.getClientRects().length > 1)
+      .map(c => c.textContent.slice(0, 40)),
+  // what scrolls sideways must look scrollable: the scroll shadows of course.css
+  uncued: [...document.querySelectorAll('main *')].filter(e => e.scrollWidth > e.clientWidth + 1
+      && ['auto', 'scroll'].includes(getComputedStyle(e).overflowX)
+      && !getComputedStyle(e).backgroundImage.includes('radial-gradient'))
+      .slice(0, 3).map(e => e.tagName.toLowerCase() + '.' + [...e.classList].join('.') + ' "'
+      + e.textContent.trim().slice(0, 40) + '"'),
+  // a table whose last columns are cut off without a way to scroll to them
+  clipped: [...document.querySelectorAll('main table')].filter(t => {
+      let box = t; while (box && box !== document.body && !['auto', 'scroll'].includes(getComputedStyle(box).overflowX))
+        box = box.parentElement;
+      const edge = box && box !== document.body ? Infinity : window.innerWidth;
+      return [...t.querySelectorAll('th, td')].some(c => c.getBoundingClientRect().right > edge + 1); })
+      .map(t => t.textContent.trim().slice(0, 40)),
+};
+"""
+
+
+@pytest.fixture(scope="module")
+def visits(site, server, browser):
+    """Every page opened once at phone width: what it shows, logs and requests."""
+    base, _ = server
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.set_window_size(PHONE, 900)
+    seen = {}
+    for page in _pages(site):
+        browser.get_log("browser"), browser.get_log("performance")  # what the previous page left
+        browser.execute_script("try { localStorage.clear() } catch (e) {}")  # every page is a first visit
+        browser.get(f"{base}/{page}")
+        _wait_for_mathjax(browser)
+        time.sleep(0.3)  # scripts deferred behind MathJax
+        state = browser.execute_script(PAGE_STATE)
+        state["console"] = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+        state["requests"] = _requests(browser)
+        state["viewport"] = browser.execute_script("return window.innerWidth")
+        browser.save_screenshot(str(SCREENSHOTS / (page.replace("/", "__").removesuffix(".html") + f"-{PHONE}.png")))
+        seen[page] = state
+    return seen
+
+
+def test_every_math_element_is_typeset_without_error(visits):
+    problems = [f"{page}: not typeset {s['untypeset'][:3]}" for page, s in visits.items() if s["untypeset"]]
+    problems += [f"{page}: MathJax error {s['errors'][:3]}" for page, s in visits.items() if s["errors"]]
+    assert sum(s["math"] for s in visits.values()) > 100, "the pages show almost no math: is MathJax configured?"
+    assert not problems, "\n".join(problems)
+
+
+def test_no_page_reaches_the_network_or_logs_an_error(visits, server):
+    base, missing = server
+    outside = {page: [u for u in s["requests"] if not u.startswith((base + "/", "data:", "blob:", "about:"))]
+               for page, s in visits.items()}
+    problems = [f"{page} requests {urls[:3]}" for page, urls in outside.items() if urls]
+    problems += [f"{page}: {message}" for page, s in visits.items() for message in s["console"]]
+    problems += [f"the server answered {m}" for m in missing]
+    assert not problems, "\n".join(problems)
+
+
+def _fetch(url: str) -> bytes | None:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.read()
+    except OSError:
+        return None
+
+
+def test_every_internal_link_and_image_resolves(visits, server):
+    base, _ = server
+    bodies: dict[str, bytes | None] = {}
+    broken = []
+    for page, state in visits.items():
+        images = [src for src, loaded in state["images"] if not loaded]
+        broken += [f"{page}: image {src} does not load" for src in images]
+        for href in state["links"]:
+            if not href.startswith(base + "/"):
+                continue
+            url, fragment = urldefrag(href)
+            if url not in bodies:
+                bodies[url] = _fetch(url)
+            body = bodies[url]
+            if body is None:
+                broken.append(f"{page} -> {href}: not found")
+            elif fragment and urlparse(url).path.endswith(".html"):
+                if not re.search(rf'\b(id|name)="{re.escape(fragment)}"', body.decode("utf-8", "replace")):
+                    broken.append(f"{page} -> {href}: no element with that id")
+    assert not broken, "\n".join(broken[:30])
+
+
+def test_no_page_scrolls_sideways_on_a_phone(visits):
+    wide = [f"{page}: {s['width']} px wide; {s['wide']}" for page, s in visits.items() if s["width"] > s["viewport"]]
+    assert not wide, f"pages wider than the {PHONE} px screen:\n" + "\n".join(wide)
+
+
+def test_no_page_shows_a_markdown_table_as_text(visits):
+    """myst-nb renders `display(Markdown(...))` without tables: its bars land in a paragraph."""
+    raw = [f"{page}: {text!r}" for page, s in visits.items() for text in s["pipes"]]
+    assert not raw, "pipe tables shown as text (build them as HTML):\n" + "\n".join(raw[:10])
+
+
+#: At 390 px a figure with several panels keeps at least this share of its drawn size, so that
+#: its text (drawn at 8 to 11 pt) stays readable: drawn at most 5 in (460 px) wide at 92 dpi.
+PANELS_MIN_SCALE = 0.74
+
+
+def test_figures_read_on_a_phone(visits):
+    from tests.site.test_figures import multi_panel_figures
+
+    panels = multi_panel_figures()
+    assert len(panels) >= 20, panels
+    found, problems = set(), []
+    for page, state in visits.items():
+        for figure in state["figures"]:
+            if figure["right"] > state["viewport"] + 1:
+                problems.append(f"{page} {figure['id']}: runs off the screen")
+            if figure["id"] in panels:
+                found.add(figure["id"])
+                scale = figure["shown"] / figure["natural"]
+                if scale < PANELS_MIN_SCALE:
+                    problems.append(f"{page} {figure['id']}: {figure['natural']} px wide, shown at {scale:.0%} "
+                                    f"in a {PHONE} px window (stack its panels or draw it narrower)")
+    assert found == set(panels), f"figures not found on the site: {sorted(set(panels) - found)}"
+    assert not problems, "\n".join(problems)
+
+
+def test_what_is_too_wide_for_a_phone_scrolls_visibly(visits):
+    problems = [f"{page}: scrolls without a cue: {s['uncued']}" for page, s in visits.items() if s["uncued"]]
+    problems += [f"{page}: a table's columns are cut off: {s['clipped']}" for page, s in visits.items() if s["clipped"]]
+    problems += [f"{page}: symbols wrapped over several lines: {s['symbols'][:3]}"
+                 for page, s in visits.items() if s["symbols"]]
+    assert not problems, "\n".join(problems)
+    assert sum(len(s["figures"]) for s in visits.values()) > 40, "the pages show almost no figures"
+
+
+def test_the_exercise_box_shows_its_whole_command_on_a_desktop(browser, server):
+    base, _ = server
+    browser.set_window_size(DESKTOP, 900)
+    clipped = []
+    for page in [p for p in toc_pages() if p.startswith("book/ch") or p == "book/transformer"]:
+        browser.get(f"{base}/{page}.html")
+        clipped += [f"{page}: {text!r}" for text in browser.execute_script(
+            "return [...document.querySelectorAll('.exercise-box pre')]"
+            ".filter(p => p.scrollWidth > p.clientWidth + 1).map(p => p.textContent.trim())")]
+    browser.set_window_size(PHONE, 900)
+    assert not clipped, f"the check command is cut off at {DESKTOP} px:\n" + "\n".join(clipped)
+
+
+def test_the_chinese_font_is_the_sites_own(browser, server):
+    """The glossary's Chinese is drawn with the font the site ships, whatever the reader has."""
+    base, _ = server
+    browser.get(f"{base}/book/glossary.html")
+    loaded = browser.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "document.fonts.load('16px \"Course CJK\"', '位置编码').then(f => done(f.length), () => done(-1));")
+    assert loaded >= 1, "the page does not load the Course CJK font for its Chinese"
+    family = browser.execute_script("return getComputedStyle(document.querySelector('main dd')).fontFamily")
+    assert family.startswith('"Course CJK"'), family
+
+
+def test_every_chapter_page_links_its_exercise(visits, server):
+    base, _ = server
+    chapters = [p for p in toc_pages() if p.startswith("book/ch") or p == "book/transformer"]
+    assert chapters
+    for page in chapters:
+        links = visits[f"{page}.html"]["exercise"]
+        assert links, f"{page} shows no link to its exercise notebook"
+        for href, shown in links:
+            assert shown, f"{page}'s exercise link is hidden"
+            notebook = _fetch(href)
+            assert notebook and json.loads(notebook)["cells"], f"{page}'s exercise link {href} does not give a notebook"
+
+
+def _click_visible(browser, selector: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    buttons = [b for b in browser.find_elements(By.CSS_SELECTOR, selector) if b.is_displayed()]
+    assert buttons, f"no visible {selector} button"
+    buttons[0].click()
+    time.sleep(0.5)
+
+
+def test_the_navigation_opens_on_a_click(browser, server):
+    base, _ = server
+    page = f"{base}/{toc_pages()[2]}.html"
+    browser.set_window_size(PHONE, 900)
+    dialogs = {".primary-toggle": "pst-primary-sidebar-modal", ".secondary-toggle": "pst-secondary-sidebar-modal"}
+    for toggle, dialog in dialogs.items():
+        browser.get(page)
+        _click_visible(browser, toggle)
+        assert browser.execute_script(f"return document.getElementById('{dialog}')?.open === true"), \
+            f"clicking {toggle} at {PHONE} px opens no dialog"
+    browser.get(page)
+    _click_visible(browser, ".primary-toggle")
+    chapters = browser.execute_script(
+        "return [...document.querySelectorAll('#pst-primary-sidebar-modal nav a')].filter(a => a.offsetParent).length")
+    assert chapters >= len(toc_pages()) - 1, f"the navigation lists {chapters} pages"
+    # On a desktop the same button folds the chapter list away and back.
+    browser.set_window_size(DESKTOP, 900)
+    browser.get(page)
+    # The chapter list slides off the left edge of the window when it is folded away.
+    on_screen = "return document.querySelector('.bd-sidebar-primary').getBoundingClientRect().right > 1"
+    before = browser.execute_script(on_screen)
+    _click_visible(browser, ".primary-toggle")
+    time.sleep(1)  # the slide
+    opened = browser.execute_script("return document.getElementById('pst-primary-sidebar-modal')?.open === true")
+    assert opened or browser.execute_script(on_screen) != before, f"clicking the sidebar button at {DESKTOP} px changes nothing"
+    browser.save_screenshot(str(SCREENSHOTS / f"navigation-{DESKTOP}.png"))
+
+
+def _search(browser, base: str, query: str) -> dict:
+    browser.get(f"{base}/search.html?q={quote(query)}")
+    deadline, state = time.time() + 60, {}
+    while time.time() < deadline:
+        state = browser.execute_script(
+            "const r = document.getElementById('search-results');"
+            "return {done: !!r && /finished|did not match/i.test(r.querySelector('p.search-summary')?.textContent || ''),"
+            " links: [...document.querySelectorAll('#search-results ul.search > li > a')].map(a => a.href),"
+            " summaries: document.querySelectorAll('#search-results p.context').length,"
+            " text: r ? r.innerText : '', errors: document.querySelectorAll('#search-results mjx-merror').length}")
+        raw = re.findall(r"\\[A-Za-z]+|\\[()\[\]]", state["text"])
+        if state["done"] and state["summaries"] >= len(state["links"]) and not raw:
+            break
+        time.sleep(0.5)
+    return state
+
+
+def test_search_finds_the_attention_chapter_and_typesets_its_results(browser, server):
+    base, _ = server
+    browser.set_window_size(PHONE, 900)
+    for query, page in [("softmax", "ch02_attention.html"), ("divide", "ch02_attention.html")]:
+        state = _search(browser, base, query)
+        assert any(page in link for link in state["links"]), f"searching {query!r} does not find {page}: {state['links'][:5]}"
+        raw = re.findall(r".{0,30}(?:\\[A-Za-z]+|\\[()\[\]]).{0,30}", state["text"])
+        assert not raw, f"searching {query!r} shows raw TeX: {raw[:3]}"
+        assert not state["errors"], f"searching {query!r} shows MathJax errors"
+        browser.save_screenshot(str(SCREENSHOTS / f"search-{query}-{PHONE}.png"))
+
+
+#: What a learner would type, and the page that explains it: English as the site writes it and as
+#: a reader may spell it, and the Chinese names the glossary gives.
+QUERIES = [
+    ("warmup", "ch08_capstone"), ("warmup", "ch04_encoder"), ("warm-up", "ch08_capstone"), ("learning rate", "ch08_capstone"),
+    ("label smoothing", "ch08_capstone"), ("beam search", "ch08_capstone"), ("perplexity", "ch08_capstone"),
+    ("positional encoding", "ch06_positional"), ("sinusoidal", "ch06_positional"),
+    ("layer normalization", "ch04_encoder"), ("layer normalisation", "ch04_encoder"), ("feedforward", "ch04_encoder"),
+    ("residual", "ch04_encoder"), ("multihead", "ch03_multihead"), ("multi-head attention", "ch03_multihead"),
+    ("causal mask", "ch05_decoder"), ("cross-attention", "ch05_decoder"), ("crossattention", "ch05_decoder"),
+    ("KV cache", "ch07_bert_gpt"), ("BERT", "ch07_bert_gpt"), ("byte-pair encoding", "ch07_bert_gpt"),
+    ("scaled dot-product attention", "ch02_attention"), ("vanishing gradient", "ch01_prerequisites"),
+    ("位置编码", "ch06_positional"), ("注意力", "ch02_attention"), ("多头注意力", "ch03_multihead"),
+    ("层归一化", "ch04_encoder"), ("残差连接", "ch04_encoder"), ("掩码自注意力", "ch05_decoder"),
+    ("交叉注意力", "ch05_decoder"), ("前瞻掩码", "ch05_decoder"), ("标签平滑", "ch08_capstone"),
+    ("束搜索", "ch08_capstone"), ("学习率预热", "ch08_capstone"), ("键值缓存", "ch07_bert_gpt"),
+    ("预训练", "ch07_bert_gpt"), ("梯度消失", "ch01_prerequisites"),
+]
+
+
+def test_a_learners_searches_find_the_chapter_that_explains_them(browser, server):
+    base, _ = server
+    browser.set_window_size(PHONE, 900)
+    missed = []
+    for query, page in QUERIES:
+        links = _search(browser, base, query)["links"]
+        if not any(f"{page}.html" in link for link in links):
+            missed.append(f"{query!r} finds {[urlparse(link).path.rsplit('/', 1)[-1] for link in links][:6]}, not {page}")
+    assert not missed, "\n".join(missed)
