@@ -81,6 +81,12 @@ class TrainingError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
+#: torch.compile's modes; those that capture CUDA graphs need a mark at the start of every step
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_BACKENDS = ("inductor", "aot_eager")
+
+
 @dataclass
 class LoopConfig:
     """The settings the loop reads. A task's config is a subclass that adds the model's and the data's.
@@ -108,6 +114,8 @@ class LoopConfig:
     threads: int = 1  # CPU threads
     precision: str = "fp32"  # fp32, or bf16 (autocast)
     compile: bool = False  # torch.compile the model
+    compile_mode: str = "default"  # with compile: torch.compile's mode; reduce-overhead replays each step as CUDA graphs
+    compile_backend: str = "inductor"  # with compile: inductor, or aot_eager (traces, generates no code: a quick rehearsal)
     run_dir: str = ""  # the run folder (default: runs/<preset>)
     # whose code
     parts: str = "reference"  # reference, or mine: the parts of your own exercise notebooks
@@ -135,6 +143,10 @@ class LoopConfig:
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
         if self.parts not in ("reference", "mine"):
             raise ValueError(f"parts must be reference or mine, got {self.parts!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            raise ValueError(f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
 
     @property
     def lr_factor(self) -> float:
@@ -461,6 +473,20 @@ def average_weights(snapshots: Sequence[dict[str, torch.Tensor]]) -> dict[str, t
     return out
 
 
+def compiled(module: torch.nn.Module, config: LoopConfig) -> torch.nn.Module:
+    """``module`` under torch.compile with the config's backend and mode. The loop keeps the
+    uncompiled module for its checkpoints, so that their keys carry no ``_orig_mod.`` prefix."""
+    if config.compile_backend != "inductor":  # the other backends take no mode
+        return torch.compile(module, backend=config.compile_backend)
+    return torch.compile(module, mode=None if config.compile_mode == "default" else config.compile_mode)
+
+
+def uses_cuda_graphs(config: LoopConfig, device: torch.device) -> bool:
+    """Whether the compiled steps are replayed as CUDA graphs (inductor captures them on CUDA only)."""
+    return (config.compile and device.type == "cuda" and config.compile_backend == "inductor"
+            and config.compile_mode in CUDA_GRAPH_MODES)
+
+
 def run_training(task: Task, resume: bool = False, progress: bool = True) -> RunResult:
     """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``."""
     config = task.config
@@ -512,7 +538,8 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
     if processes.distributed:
         forward = torch.nn.parallel.DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
     if config.compile:
-        forward = torch.compile(forward)
+        forward = compiled(forward, config)
+    graphs = uses_cuda_graphs(config, device)
 
     averaged: dict[str, torch.Tensor] | None = None  # set when training ends
 
@@ -556,6 +583,8 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
                     lr = task.rate(step)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
+                    if graphs:  # a new step: the previous step's graph outputs may be overwritten
+                        torch.compiler.cudagraph_mark_step_begin()
                     with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
                         output = forward(*batch.inputs)
                     loss = task.loss(output, batch)
