@@ -122,10 +122,14 @@ PRESETS: dict[str, TrainConfig] = {
     "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=1024, peak_lr=3e-3, warmup=500, threads=2,
                        time_limit=600.0, eval_every=1000, eval_words=500, checkpoint_every=500, average_last=5,
                        average_every=200),
-    # one GPU: a wider, deeper model, large batches, bf16
+    # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
+    # A step is small (about 0.5 TFLOP) and would wait on kernel launches: compiled, and replayed as CUDA
+    # graphs, which need fixed shapes: batches padded to multiples of 8 tokens (a handful of shapes).
+    # Evaluations and checkpoints are spaced for steps of a few milliseconds (a guess until measured).
     "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
-                       time_limit=600.0, eval_every=500, eval_words=0, checkpoint_every=1000, precision="bf16",
-                       average_last=5, average_every=500),
+                       time_limit=300.0, eval_every=2000, eval_words=0, checkpoint_every=5000, precision="bf16",
+                       average_last=5, average_every=500, attention="fused", bucket=8, compile=True,
+                       compile_mode="reduce-overhead"),
 }
 
 
