@@ -36,17 +36,18 @@ def test_the_rehearsal_measures_every_figure(rehearsal):
     assert results["rehearsal"] is True and results["errors"] == {} and results["stopped"] is None
     assert results["hardware"]["cpus"] >= 1 and results["hardware"]["torch"]
     g2p, test, gpt = results["g2p"], results["g2p_test"], results["gpt"]
-    assert g2p["steps"] == 12 and g2p["tokens_per_s"] > 0 and g2p["tflops_per_s"] > 0
+    # 12 steps, unless a machine too busy for them reached the time limit first: then at least one evaluation
+    assert 4 <= g2p["steps"] <= 12 and g2p["tokens_per_s"] > 0 and g2p["tflops_per_s"] > 0
     assert g2p["mfu"] == "unknown"  # a CPU has no entry in the peak table
     assert g2p["time_to_target"]["reached"] and 0 < g2p["time_to_target"]["seconds"] < g2p["seconds"]
-    assert g2p["evaluations"] >= 3 and g2p["evaluation_seconds"] > 0
+    assert g2p["evaluations"] >= g2p["steps"] // 4 and g2p["evaluation_seconds"] > 0
     assert 1 <= g2p["batch_shapes"] <= 4 and 1 <= g2p["graphs_compiled"] <= 2  # few shapes, no compile per batch
     assert g2p["config"]["compile"] and g2p["config"]["bucket"] == 8
     for name in ("greedy", "beam 4"):
         figures = test[name]
         assert 0 <= figures["wer"] <= 100 and 0 <= figures["per"] and figures["words"] == 200 and figures["complete"]
     assert test["split_words"] == 11_994
-    assert gpt["steps"] == 12 and gpt["tokens_per_s"] > 0 and 0 < gpt["bpc"] < 8 + 1e-9
+    assert 1 <= gpt["steps"] <= 12 and gpt["tokens_per_s"] > 0 and 0 < gpt["bpc"] < 8 + 1e-9
     assert gpt["characters"] == 4000 and gpt["data"]["python"]
     assert "Rehearsal on the CPU" in results["markdown"] and "| G2P test WER / PER, beam 4 |" in results["markdown"]
     assert "--rehearse" in results["command"]
