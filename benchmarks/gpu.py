@@ -1,6 +1,6 @@
-"""The GPU measurement in one command: the capstone's and chapter 7's GPU presets on one GPU, in under 12 minutes.
+"""The GPU measurement in one command: the capstone's and chapter 7's GPU presets on one GPU, in under 10 minutes.
 
-    python benchmarks/gpu.py                          on a machine with a CUDA GPU (an H200: at most 11 min 10 s)
+    python benchmarks/gpu.py                          on a machine with a CUDA GPU (at most 9 minutes by its budget)
     python benchmarks/gpu.py --rehearse               the same code paths on a laptop's CPU, tiny, in seconds
     python benchmarks/gpu.py --out DIR/gpu.json       where the figures go (default runs/gpu-benchmark/results.json)
 
@@ -85,9 +85,9 @@ class Budget:
                 f"the parts before ran over) + {self.gpt_after:.0f} s for its evaluation of all the held-out text")
 
 
-#: 670 s: under 12 minutes with room for Python's start before the clock and its exit after
-GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=25, test_greedy=30, test_beam=75,
-                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=30)
+#: 540 s: within one 10-minute command on a lent GPU machine, with room for Python's start and exit
+GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=20, test_greedy=25, test_beam=55,
+                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=20)
 #: the rehearsal stops by step counts; its limits only keep a busy machine from running on without end
 REHEARSAL_BUDGET = Budget(setup=120, g2p_training=120, g2p_after=60, test_greedy=60, test_beam=60, gpt_training=120,
                           gpt_after=60)
