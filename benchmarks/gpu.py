@@ -193,7 +193,7 @@ def score(words: Sequence[str], references: Sequence, decode: Callable[[list[str
     scored: list[int] = []
     began = time.perf_counter()
     for start in range(0, len(order), chunk):
-        if time.perf_counter() - began > seconds:
+        if scored and time.perf_counter() - began > seconds:  # at least one chunk: a figure, however small its sample
             break
         part = order[start : start + chunk]
         predictions += decode([words[i] for i in part])
@@ -363,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rehearse", action="store_true", help="tiny models on the CPU, in seconds: every step, no figure")
     parser.add_argument("--out", type=Path, help="the JSON file of figures (default runs/gpu-benchmark/results.json)")
-    parser.add_argument("--runs", type=Path, help="where the run folders go (default: a new folder beside --out)")
+    parser.add_argument("--runs", type=Path, help="where the run folders go (default: a new runs/gpu-benchmark/runs-<time>)")
     parser.add_argument("--target-wer", type=float, help="the dev WER of the time to target (default 25; rehearsed 100)")
     parser.add_argument("--test-words", type=int, help="test words scored, drawn at random (default all; rehearsed 200)")
     parser.add_argument("--compile-backend", choices=("inductor", "aot_eager"),
@@ -373,7 +373,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     budget = REHEARSAL_BUDGET if rehearse else GPU_BUDGET
     out = args.out or runs() / "gpu-benchmark" / "results.json"
     stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
-    folder = args.runs or out.parent / f"runs-{stamp}"
+    folder = args.runs or runs() / "gpu-benchmark" / f"runs-{stamp}"  # never beside --out: checkpoints are large
     target = args.target_wer if args.target_wer is not None else (100.0 if rehearse else 25.0)
     test_words = args.test_words if args.test_words is not None else (200 if rehearse else 0)
     backend = args.compile_backend or ("aot_eager" if rehearse else "inductor")

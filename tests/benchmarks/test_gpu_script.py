@@ -29,6 +29,7 @@ def rehearsal(tmp_path_factory) -> tuple[subprocess.CompletedProcess, dict]:
     return done, results
 
 
+@pytest.mark.slow  # an end-to-end run: two trainings, a compilation, two decodings of the test words
 def test_the_rehearsal_measures_every_figure(rehearsal):
     done, results = rehearsal
     assert done.returncode == 0, done.stderr[-3000:]
