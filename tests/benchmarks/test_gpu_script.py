@@ -46,7 +46,9 @@ def test_the_rehearsal_measures_every_figure(rehearsal):
     assert g2p["config"]["compile"] and g2p["config"]["bucket"] == 8
     for name in ("greedy", "beam 4"):
         figures = test[name]
-        assert 0 <= figures["wer"] <= 100 and 0 <= figures["per"] and figures["words"] == 200 and figures["complete"]
+        assert 0 <= figures["wer"] <= 100 and 0 <= figures["per"]
+        # all 200 words, or on a machine too busy for them a random sample of whole chunks of 64, said so
+        assert figures["words"] >= 64 and figures["complete"] == (figures["words"] == figures["of"] == 200)
     assert test["split_words"] == 11_994
     assert 1 <= gpt["steps"] <= 12 and gpt["tokens_per_s"] > 0 and 0 < gpt["bpc"] < 8 + 1e-9
     assert gpt["characters"] == 4000 and gpt["data"]["python"]
