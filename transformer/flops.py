@@ -12,10 +12,11 @@ import torch
 
 from .model import TransformerConfig
 
-#: dense bf16 matrix throughput from the vendors' data sheets, FLOP/s (no sparsity)
+#: dense bf16 matrix throughput from the vendors' data sheets, FLOP/s (no sparsity: half the
+#: sheets' starred figures, 1,979 TFLOP/s for the H100 SXM and the H200)
 PEAK_BF16 = {
-    "H200": 989e12,
-    "H100": 989e12,  # SXM; the PCIe card is lower (756e12), matched below by name
+    "H200": 989.5e12,
+    "H100": 989.5e12,  # SXM; the PCIe card is lower (756e12), matched below by name
     "H100 PCIe": 756e12,
     "A100": 312e12,
     "L40S": 362e12,
@@ -38,11 +39,21 @@ def training_flops(config: TransformerConfig, batch: int, src_len: int, tgt_len:
     return 3 * forward_flops(config, batch, src_len, tgt_len)
 
 
+#: variants named like a listed card but with another peak, not in the table: unknown, not guessed
+OTHER_PEAKS = ("NVL",)
+
+
 def peak_flops(device: torch.device) -> float | None:
     """The device's dense bf16 peak from :data:`PEAK_BF16`, or None when it is not listed (a CPU)."""
     if device.type != "cuda":
         return None
-    name = torch.cuda.get_device_name(device)
+    return peak_for_name(torch.cuda.get_device_name(device))
+
+
+def peak_for_name(name: str) -> float | None:
+    """The dense bf16 peak of the card ``torch.cuda.get_device_name`` calls ``name``, or None when unknown."""
+    if any(variant in name for variant in OTHER_PEAKS):
+        return None
     for key in sorted(PEAK_BF16, key=len, reverse=True):  # "H100 PCIe" before "H100"
         if key in name:
             return PEAK_BF16[key]

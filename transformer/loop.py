@@ -82,6 +82,12 @@ class TrainingError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
+#: torch.compile's modes; those that capture CUDA graphs need a mark at the start of every step
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
+COMPILE_BACKENDS = ("inductor", "aot_eager")
+
+
 @dataclass(frozen=True)
 class LoopConfig(ModelShape):
     """The settings the loop reads. A task's config is a subclass that adds the model's and the data's.
@@ -109,6 +115,8 @@ class LoopConfig(ModelShape):
     threads: int = 1  # CPU threads
     precision: str = "fp32"  # fp32, or bf16 (autocast)
     compile: bool = False  # torch.compile the model
+    compile_mode: str = "default"  # with compile: torch.compile's mode; reduce-overhead replays each step as CUDA graphs
+    compile_backend: str = "inductor"  # with compile: inductor, or aot_eager (traces, generates no code: a quick rehearsal)
     run_dir: str = ""  # the run folder (default: runs/<preset>)
     # whose code
     parts: str = "reference"  # reference, or mine: the parts of your own exercise notebooks
@@ -137,6 +145,10 @@ class LoopConfig(ModelShape):
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
         if self.parts not in ("reference", "mine"):
             raise ValueError(f"parts must be reference or mine, got {self.parts!r}")
+        if self.compile_mode not in COMPILE_MODES:
+            raise ValueError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
+        if self.compile_backend not in COMPILE_BACKENDS:
+            raise ValueError(f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
 
     @property
     def lr_factor(self) -> float:
@@ -498,6 +510,20 @@ def shown(record: dict[str, float]) -> dict[str, str]:
     return out
 
 
+def compiled(module: torch.nn.Module, config: LoopConfig) -> torch.nn.Module:
+    """``module`` under torch.compile with the config's backend and mode. The loop keeps the
+    uncompiled module for its checkpoints, so that their keys carry no ``_orig_mod.`` prefix."""
+    if config.compile_backend != "inductor":  # the other backends take no mode
+        return torch.compile(module, backend=config.compile_backend)
+    return torch.compile(module, mode=None if config.compile_mode == "default" else config.compile_mode)
+
+
+def uses_cuda_graphs(config: LoopConfig, device: torch.device) -> bool:
+    """Whether the compiled steps are replayed as CUDA graphs (inductor captures them on CUDA only)."""
+    return (config.compile and device.type == "cuda" and config.compile_backend == "inductor"
+            and config.compile_mode in CUDA_GRAPH_MODES)
+
+
 class Run:
     """One session of a run: the task, where it trains, its model and optimiser, and its progress.
 
@@ -532,6 +558,7 @@ class Run:
             self.run_dir.mkdir(parents=True, exist_ok=True)
             save_json(self.run_dir / "config.json", asdict(config))
         self.forward = self._forward()
+        self.graphs = uses_cuda_graphs(config, self.device)
 
     def _saved_run(self) -> dict[str, Any]:
         if not self.checkpoint_path.is_file():
@@ -567,7 +594,7 @@ class Run:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
             forward = torch.nn.parallel.DistributedDataParallel(self.model, device_ids=device_ids)
         if self.config.compile:
-            forward = torch.compile(forward)
+            forward = compiled(forward, self.config)
         return forward
 
     # -- training ------------------------------------------------------------------------------
@@ -608,6 +635,8 @@ class Run:
         lr = self.task.rate(progress.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
+        if self.graphs:  # a new step: the previous step's graph outputs may be overwritten
+            torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
             output = self.forward(*batch.inputs)
         loss = self.task.loss(output, batch)

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import nbformat
 import torch
 
 from course.layout import learner_notebooks
@@ -73,6 +72,8 @@ def _defined_names(source: str) -> list[str]:
 
 def export(notebook: Path) -> tuple[str, list[str]]:
     """(module source, names still to be written) of a learner's notebook."""
+    import nbformat  # only --parts mine reads notebooks: training on the course's parts runs without it
+
     nb = nbformat.read(notebook, as_version=4)
     parts, unfinished = [], []
     for cell in nb.cells:

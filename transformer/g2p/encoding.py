@@ -70,6 +70,31 @@ def make_batch(
     return src, tgt_in, tgt_out
 
 
+def bucket_length(length: int, multiple: int) -> int:
+    """``length`` rounded up to a multiple of ``multiple``: the few lengths batches are padded to."""
+    return -(-length // multiple) * multiple
+
+
+def resident_examples(data: EncodedPairs, vocabs: Vocabularies, length: int, device: torch.device | str
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every example at once, padded to ``length``, on ``device``: (src, decoder input, targets), each
+    (n + 1, length). Row n is an empty example (``<eos>`` in, ``<bos>`` to the decoder, no target), which
+    fills a batch up to a fixed number of rows: every query in it has a key to attend to, and the loss
+    counts none of its positions."""
+    src, tgt_in, tgt_out = make_batch(data, range(len(data)), vocabs)  # (n, longest) each
+    empty = (vocabs.source.eos_id, vocabs.target.bos_id, vocabs.target.pad_id)
+    rows = []
+    for tensor, pad_id, first in zip((src, tgt_in, tgt_out), (vocabs.source.pad_id, vocabs.target.pad_id,
+                                                               vocabs.target.pad_id), empty):
+        if tensor.shape[1] > length:
+            raise ValueError(f"an example has {tensor.shape[1]} tokens, more than the length {length} to pad to")
+        full = torch.full((len(data) + 1, length), pad_id, dtype=torch.long)
+        full[: len(data), : tensor.shape[1]] = tensor
+        full[len(data), 0] = first
+        rows.append(full.to(device))  # (n + 1, length)
+    return rows[0], rows[1], rows[2]
+
+
 @torch.no_grad()
 def predict(model: torch.nn.Module, words: Sequence[str], vocabs: Vocabularies, device: torch.device | str = "cpu",
             batch_size: int = 256, max_len: int = 32, progress: bool = False) -> list[list[str]]:

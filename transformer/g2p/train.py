@@ -31,6 +31,7 @@ from ..flops import training_flops
 from ..loop import (
     Batch,
     LoopConfig,
+    Processes,
     RunResult,
     Task,
     TrainingError,
@@ -44,7 +45,7 @@ from ..model import Transformer, TransformerConfig, count_parameters
 from ..parts import EXERCISES, G2P_PARTS, NEEDED, LearnerTransformer, PartsError, load_parts
 from .baseline import TorchTransformer
 from .data import G2PData, Split, Vocabulary, load
-from .encoding import EncodedPairs, Vocabularies, encode_pairs, make_batch, predict
+from .encoding import EncodedPairs, Vocabularies, bucket_length, encode_pairs, make_batch, predict, resident_examples
 from .metrics import count_errors
 
 
@@ -67,6 +68,9 @@ class TrainConfig(LoopConfig):
     train_words: int = 0  # use only the first n training words (0: all of them)
     # the optimisation
     max_tokens: int = 1024  # padded tokens per batch (the larger of source and target length)
+    # >0: batches padded to multiples of this length, with max_tokens // length rows, cut from the
+    # training split kept on the device: a few fixed shapes, which torch.compile and CUDA graphs reuse
+    bucket: int = 0  # 0: each batch padded to its own longest example, made on the CPU
     label_smoothing: float = 0.1  # the label smoothing epsilon of the loss (the paper's 0.1)
     # measuring
     eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
@@ -77,6 +81,8 @@ class TrainConfig(LoopConfig):
         super().__post_init__()
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
+        if self.bucket < 0:
+            raise ValueError(f"bucket must be 0 (no buckets) or a length, got {self.bucket}")
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
         if self.implementation not in ("course", "torch"):
@@ -107,10 +113,14 @@ PRESETS: dict[str, TrainConfig] = {
     "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=1024, peak_lr=3e-3, warmup=500, threads=2,
                        time_limit=600.0, eval_every=1000, eval_words=500, checkpoint_every=500, average_last=5,
                        average_every=200),
-    # one GPU: a wider, deeper model, large batches, bf16
+    # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
+    # A step is small (about 0.5 TFLOP) and would wait on kernel launches: compiled, and replayed as CUDA
+    # graphs, which need fixed shapes: batches padded to multiples of 8 tokens (a handful of shapes).
+    # Evaluations and checkpoints are spaced for steps of a few milliseconds (a guess until measured).
     "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
-                       time_limit=600.0, eval_every=500, eval_words=0, checkpoint_every=1000, precision="bf16",
-                       average_last=5, average_every=500),
+                       time_limit=300.0, eval_every=2000, eval_words=0, checkpoint_every=5000, precision="bf16",
+                       average_last=5, average_every=500, attention="fused", bucket=8, compile=True,
+                       compile_mode="reduce-overhead"),
 }
 
 
@@ -208,8 +218,13 @@ class G2PTask(Task):
             raise TrainingError("the dev split is empty: there is nothing to measure the model on")
         self.examples: EncodedPairs = encode_pairs(pairs, self.vocabs)
         self.lengths = self.examples.lengths
+        if config.bucket:  # batched by their padded lengths, so that a batch's rows fit max_tokens once padded
+            self.lengths = [bucket_length(n, config.bucket) for n in self.lengths]
+        self.resident: dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = {}
         if max(self.lengths) > config.max_tokens:
-            raise TrainingError(f"max_tokens={config.max_tokens} is below the longest example ({max(self.lengths)} tokens)")
+            padded = f", padded to a multiple of bucket={config.bucket}" if config.bucket else ""
+            raise TrainingError(f"max_tokens={config.max_tokens} is below the longest example ({max(self.lengths)} "
+                                f"tokens{padded})")
 
     def build_model(self) -> Transformer:
         return build_model(self.config, self.vocabs, self.parts.modules)
@@ -218,10 +233,31 @@ class G2PTask(Task):
         return self.parts["length_batches"](self.lengths, self.config.max_tokens, seed=self.config.seed, epoch=epoch)
 
     def make_batch(self, indices: Sequence[int], device: torch.device) -> Batch:
+        if self.config.bucket:
+            return self.bucketed_batch(indices, device)
         src, tgt_in, tgt_out = (t.to(device) for t in make_batch(self.examples, indices, self.vocabs))
         real = int((tgt_out != self.vocabs.target.pad_id).sum())
         tokens = real + int((src != self.vocabs.source.pad_id).sum())
         flops = training_flops(self.model_config, src.shape[0], src.shape[1], tgt_in.shape[1])
+        return Batch(inputs=(src, tgt_in), targets=tgt_out, count=real, tokens=tokens, flops=flops)
+
+    def bucketed_batch(self, indices: Sequence[int], device: torch.device) -> Batch:
+        """The batch at its bucket's fixed shape (rows, L): L its longest bucketed length, rows this process's
+        share of max_tokens // L, the rows beyond its examples filled with the empty example, which the loss
+        ignores. Cut on the device from the whole training split, encoded once."""
+        if str(device) not in self.resident:
+            self.resident = {str(device): resident_examples(self.examples, self.vocabs, max(self.lengths), device)}
+        length = max(self.lengths[i] for i in indices)
+        rows = -(-(self.config.max_tokens // length) // Processes().world)
+        if len(indices) > rows:
+            raise TrainingError(f"a batch of {len(indices)} examples of {length} tokens does not fit max_tokens="
+                                f"{self.config.max_tokens}: length_batches must keep a batch's padded size within it")
+        empty = len(self.examples)  # the empty example's row
+        index = torch.tensor([*indices, *[empty] * (rows - len(indices))], device=device)
+        src, tgt_in, tgt_out = (t[index, :length] for t in self.resident[str(device)])  # (rows, L) each
+        real = sum(len(self.examples.targets[i]) for i in indices)  # counted on the host: no wait for the device
+        tokens = real + sum(len(self.examples.sources[i]) for i in indices)
+        flops = training_flops(self.model_config, rows, length, length)
         return Batch(inputs=(src, tgt_in), targets=tgt_out, count=real, tokens=tokens, flops=flops)
 
     def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:

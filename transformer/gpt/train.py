@@ -119,10 +119,11 @@ PRESETS: dict[str, GPTTrainConfig] = {
     "cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=128, batch_size=32, peak_lr=2e-3, warmup=300,
                           max_steps=2500, eval_every=500, eval_chars=20_000, checkpoint_every=500, threads=2,
                           attention="fused", average_last=0),
-    # one GPU: wider, deeper, longer context, bf16; its length is a guess, not yet run on a GPU
+    # one GPU: wider, deeper, longer context, bf16; at most 6,000 steps or 90 s, whichever comes first
+    # (benchmarks/gpu.py's budget); its length is a guess, not yet run on a GPU
     "gpu": GPTTrainConfig(d_model=384, h=6, N=6, d_ff=1536, block_size=256, batch_size=128, dropout=0.1,
-                          peak_lr=1.5e-3, warmup=1000, max_steps=6000, eval_every=1000, eval_chars=100_000,
-                          checkpoint_every=2000, precision="bf16", attention="fused"),
+                          peak_lr=1.5e-3, warmup=1000, max_steps=6000, time_limit=90.0, eval_every=1000,
+                          eval_chars=100_000, checkpoint_every=2000, precision="bf16", attention="fused"),
 }
 
 
