@@ -81,6 +81,16 @@ class TrainingError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
+def native_bf16(device: torch.device) -> bool:
+    """A GPU with bf16 arithmetic, or a CPU with AVX-512 BF16 or AMX instructions."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+        return any(probe() for probe in probes if probe is not None)
+    return False
+
+
 @dataclass
 class LoopConfig:
     """The settings the loop reads. A task's config is a subclass that adds the model's and the data's.
@@ -95,6 +105,9 @@ class LoopConfig:
     warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
     max_steps: int = 100_000  # training steps before stopping
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
+    # a fixed budget is best spent ending at a rate near zero: over its last `cooldown` fraction the
+    # rate of equation 3 is scaled down linearly to zero, by steps or by seconds, whichever runs out first
+    cooldown: float = 0.0  # fraction of the budget (max_steps or time_limit) that ends the run cooling down (0: none)
     seed: int = 0  # the seed of the weights, the batches and dropout: the same seed gives the same run
     # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
     # weights at the last `average_last` multiples of `average_every` steps and at the final step
@@ -106,7 +119,7 @@ class LoopConfig:
     # where and how
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads
-    precision: str = "fp32"  # fp32, or bf16 (autocast)
+    precision: str = "fp32"  # fp32, bf16 (autocast), or auto: bf16 where the device computes it natively, else fp32
     compile: bool = False  # torch.compile the model
     run_dir: str = ""  # the run folder (default: runs/<preset>)
     # whose code
@@ -125,16 +138,35 @@ class LoopConfig:
         for name in ("d_model", "warmup", "max_steps", "eval_every", "checkpoint_every", "threads", "average_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.average_last < 0:
             raise ValueError(f"average_last must be 0 (no averaging) or more, got {self.average_last}")
         if self.peak_lr <= 0:
             raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
         if self.time_limit < 0:
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(f"cooldown must be a fraction of the budget in [0, 1], got {self.cooldown}")
         if self.parts not in ("reference", "mine"):
             raise ValueError(f"parts must be reference or mine, got {self.parts!r}")
+
+    def bf16(self, device: torch.device) -> bool:
+        """Whether the matrix products run in bf16 (autocast) on ``device``. ``auto`` asks for it only where
+        the hardware computes bf16 natively: emulated, it is slower than fp32, not faster."""
+        if self.precision != "auto":
+            return self.precision == "bf16"
+        return native_bf16(device)
+
+    def cooldown_scale(self, step: int, elapsed: float) -> float:
+        """What the rate is multiplied by at ``step`` after ``elapsed`` seconds: 1 until the cool-down starts,
+        then falling linearly to 0 at the end of the budget."""
+        if not self.cooldown:
+            return 1.0
+        spent = step / self.max_steps
+        if self.time_limit:
+            spent = max(spent, elapsed / self.time_limit)
+        return min(1.0, max(0.0, (1.0 - spent) / self.cooldown))
 
     @property
     def lr_factor(self) -> float:
@@ -540,6 +572,9 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
     )
     window_loss, window_tokens, window_flops, window_start = 0.0, 0, 0.0, time.perf_counter()
     peak = peak_flops(device)
+    bf16 = config.bf16(device)
+    if config.precision == "auto" and processes.main and progress:
+        print(f"precision auto: {'bf16' if bf16 else 'fp32'} on {device}", file=sys.stderr)
     started = time.perf_counter() - elapsed
     model.train()
     with StopRequest() as stop_request:
@@ -553,10 +588,10 @@ def run_training(task: Task, resume: bool = False, progress: bool = True) -> Run
                     batch = task.make_batch(processes.share(batches[position]), device)
                     all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
                     step += 1
-                    lr = task.rate(step)
+                    lr = task.rate(step) * config.cooldown_scale(step, elapsed)
                     for group in optimizer.param_groups:
                         group["lr"] = lr
-                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+                    with torch.autocast(device.type, dtype=torch.bfloat16, enabled=bf16):
                         output = forward(*batch.inputs)
                     loss = task.loss(output, batch)
                     # The mean over this share's units, reweighted so that the processes' average is
