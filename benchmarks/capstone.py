@@ -39,7 +39,6 @@ from transformer.g2p import train as T  # noqa: E402
 from transformer.g2p.data import G2PData, load  # noqa: E402
 from transformer.g2p.encoding import Vocabularies, encode_pairs, make_batch  # noqa: E402
 from transformer.g2p.evaluate import evaluate_run  # noqa: E402
-from transformer.g2p.metrics import count_errors  # noqa: E402
 
 
 def hardware() -> str:
@@ -75,7 +74,7 @@ class Stepper:
         tokens, start = 0, time.perf_counter()
         for batch in self.batches[first : first + steps]:
             src, tgt_in, tgt_out = (t.to(self.device) for t in make_batch(self.examples, batch, self.vocabs))
-            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.precision == "bf16"):
+            with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16(self.device)):
                 logits = self.model(src, tgt_in)
             loss = label_smoothed_cross_entropy(logits.float(), tgt_out, self.config.label_smoothing, self.vocabs.target.pad_id)
             self.optimizer.zero_grad(set_to_none=True)
@@ -124,19 +123,18 @@ def trained(config: T.TrainConfig, folder: Path, test_words: int, beam: int) -> 
 
 def classical_baseline(g2p: G2PData, test_words: int, folder: Path) -> None:
     """Phonetisaurus on the capstone's split, scored as the course's model is."""
-    test = g2p.test
-    words = list(test.words[:test_words] if test_words else test.words)
+    limit = test_words or len(g2p.test.words)
     try:
-        model, training = phonetisaurus_g2p.train(g2p.train.pairs, folder)
+        r = phonetisaurus_g2p.measure(g2p.train.pairs, list(g2p.test.words[:limit]),
+                                      list(g2p.test.references[:limit]), folder)
     except phonetisaurus_g2p.Unavailable as missing:
         print(f"   skipped: {missing}")
         return
-    predictions, decoding = phonetisaurus_g2p.predict(model, words)
-    counts = count_errors(predictions, list(test.references[: len(words)]))
-    print(f"   trained on {len(g2p.train.pairs):,} pronunciations: {training.wall_seconds:.0f} s wall-clock, "
-          f"{training.cpu_seconds:.0f} CPU s (its binaries use one core)")
-    print(f"   decoded {len(words):,} test words: {decoding.wall_seconds:.1f} s wall-clock, {decoding.cpu_seconds:.1f} CPU s")
-    print(f"   WER {counts.wer:.2f} %, PER {counts.per:.2f} %")
+    print(f"   trained on {r['training_pronunciations']:,} pronunciations: {r['train_wall_seconds']:.0f} s wall-clock, "
+          f"{r['train_cpu_seconds']:.0f} CPU s (its binaries use one core)")
+    print(f"   decoded {r['words']:,} test words: {r['decode_wall_seconds']:.1f} s wall-clock, "
+          f"{r['decode_cpu_seconds']:.1f} CPU s")
+    print(f"   WER {r['wer']:.2f} %, PER {r['per']:.2f} %")
 
 
 def main() -> None:

@@ -78,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         started = time.perf_counter()
         device = next(gpt.parameters()).device
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.bf16(device)):
             measured = bits_per_character(gpt, data.train, heldout, args.stride or config.stride, device)
         rows.append((f"GPT {run} ({count_parameters(gpt):,} parameters, {config.max_steps} steps)", measured["bpc"],
                      time.perf_counter() - started))

@@ -10,13 +10,22 @@ Trained with the package's defaults on the capstone's training words (stress rem
 reference pronunciation of a word given), decoded one best pronunciation per test word, and scored
 with the course's metric (:func:`transformer.g2p.metrics.count_errors`: the closest reference counts).
 Its binaries run as child processes, so their CPU time is read from the children's resource usage.
+
+    python benchmarks/phonetisaurus_g2p.py --json checkpoints/g2p-cpu/phonetisaurus.json
+
+trains and scores it on its own and writes the figures that chapter 8's page shows beside the course's
+model; ``benchmarks/capstone.py`` measures the same in the same run as the course's model (its step 0).
 """
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 import os
+import platform
 import resource
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
@@ -90,3 +99,60 @@ def predict(model: Path, words: Sequence[str]) -> tuple[list[list[str]], Timed]:
             timed = _run(["phonetisaurus-apply", "--model", str(model), "--word_list", str(listed), "--nbest", "1"],
                          Path(scratch), stdout=sink)
         return parse_predictions(out.read_text(encoding="utf-8"), words), timed
+
+
+def measure(train_pairs: Sequence[tuple[str, Sequence[str]]], test_words: Sequence[str],
+            test_references: Sequence[Sequence[Sequence[str]]], folder: Path) -> dict:
+    """Train on ``train_pairs``, decode ``test_words`` and score them as the course scores its model."""
+    from transformer.g2p.metrics import count_errors
+
+    model, training = train(train_pairs, folder)
+    predictions, decoding = predict(model, test_words)
+    counts = count_errors(predictions, list(test_references))
+    return {"model": "Phonetisaurus " + _version(), "training_pronunciations": len(train_pairs),
+            "words": counts.words, "wer": counts.wer, "per": counts.per,
+            "train_wall_seconds": training.wall_seconds, "train_cpu_seconds": training.cpu_seconds,
+            "decode_wall_seconds": decoding.wall_seconds, "decode_cpu_seconds": decoding.cpu_seconds,
+            "cpu": _cpu(), "load_average": os.getloadavg()[0]}
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("phonetisaurus")
+    except PackageNotFoundError:
+        return "(version unknown)"
+
+
+def _cpu() -> str:
+    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+             if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
+    return f"{names[0]} ({len(names)} logical CPUs)" if names else platform.machine()
+
+
+def main() -> int:
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    from transformer.g2p.data import load
+
+    parser = argparse.ArgumentParser(description="Train Phonetisaurus on the capstone's split and score its test words.")
+    parser.add_argument("--json", help="write the figures to this file")
+    parser.add_argument("--test-words", type=int, default=0, help="score only the first N test words (default: all)")
+    args = parser.parse_args()
+    g2p = load()
+    limit = args.test_words or len(g2p.test.words)
+    try:
+        with tempfile.TemporaryDirectory(prefix="phonetisaurus-train-") as scratch:
+            figures = measure(g2p.train.pairs, list(g2p.test.words[:limit]), list(g2p.test.references[:limit]),
+                              Path(scratch))
+    except Unavailable as missing:
+        print(f"error: {missing}", file=sys.stderr)
+        return 2
+    print(json.dumps(figures, indent=1))
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

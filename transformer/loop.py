@@ -82,6 +82,16 @@ class TrainingError(RuntimeError):
     """A run cannot start or continue; the message says why and what to do."""
 
 
+def native_bf16(device: torch.device) -> bool:
+    """A GPU with bf16 arithmetic, or a CPU with AVX-512 BF16 or AMX instructions."""
+    if device.type == "cuda":
+        return torch.cuda.is_bf16_supported()
+    if device.type == "cpu":
+        probes = (getattr(torch.cpu, "_is_avx512_bf16_supported", None), getattr(torch.cpu, "_is_amx_tile_supported", None))
+        return any(probe() for probe in probes if probe is not None)
+    return False
+
+
 #: torch.compile's modes; those that capture CUDA graphs need a mark at the start of every step
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 CUDA_GRAPH_MODES = ("reduce-overhead", "max-autotune")
@@ -102,6 +112,9 @@ class LoopConfig(ModelShape):
     warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
     max_steps: int = 100_000  # training steps before stopping
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
+    # a fixed budget is best spent ending at a rate near zero: over its last `cooldown` fraction the
+    # rate of equation 3 is scaled down linearly to zero, by steps or by seconds, whichever runs out first
+    cooldown: float = 0.0  # fraction of the budget (max_steps or time_limit) that ends the run cooling down (0: none)
     seed: int = 0  # the seed of the weights, the batches and dropout: the same seed gives the same run
     # the paper's checkpoint averaging (section 6.1): the model kept at the end is the mean of the
     # weights at the last `average_last` multiples of `average_every` steps and at the final step
@@ -113,7 +126,7 @@ class LoopConfig(ModelShape):
     # where and how
     device: str = "auto"  # auto, cpu, cuda, cuda:1, ...
     threads: int = 1  # CPU threads
-    precision: str = "fp32"  # fp32, or bf16 (autocast)
+    precision: str = "fp32"  # fp32, bf16 (autocast), or auto: bf16 where the device computes it natively, else fp32
     compile: bool = False  # torch.compile the model
     compile_mode: str = "default"  # with compile: torch.compile's mode; reduce-overhead replays each step as CUDA graphs
     compile_backend: str = "inductor"  # with compile: inductor, or aot_eager (traces, generates no code: a quick rehearsal)
@@ -135,20 +148,39 @@ class LoopConfig(ModelShape):
         for name in ("warmup", "max_steps", "eval_every", "checkpoint_every", "threads", "average_every"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, got {getattr(self, name)}")
-        if self.precision not in ("fp32", "bf16"):
-            raise ValueError(f"precision must be fp32 or bf16, got {self.precision!r}")
+        if self.precision not in ("fp32", "bf16", "auto"):
+            raise ValueError(f"precision must be fp32, bf16 or auto, got {self.precision!r}")
         if self.average_last < 0:
             raise ValueError(f"average_last must be 0 (no averaging) or more, got {self.average_last}")
         if self.peak_lr <= 0:
             raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
         if self.time_limit < 0:
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
+        if not 0.0 <= self.cooldown <= 1.0:
+            raise ValueError(f"cooldown must be a fraction of the budget in [0, 1], got {self.cooldown}")
         if self.parts not in ("reference", "mine"):
             raise ValueError(f"parts must be reference or mine, got {self.parts!r}")
         if self.compile_mode not in COMPILE_MODES:
             raise ValueError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
         if self.compile_backend not in COMPILE_BACKENDS:
             raise ValueError(f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
+
+    def bf16(self, device: torch.device) -> bool:
+        """Whether the matrix products run in bf16 (autocast) on ``device``. ``auto`` asks for it only where
+        the hardware computes bf16 natively: emulated, it is slower than fp32, not faster."""
+        if self.precision != "auto":
+            return self.precision == "bf16"
+        return native_bf16(device)
+
+    def cooldown_scale(self, step: int, elapsed: float) -> float:
+        """What the rate is multiplied by at ``step`` after ``elapsed`` seconds: 1 until the cool-down starts,
+        then falling linearly to 0 at the end of the budget."""
+        if not self.cooldown:
+            return 1.0
+        spent = step / self.max_steps
+        if self.time_limit:
+            spent = max(spent, elapsed / self.time_limit)
+        return min(1.0, max(0.0, (1.0 - spent) / self.cooldown))
 
     @property
     def lr_factor(self) -> float:
@@ -559,6 +591,7 @@ class Run:
             save_json(self.run_dir / "config.json", asdict(config))
         self.forward = self._forward()
         self.graphs = uses_cuda_graphs(config, self.device)
+        self.bf16 = config.bf16(self.device)
 
     def _saved_run(self) -> dict[str, Any]:
         if not self.checkpoint_path.is_file():
@@ -606,6 +639,8 @@ class Run:
         bar = tqdm(total=config.max_steps, initial=progress.step, desc="training", unit="step",
                    disable=not (show_progress and self.processes.main), dynamic_ncols=True)
         window = Throughput(max(1, min(50, config.eval_every)), peak_flops(self.device), self.processes.world)
+        if config.precision == "auto" and show_progress and self.processes.main:
+            print(f"precision auto: {'bf16' if self.bf16 else 'fp32'} on {self.device}", file=sys.stderr)
         self.started = time.perf_counter() - progress.elapsed
         self.model.train()
         out_of_time, interrupted = bool(config.time_limit and progress.elapsed >= config.time_limit), False
@@ -632,12 +667,12 @@ class Run:
         batch = self.task.make_batch(processes.share(indices), device)
         all_count, all_tokens, all_flops = processes.total(batch.count, batch.tokens, batch.flops, device=device)
         progress.step += 1
-        lr = self.task.rate(progress.step)
+        lr = self.task.rate(progress.step) * config.cooldown_scale(progress.step, progress.elapsed)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         if self.graphs:  # a new step: the previous step's graph outputs may be overwritten
             torch.compiler.cudagraph_mark_step_begin()
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=config.precision == "bf16"):
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=self.bf16):
             output = self.forward(*batch.inputs)
         loss = self.task.loss(output, batch)
         # The mean over this share's units, reweighted so that the processes' average is the mean

@@ -27,13 +27,11 @@ def test_predictions_follow_the_word_order_and_a_missing_word_predicts_nothing()
                     reason=f"Phonetisaurus is a benchmark dependency: {baseline.INSTALL}")
 def test_a_small_model_learns_and_is_scored_with_the_course_metric(tmp_path):
     from transformer.g2p.data import load
-    from transformer.g2p.metrics import count_errors
 
     g2p = load()
-    model, training = baseline.train(g2p.train.pairs[:2000], tmp_path)
-    words = list(g2p.test.words[:200])
-    predictions, decoding = baseline.predict(model, words)
-    counts = count_errors(predictions, list(g2p.test.references[:200]))
-    assert training.cpu_seconds > 0 and decoding.wall_seconds > 0
+    r = baseline.measure(g2p.train.pairs[:2000], list(g2p.test.words[:200]), list(g2p.test.references[:200]),
+                         tmp_path)
+    assert r["training_pronunciations"] == 2000 and r["words"] == 200
+    assert r["train_cpu_seconds"] > 0 and r["decode_wall_seconds"] > 0
     # 2,000 pronunciations are a sliver of the data: far from the full model, far from guessing.
-    assert 30 < counts.wer < 90 and counts.per < 40, (counts.wer, counts.per)
+    assert 30 < r["wer"] < 90 and r["per"] < 40, (r["wer"], r["per"])
