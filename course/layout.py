@@ -38,6 +38,18 @@ def learner_notebooks() -> Path:
     """Where --parts mine looks for the learner's notebooks by default: the release in a clone, else here."""
     return Path.cwd() if INSTALLED else REPO / "exercises"
 
+
+def learner_notebook(stem: str, folder: Path) -> Path:
+    """A learner's notebook of one chapter: in the release's layout (<assignment>/<stem>.ipynb), or
+    beside the others as downloaded from the site. None or several is a LayoutError."""
+    found = sorted(Path(folder).glob(f"*/{stem}.ipynb")) + sorted(Path(folder).glob(f"{stem}.ipynb"))
+    if not found:
+        raise LayoutError(f"no notebook {stem}.ipynb under {folder}")
+    if len(found) > 1:
+        raise LayoutError(f"several notebooks named {stem}.ipynb under {folder}: {', '.join(map(str, found))}")
+    return found[0]
+
+
 SOLUTIONS = "solutions"
 EXERCISES = "exercises"
 REFERENCE = "reference"

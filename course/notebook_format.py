@@ -100,6 +100,22 @@ def graded_cells(nb: nbformat.NotebookNode, role: str) -> list:
     raise ValueError(f"graded cells have the role 'solution' or 'test', not {role!r}")
 
 
+def module_cells(nb: nbformat.NotebookNode) -> list[tuple[str, bool]]:
+    """(source, is an answer) of the cells a notebook's module is made of, in order: its exported and
+    answer cells, as their authoring tags (which the release keeps) mark them."""
+    cells = []
+    for cell in nb.cells:
+        tags = set(cell.metadata.get("tags", []))
+        if cell.cell_type == "code" and tags & {"export", "solution"}:
+            cells.append((cell.source, "solution" in tags))
+    return cells
+
+
+def graded_functions(path: Path) -> list[str]:
+    """The functions (and classes) an instructor notebook grades: the grade_ids of its answer cells."""
+    return [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(read_instructor_notebook(path), "solution")]
+
+
 # ----------------------------------------------------------------------------------------
 # from the authoring tags to nbgrader's metadata
 # ----------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ generate. This file only wires them together, as Figure 1 of the paper draws the
 """
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import NamedTuple
 
@@ -93,13 +94,23 @@ class Transformer(nn.Module):
     for training with teacher forcing.
     """
 
-    def __init__(self, config: TransformerConfig = TransformerConfig()) -> None:
+    def __init__(
+        self,
+        config: TransformerConfig = TransformerConfig(),
+        *,
+        embedding: Callable[..., nn.Module] = PositionalEmbedding,
+        encoder: Callable[..., nn.Module] = Encoder,
+        decoder: Callable[..., nn.Module] = Decoder,
+        subsequent_mask: Callable[[int], torch.Tensor] = subsequent_mask,
+    ) -> None:
+        """The parts default to the course's; ``--parts mine`` passes the learner's, with the same signatures."""
         super().__init__()
         c = self.config = config
-        self.src_embed = PositionalEmbedding(c.src_vocab_size, c.d_model, c.dropout, c.max_len)
-        self.tgt_embed = PositionalEmbedding(c.tgt_vocab_size, c.d_model, c.dropout, c.max_len)
-        self.encoder = Encoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
-        self.decoder = Decoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
+        self.src_embed = embedding(c.src_vocab_size, c.d_model, c.dropout, c.max_len)
+        self.tgt_embed = embedding(c.tgt_vocab_size, c.d_model, c.dropout, c.max_len)
+        self.encoder = encoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
+        self.decoder = decoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
+        self._subsequent_mask = subsequent_mask
         self.generator = nn.Linear(c.d_model, c.tgt_vocab_size)
         if c.share_embeddings:
             self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
@@ -127,7 +138,7 @@ class Transformer(nn.Module):
 
     def decode(self, memory: Memory, ys: torch.Tensor) -> torch.Tensor:
         """ys (B, T) target prefix -> logits (B, T, tgt_vocab_size) for the token after each position."""
-        causal = subsequent_mask(ys.size(1)).to(ys.device)  # (T, T), True where attending is allowed
+        causal = self._subsequent_mask(ys.size(1)).to(ys.device)  # (T, T), True where attending is allowed
         hidden = self.decoder(
             self.tgt_embed(ys), memory.states, tgt_mask=causal,
             tgt_key_padding_mask=ys == self.config.pad_id, memory_key_padding_mask=memory.key_padding_mask,

@@ -23,27 +23,60 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import torch
+from course.layout import LayoutError, learner_notebook, learner_notebooks, reference_module
 
-from course.layout import learner_notebooks
-
-from .model import Memory, Transformer, TransformerConfig
+from .model import Transformer, TransformerConfig
 
 EXERCISES = learner_notebooks()
-#: the notebooks the model is made of, each after the ones it imports
-NOTEBOOKS = ("attention", "multihead", "encoder", "decoder", "positional")
-#: what the model takes from each
-NEEDED = {
-    "attention": ("softmax", "scaled_dot_product_attention"),
-    "multihead": ("split_heads", "merge_heads", "MultiHeadAttention"),
-    "encoder": ("PositionwiseFeedForward", "LayerNorm", "EncoderLayer", "Encoder"),
-    "decoder": ("subsequent_mask", "DecoderLayer", "Decoder"),
-    "positional": ("sinusoidal_encoding", "PositionalEmbedding"),
+MODEL, G2P, GPT, BERT = "model", "g2p", "gpt", "bert"
+#: The one list of which graded function plays which role, by notebook, in chapter order: MODEL, a part
+#: of the encoder-decoder that must be the learner's; G2P, GPT or BERT, a part that command takes
+#: from the learner where written; None, graded but used by no command. A chapter absent from it adds
+#: no part (registry() says so); a chapter in it names every function it grades (a test holds both ways).
+ROLES: dict[str, dict[str, str | None]] = {
+    "prerequisites": {"receptive_field": None, "rnn_forward": None, "greedy_decode": None},
+    "attention": {"softmax": MODEL, "scaled_dot_product_attention": MODEL, "additive_attention": None,
+                  "score_variance": None},
+    "multihead": {"split_heads": MODEL, "merge_heads": MODEL, "MultiHeadAttention": MODEL},
+    "encoder": {"PositionwiseFeedForward": MODEL, "LayerNorm": MODEL, "EncoderLayer": MODEL, "Encoder": MODEL},
+    "decoder": {"subsequent_mask": MODEL, "DecoderLayer": MODEL, "Decoder": MODEL},
+    "positional": {"sinusoidal_encoding": MODEL, "PositionalEmbedding": MODEL},
+    # Within a chapter, the order a command lists its parts in.
+    "bert_gpt": {"GPTBlock": GPT, "causal_lm_loss": GPT, "sample_next": GPT, "mask_tokens": BERT, "bpe_train": None,
+                 "bpe_encode": None, "generate_with_cache": None},
+    "capstone": {"label_smoothed_cross_entropy": G2P, "noam_rate": G2P, "length_batches": G2P, "edit_distance": G2P,
+                 "beam_search": G2P},
 }
+
+
+def uses(role: str) -> dict[str, tuple[str, ...]]:
+    """The graded functions of one role, by notebook, in chapter order."""
+    found = {stem: tuple(name for name, r in names.items() if r == role) for stem, names in ROLES.items()}
+    return {stem: names for stem, names in found.items() if names}
+
+
+def registry(root: Path | None = None) -> dict[str, dict[str, tuple[str, ...]]]:
+    """Every chapter the course layout reports, with the parts each command takes from it (none for a
+    chapter the roles do not name)."""
+    from course.layout import REPO, chapters
+
+    return {c.stem: {role: names for role in (MODEL, G2P, GPT, BERT) if (names := uses(role).get(c.stem))}
+            for c in chapters(root or REPO)}
+
+
+def course_part(function: str) -> Any:
+    """The course's own version of a graded function, from the reference module of the notebook grading it."""
+    (stem,) = [stem for stem, names in ROLES.items() if function in names]
+    return getattr(importlib.import_module(reference_module(stem)), function)
+
+
+#: the notebooks the model is made of, each after the ones it imports, and what it takes from each
+NEEDED = uses(MODEL)
+NOTEBOOKS = tuple(NEEDED)
 #: the other parts each command uses, by notebook: the learner's where written, else the course's
-G2P_PARTS = {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance", "beam_search")}
-GPT_PARTS = {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
-BERT_PARTS = {"bert_gpt": ("mask_tokens",)}
+G2P_PARTS = uses(G2P)
+GPT_PARTS = uses(GPT)
+BERT_PARTS = uses(BERT)
 _STUB = re.compile(r"^\s*raise NotImplementedError\(\)\s*$", re.MULTILINE)
 _REFERENCE_IMPORT = re.compile(r"^(\s*from\s+)reference\.(\w+)(\s+import\s)", re.MULTILINE)
 
@@ -53,13 +86,11 @@ class PartsError(RuntimeError):
 
 
 def find_notebook(name: str, folder: Path = EXERCISES) -> Path:
-    # In the release's layout (<chapter>/<name>.ipynb), or side by side as downloaded from the site.
-    found = sorted(Path(folder).glob(f"*/{name}.ipynb")) + sorted(Path(folder).glob(f"{name}.ipynb"))
-    if not found:
-        raise PartsError(f"no notebook {name}.ipynb under {folder}: the model needs chapters 2 to 6")
-    if len(found) > 1:
-        raise PartsError(f"several notebooks named {name}.ipynb under {folder}: {', '.join(map(str, found))}")
-    return found[0]
+    try:
+        return learner_notebook(name, folder)
+    except LayoutError as exc:
+        needs = ": the model needs chapters 2 to 6" if str(exc).startswith("no notebook") else ""
+        raise PartsError(f"{exc}{needs}") from None
 
 
 def _defined_names(source: str) -> list[str]:
@@ -74,15 +105,13 @@ def export(notebook: Path) -> tuple[str, list[str]]:
     """(module source, names still to be written) of a learner's notebook."""
     import nbformat  # only --parts mine reads notebooks: training on the course's parts runs without it
 
-    nb = nbformat.read(notebook, as_version=4)
+    from course.notebook_format import module_cells
+
     parts, unfinished = [], []
-    for cell in nb.cells:
-        tags = set(cell.metadata.get("tags", []))
-        if cell.cell_type != "code" or not tags & {"export", "solution"}:
-            continue
-        if "solution" in tags and _STUB.search(cell.source):
-            unfinished += _defined_names(cell.source) or [f"an answer cell of {notebook.name}"]
-        parts.append(cell.source)
+    for source, answer in module_cells(nbformat.read(notebook, as_version=4)):
+        if answer and _STUB.search(source):
+            unfinished += _defined_names(source) or [f"an answer cell of {notebook.name}"]
+        parts.append(source)
     return "\n\n".join(parts) + "\n", unfinished
 
 
@@ -118,7 +147,7 @@ def course_parts(*uses: dict[str, tuple[str, ...]]) -> Parts:
     parts = Parts()
     for use in uses:
         for notebook, names in use.items():
-            module = importlib.import_module(f"reference.{notebook}")
+            module = importlib.import_module(reference_module(notebook))
             parts.functions |= {name: getattr(module, name) for name in names}
     return parts
 
@@ -177,7 +206,7 @@ def learner_parts(folder: Path, required: dict[str, tuple[str, ...]],
         graded = _graded(name)
         for part in wanted:
             if part in unfinished:
-                parts.functions[part] = getattr(importlib.import_module(f"reference.{name}"), part)
+                parts.functions[part] = getattr(importlib.import_module(reference_module(name)), part)
                 parts.course[part] = f"yours in {path.parent.name}/{path.name} still raises NotImplementedError"
             else:
                 parts.functions[part] = getattr(module, part)
@@ -186,7 +215,7 @@ def learner_parts(folder: Path, required: dict[str, tuple[str, ...]],
     for name, names in optional.items():
         for part in names:
             if part not in parts.functions:
-                parts.functions[part] = getattr(importlib.import_module(f"reference.{name}"), part)
+                parts.functions[part] = getattr(importlib.import_module(reference_module(name)), part)
                 parts.course[part] = f"no {name}.ipynb under {folder}"
     return parts
 
@@ -226,26 +255,8 @@ def check_parts(parts: Parts, allow_failing: bool = False, say: Callable[[str], 
 
 
 class LearnerTransformer(Transformer):
-    """The same wiring as :class:`Transformer`, with the learner's parts inside."""
+    """The course's :class:`Transformer`, built from the learner's parts."""
 
     def __init__(self, config: TransformerConfig, parts: dict[str, types.ModuleType]) -> None:
-        super().__init__(config)
-        c = config
-        embedding = parts["positional"].PositionalEmbedding
-        self.src_embed = embedding(c.src_vocab_size, c.d_model, c.dropout, c.max_len)
-        self.tgt_embed = embedding(c.tgt_vocab_size, c.d_model, c.dropout, c.max_len)
-        self.encoder = parts["encoder"].Encoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
-        self.decoder = parts["decoder"].Decoder(c.d_model, c.h, c.d_ff, c.N, c.dropout)
-        self._subsequent_mask = parts["decoder"].subsequent_mask
-        if c.share_embeddings:
-            self.tgt_embed.embedding.weight = self.src_embed.embedding.weight
-            self.generator.weight = self.src_embed.embedding.weight
-        self._init_weights()
-
-    def decode(self, memory: Memory, ys: torch.Tensor) -> torch.Tensor:
-        causal = self._subsequent_mask(ys.size(1)).to(ys.device)  # (T, T), True where attending is allowed
-        hidden = self.decoder(
-            self.tgt_embed(ys), memory.states, tgt_mask=causal,
-            tgt_key_padding_mask=ys == self.config.pad_id, memory_key_padding_mask=memory.key_padding_mask,
-        )  # (B, T, d_model)
-        return self.generator(hidden)  # (B, T, V)
+        super().__init__(config, embedding=parts["positional"].PositionalEmbedding, encoder=parts["encoder"].Encoder,
+                         decoder=parts["decoder"].Decoder, subsequent_mask=parts["decoder"].subsequent_mask)

@@ -10,18 +10,35 @@ import nbformat
 import pytest
 import torch
 
-from course.layout import REPO
+from course.layout import REPO, Chapter, chapters
+from course.notebook_format import graded_functions
 from transformer import Transformer, TransformerConfig
 from transformer.g2p import evaluate as E
 from transformer.g2p import train as T
-from transformer.parts import NOTEBOOKS, LearnerTransformer, PartsError, load_parts
+from transformer.parts import (
+    BERT_PARTS,
+    G2P_PARTS,
+    GPT_PARTS,
+    NEEDED,
+    NOTEBOOKS,
+    ROLES,
+    LearnerTransformer,
+    PartsError,
+    load_parts,
+    registry,
+)
 
 CONFIG = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, h=4, N=2, d_ff=64, dropout=0.0, max_len=64)
 
 
+def _chapter(stem: str) -> Chapter:
+    (found,) = [c for c in chapters() if c.stem == stem]
+    return found
+
+
 def _answers(name: str) -> dict[str, str]:
     """The instructor's answer to each graded cell of a notebook, without nbgrader's markers."""
-    source = next((REPO / "solutions").glob(f"*/{name}.py"))
+    source = _chapter(name).source
     answers = {}
     for cell in jupytext.read(source).cells:
         if "solution" in cell.metadata.get("tags", []):
@@ -35,7 +52,7 @@ def completed(tmp_path_factory) -> Path:
     """A learner's exercises/ with chapters 2 to 6 completed (with the instructor's answers)."""
     folder = tmp_path_factory.mktemp("learner") / "exercises"
     for name in NOTEBOOKS:
-        released = next((REPO / "exercises").glob(f"*/{name}.ipynb"))
+        released = _chapter(name).release
         nb = nbformat.read(released, as_version=4)
         answers = _answers(name)
         for cell in nb.cells:
@@ -76,7 +93,7 @@ def test_a_missing_part_is_named(completed, tmp_path):
     with pytest.raises(PartsError, match=r"LayerNorm \(ch04_encoder/encoder.ipynb\)"):
         load_parts(unfinished)
     with pytest.raises(PartsError, match="scaled_dot_product_attention .*NotImplementedError"):
-        load_parts(REPO / "exercises")  # the release itself: nothing written yet
+        load_parts(_chapter("attention").release.parent.parent)  # the release itself: nothing written yet
 
 
 def test_training_with_my_parts(completed, tmp_path):
@@ -97,7 +114,7 @@ def test_training_with_my_parts(completed, tmp_path):
 
 def _complete(folder: Path, name: str, changes: dict[str, str] | None = None) -> None:
     """Write notebook ``name`` into a learner's folder with the instructor's answers, or ``changes``."""
-    released = next((REPO / "exercises").glob(f"*/{name}.ipynb"))
+    released = _chapter(name).release
     nb = nbformat.read(released, as_version=4)
     answers = _answers(name) | (changes or {})
     for cell in nb.cells:
@@ -207,3 +224,47 @@ def test_the_gpt_and_bert_commands_take_your_chapter_7_parts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "yours: GPTBlock, causal_lm_loss, sample_next" in out and "yours: mask_tokens" in out
     assert gpt.GPTTask(gpt.PRESETS["tiny"]).parts["causal_lm_loss"].__module__ == "reference.bert_gpt"
+
+
+# ---------------------------------------------------------------------------------------------
+# The roles of the graded functions: one list, checked against the course layout
+# ---------------------------------------------------------------------------------------------
+
+
+def _graded_by_chapter(root: Path = REPO) -> dict[str, list[str]]:
+    return {c.stem: graded_functions(c.source) for c in chapters(root)}
+
+
+def role_problems(roles: dict[str, dict[str, str | None]], graded: dict[str, list[str]]) -> list[str]:
+    """What is wrong with a table of roles against the functions each chapter grades."""
+    found = [f"{stem}.{name} is graded by no chapter" for stem, names in roles.items()
+             for name in names if name not in graded.get(stem, ())]
+    found += [f"{stem}.{name} is graded but has no role" for stem in roles for name in graded.get(stem, ())
+              if name not in roles[stem]]
+    order = [stem for stem in graded if stem in roles]
+    if order != list(roles):
+        found.append(f"the roles are not in chapter order: {list(roles)} against {order}")
+    return found
+
+
+def test_the_roles_name_every_graded_function_of_their_chapters_and_nothing_else():
+    graded = _graded_by_chapter()
+    assert not role_problems(ROLES, graded)
+    assert set(registry()) == set(graded) and registry()["attention"] == {"model": NEEDED["attention"]}
+    # The check can fail: a function a chapter stops grading, one it starts grading, and a shuffled order.
+    assert role_problems(ROLES | {"encoder": {**ROLES["encoder"], "Norm": "model"}}, graded) == [
+        "encoder.Norm is graded by no chapter"]
+    assert role_problems(ROLES, graded | {"decoder": [*graded["decoder"], "beam"]}) == [
+        "decoder.beam is graded but has no role"]
+    assert "chapter order" in role_problems(dict(reversed(ROLES.items())), graded)[0]
+
+
+def test_the_registries_are_the_roles():
+    assert NOTEBOOKS == ("attention", "multihead", "encoder", "decoder", "positional")
+    assert G2P_PARTS == {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance",
+                                      "beam_search")}
+    assert GPT_PARTS == {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
+    assert BERT_PARTS == {"bert_gpt": ("mask_tokens",)}
+    from reference.multihead import MultiHeadAttention
+    from transformer import attention_paths
+    assert attention_paths.MultiHeadAttention is MultiHeadAttention
