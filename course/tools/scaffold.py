@@ -279,7 +279,8 @@ All figures below are produced by the code on this page, with fixed random seeds
 import matplotlib.pyplot as plt
 import torch
 
-plt.rcParams["figure.dpi"] = 110
+# At 92 dpi a figure at most 7 inches wide fits the page's column without being scaled down.
+plt.rcParams.update({"figure.dpi": 92})
 ```
 
 ## A padded batch
@@ -288,6 +289,14 @@ Sequences of different lengths share one tensor once the short ones are padded; 
 tells the real tokens from the padding.
 
 ```{code-cell} ipython3
+---
+mystnb:
+  figure:
+    caption: The mask of a batch of four sequences padded to one length, real tokens in black.
+    name: fig-__STEM__-mask
+  image:
+    alt: Four rows of squares, black from the left on the real tokens and white on the padding.
+---
 lengths = torch.tensor([7, 4, 9, 2])
 T = int(lengths.max())
 mask = torch.arange(T)[None, :] < lengths[:, None]  # (4, T): True on the real tokens
@@ -300,6 +309,14 @@ plt.show()
 ## How much of the batch is padding
 
 ```{code-cell} ipython3
+---
+mystnb:
+  figure:
+    caption: How many padded positions each sequence of the batch carries.
+    name: fig-__STEM__-padding
+  image:
+    alt: Four orange bars, one for each sequence, as tall as the positions it is padded with.
+---
 fig, ax = plt.subplots(figsize=(5, 2.2))
 ax.bar(range(len(lengths)), T - lengths, color="tab:orange")
 ax.set(xlabel="sequence b", ylabel="padded positions", title=f"padding up to T = {T}")

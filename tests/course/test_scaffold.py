@@ -26,7 +26,7 @@ from tests.conftest import CHAPTERS
 # The first chapter number the course does not use, so that the test never collides with a real one.
 NUMBER = min(set(range(1, 100)) - {c.number for c in CHAPTERS})
 NAME, STEM, TITLE = f"ch{NUMBER:02d}_scaffolded", "scaffolded", "Scaffolded example"
-NEEDED = ("autograder/", "course/", "harness/", "solutions/", "reference/", "exercises/", "book/", "tests/",
+NEEDED = ("autograder/", "course/", "harness/", "solutions/", "reference/", "exercises/", "book/", "tests/", "transformer/",
           "_toc.yml", "_config.yml", "README.md", "nbgrader_config.py")
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
@@ -136,6 +136,28 @@ def test_the_page_checks_and_the_glossary_pick_it_up(course, chapter):
     assert {f"test_no_visible_code_line_is_wider_than_the_column[{chapter.toc_entry}]",
             "test_every_term_role_names_a_glossary_term"} <= ran, done.stdout[-3000:]
     assert _passed(done) == len(ran)
+
+
+def test_the_page_s_figures_have_captions_alt_text_and_the_site_s_resolution(chapter):
+    """The site's figure rules (tests/site/test_figures.py), applied to the scaffolded page."""
+    from tests.site.test_figures import DPI, DRAWS, problems
+
+    drawn = [cell for cell in jupytext.read(chapter.page).cells if cell.cell_type == "code" and DRAWS.search(cell.source)]
+    assert len(drawn) == 2
+    assert not [p for cell in drawn for p in problems(chapter.toc_entry, cell)]
+    assert f'"figure.dpi": {DPI}' in chapter.page.read_text(encoding="utf-8")
+
+
+def test_the_parts_registries_pick_it_up(course):
+    """--parts mine's registry lists every chapter of the layout, the example among them with no part of
+    any command (it adds none by design), and the attention path keeps the course's one attention class;
+    the test of the roles holds with the new chapter, untouched in transformer/."""
+    shown = _run(course, "-c", "from transformer.parts import registry; from transformer import attention_paths as a; "
+                 f"print(registry()[{STEM!r}], a.MultiHeadAttention.__module__)")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.split() == ["{}", "reference.multihead"]
+    done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", _test_file("test_parts.py"), "-k", "roles or registries")
+    assert _passed(done) == 2
 
 
 def test_the_chapter_tables_pick_it_up(course, chapter):
