@@ -279,7 +279,7 @@ All figures below are produced by the code on this page, with fixed random seeds
 import matplotlib.pyplot as plt
 import torch
 
-# At 92 dpi a figure at most 7 inches wide fits the page's column without being scaled down.
+# At 92 dpi a figure 7 inches wide fits the column unscaled.
 plt.rcParams.update({"figure.dpi": 92})
 ```
 
