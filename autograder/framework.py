@@ -149,8 +149,10 @@ class Check:
     invalid_raises: ClassVar[str] = "ValueError"
     #: for such a case: what to tell a learner who raised another exception instead
     invalid_hint: ClassVar[str] = "raise ValueError with a message that says what is wrong."
-    #: for such a case: what to tell a learner whose function returned ({name}, {label}, {got})
+    #: for such a case: what to tell a learner whose function returned ({name}, {label}, {got}, {argument})
     invalid_returned: ClassVar[str] = "{name} returned {got} on the case {label}: raise ValueError instead."
+    #: the argument the invalid cases get wrong, which the refusal's message must name ("": any message will do)
+    invalid_argument: ClassVar[str] = ""
     #: judge every returned value before reporting an exception another case raised: a wrong value names
     #: a mistake more precisely than the exception the same mistake raises elsewhere
     values_first: ClassVar[bool] = False
@@ -180,10 +182,19 @@ class Check:
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         """Properties that span several calls (e.g. a masked value changes nothing); valid cases only."""
 
+    def wrong_argument(self, case: Case) -> str:
+        """The argument an invalid case gets wrong (``invalid_argument`` unless the cases differ)."""
+        return self.invalid_argument
+
     def refusal_lacks(self, case: Case, message: str) -> str:
         """What the message of a right refusal (``invalid_raises`` on an invalid case) should say but
-        does not, or ""."""
-        return ""
+        does not, or "": by default, the name of the wrong argument."""
+        argument = self.wrong_argument(case)
+        spellings = {argument, argument.replace("_", "-"), argument.replace("_", " ")}
+        if not argument or any(name in message.lower() for name in spellings):
+            return ""
+        return ("right, but say which argument is wrong and why, for instance "
+                f"ValueError(f\"{argument} must be ..., got {{{argument}}}\").")
 
     def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
         """Judge every result; return the success line or raise CheckFailed.
@@ -219,7 +230,8 @@ class Check:
     def _judge_refusal(self, case: Case, result: Any) -> None:
         name = f"`{self.function}`"
         if not isinstance(result, Raised):
-            raise CheckFailed(self.invalid_returned.format(name=name, label=case.label, got=describe(result)))
+            raise CheckFailed(self.invalid_returned.format(
+                name=name, label=case.label, got=describe(result), argument=self.wrong_argument(case)))
         lacks = self.refusal_lacks(case, result.message)
         if lacks:
             raise CheckFailed(f"{name} raised {result.type}({result.message!r}) on the case {case.label}: {lacks}")

@@ -41,10 +41,10 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Hint,
     ModuleResult,
     Opaque,
     Provided,
-    Raised,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -53,11 +53,9 @@ from ..framework import (
     expect_tensor,
     expect_tuple,
     matches,
-    raised_message,
-    seeded,
     where_it_differs,
 )
-from . import state_mismatch
+from . import Mismatch, state_mismatch
 
 #: half-width of an acceptance interval, in standard deviations of the binomial count
 SIGMAS = 5.0
@@ -74,6 +72,11 @@ def _generator(seed: int) -> Provided:
     return Provided("generator", {"seed": seed})
 
 
+#: what the checks of chapter 7 tell a learner whose function returned on arguments it must refuse
+RETURNED = ("{name} returned a result on the case {label}: raise ValueError instead, with a message that says what is "
+            "wrong with `{argument}`.")
+
+
 def _seed_groups(cases: Sequence[Case], results: Sequence[Any]) -> list[dict[str, tuple[Case, Any]]]:
     """The cases tagged "main", each with the "again" and "other-seed" cases that follow it."""
     groups: list[dict[str, tuple[Case, Any]]] = []
@@ -83,21 +86,6 @@ def _seed_groups(cases: Sequence[Case], results: Sequence[Any]) -> list[dict[str
         elif c.tag in ("again", "other-seed") and groups:
             groups[-1][c.tag] = (c, r)
     return groups
-
-
-def _invalid(function: str, case: Case, result: Any, argument: str) -> None:
-    """A case whose arguments must be refused: a ValueError whose message names ``argument``."""
-    if not isinstance(result, Raised):
-        raise CheckFailed(
-            f"`{function}` returned a result on the case {case.label}: raise ValueError instead, with a message "
-            f"that says what is wrong with `{argument}`."
-        )
-    spellings = {argument, argument.replace("_", "-"), argument.replace("_", " ")}
-    if not any(name in result.message.lower() for name in spellings):
-        raise CheckFailed(
-            f"`{function}` raised ValueError({result.message!r}) on the case {case.label}: right, but say which "
-            f"argument is wrong and why, for instance ValueError(f\"{argument} must be ..., got {{{argument}}}\")."
-        )
 
 
 # ----------------------------------------------------------------------------------------
@@ -304,10 +292,12 @@ def _as_pairs(result: Any, function: str, case: Case) -> list[tuple[int, int]]:
     return pairs
 
 
-class BpeTrain(Check):
+class BpeTrainCheck(Check):
     function = "bpe_train"
     oracle = "the BPE rules, applied round by round by a plain implementation"
     invalid_hint = "a negative num_merges means nothing: raise ValueError with a message that names num_merges."
+    invalid_returned = RETURNED
+    invalid_argument = "num_merges"
 
     def cases(self, hidden: bool) -> list[Case]:
         def case(text: str, num_merges: int, what: str = "", tag: str = "") -> Case:
@@ -338,15 +328,12 @@ class BpeTrain(Check):
         return out
 
     def judge(self, case: Case, result: Any) -> None:
-        if case.tag == "invalid":
-            _invalid("bpe_train", case, result, "num_merges")
-            return
         _as_pairs(result, "bpe_train", case)
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         # Judged together: on one short text several mistakes give the same merges, but a mistake is
         # named only when it explains every result.
-        judged = [(c, _as_pairs(r, "bpe_train", c)) for c, r in zip(cases, results) if c.tag != "invalid"]
+        judged = [(c, _as_pairs(r, "bpe_train", c)) for c, r in zip(cases, results)]
         wrong = [(c, mine) for c, mine in judged if mine != bpe_merges(*c.args)]
         if not wrong:
             return
@@ -439,7 +426,7 @@ def _as_ids(result: Any, function: str, case: Case) -> list[int]:
     raise CheckFailed(f"`{function}` returned a {kind} on the case {case.label}; return the ids as a list of ints.")
 
 
-class BpeEncode(Check):
+class BpeEncodeCheck(Check):
     function = "bpe_encode"
     oracle = "the merges applied one after another in the order they were learnt, by a plain implementation"
 
@@ -558,13 +545,15 @@ def _bert_batch(g: torch.Generator, B: int, T: int, ordinary: list[int], pad: in
     return ids
 
 
-class MaskTokens(Check):
+class MaskTokensCheck(Check):
     function = "mask_tokens"
     oracle = "BERT's rule: the exact properties, and its rates within a 5-sigma binomial bound"
     invalid_hint = "a rate outside (0, 1] means nothing: raise ValueError with a message that names rate."
+    invalid_returned = RETURNED
+    invalid_argument = "rate"
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(71 if not hidden else 710)
+        g = self.generator(hidden)
 
         def case(B, T, vocab_size, specials=(0, 1, 2, 3), seed=0, rate=None, tag="", ids=None):
             pad, cls, sep, mask = specials[:4]
@@ -608,9 +597,6 @@ class MaskTokens(Check):
     def judge(self, case: Case, result: Any) -> None:
         (ids,) = case.args
         kw = case.kwargs
-        if case.tag == "invalid":
-            _invalid("mask_tokens", case, result, "rate")
-            return
         mask_id, vocab_size, rate = kw["mask_id"], kw["vocab_size"], kw.get("rate", 0.15)
         specials = set(kw["special_ids"])
         ordinary = [i for i in range(vocab_size) if i not in specials]
@@ -788,12 +774,12 @@ def _ce(logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None, reducti
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction=reduction, **kwargs)
 
 
-class CausalLmLoss(Check):
+class CausalLmLossCheck(Check):
     function = "causal_lm_loss"
     oracle = "F.cross_entropy(ignore_index=pad_id) on logits[:, :-1] against ids[:, 1:]"
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(72 if not hidden else 720)
+        g = self.generator(hidden)
 
         def case(B, T, V, lengths=None, pad_id=0, dtype=torch.float32, scale=2.0, tag=""):
             logits = (torch.randn(B, T, V, generator=g, dtype=torch.float64) * scale).to(dtype)
@@ -968,14 +954,26 @@ def _nucleus_margin(row: Sequence[float], temperature: float, top_k: int, top_p:
     return min(abs(s - top_p) for s in sums)
 
 
-class SampleNext(Check):
+class SampleNextCheck(Check):
     function = "sample_next"
     oracle = ("the renormalised top-k / top-p distribution, over thousands of seeded draws per row "
               "(a 5-sigma binomial bound per token), and argmax where the choice is greedy")
     invalid_hint = "raise ValueError with a message that names the argument that is wrong."
+    invalid_returned = RETURNED
+    hints = (
+        Hint((), "A temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing by "
+             "the temperature or drawing.", when=lambda case, result: case.tag == "greedy"),
+        Hint("RuntimeError", lambda name, case, result: (
+            ("some row kept no token at all: the most likely token is always kept, even when its probability alone "
+             "passes top_p (keep a token when the tokens more likely than it hold less than top_p together: "
+             "cumsum - probs < top_p, not cumsum <= top_p). " if case.kwargs.get("top_p", 1.0) < 1 else "")
+            + "torch.multinomial needs, in every row, non-negative probabilities with a positive sum: keep at least the "
+            "most likely token, and give removed tokens probability 0 (logit -inf before the softmax), not NaN."),
+            containing=("multinomial", "probability tensor")),
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(73 if not hidden else 730)
+        g = self.generator(hidden)
 
         def case(n_rows, V, n, seed, temperature=None, top_k=None, top_p=None, tag="", scale=1.5, rows_from=None):
             rows = torch.randn(n_rows, V, generator=rows_from or g, dtype=torch.float64) * scale  # (n_rows, V)
@@ -1016,7 +1014,8 @@ class SampleNext(Check):
         ]
         # A high temperature with both filters, where the order of the three steps shows: drawn from a generator of
         # its own, so that the other cases keep their rows.
-        out.insert(7, case(3, 16, 5000, seed=21, temperature=2.5, top_k=8, top_p=0.5, rows_from=seeded(74)))
+        out.insert(7, case(3, 16, 5000, seed=21, temperature=2.5, top_k=8, top_p=0.5,
+                           rows_from=self.generator(hidden, "high temperature")))
         if hidden:
             hidden_main = case(3, 20, 5000, seed=11, temperature=1.2, tag="main")
             out += [
@@ -1036,38 +1035,17 @@ class SampleNext(Check):
             ]
         return out
 
+    def wrong_argument(self, case: Case) -> str:
+        temperature, top_k, _ = self._settings(case)
+        return "temperature" if temperature < 0 else "top_k" if top_k < 0 else "top_p"
+
     @staticmethod
     def _settings(case: Case) -> tuple[float, int, float]:
         return (case.kwargs.get("temperature", 1.0), case.kwargs.get("top_k", 0), case.kwargs.get("top_p", 1.0))
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and case.tag == "greedy" and result.type != "NotImplementedError":
-            raise CheckFailed(
-                raised_message("`sample_next`", case, result)
-                + "\nA temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing "
-                "by the temperature or drawing."
-            )
-        if (isinstance(result, Raised) and case.tag != "invalid" and result.type == "RuntimeError"
-                and ("multinomial" in result.message or "probability tensor" in result.message)):
-            _, top_k, top_p = self._settings(case)
-            empty = ("some row kept no token at all: the most likely token is always kept, even when its probability "
-                     "alone passes top_p (keep a token when the tokens more likely than it hold less than top_p "
-                     "together: cumsum - probs < top_p, not cumsum <= top_p). " if top_p < 1 else "")
-            raise CheckFailed(
-                raised_message("`sample_next`", case, result)
-                + f"\n{empty}torch.multinomial needs, in every row, non-negative probabilities with a positive sum: "
-                "keep at least the most likely token, and give removed tokens probability 0 (logit -inf before the "
-                "softmax), not NaN."
-            )
-        super().reject_non_results(case, result)
-
     def judge(self, case: Case, result: Any) -> None:
         (logits,) = case.args
         temperature, top_k, top_p = self._settings(case)
-        if case.tag == "invalid":
-            argument = ("temperature" if temperature < 0 else "top_k" if top_k < 0 else "top_p")
-            _invalid("sample_next", case, result, argument)
-            return
         drawn = expect_tensor(result, "`sample_next`'s result", case)
         B, V = logits.shape
         if tuple(drawn.shape) == (B, 1):
@@ -1353,15 +1331,33 @@ GPT_BLOCK_TRAINING_MISTAKES: list[tuple[Callable[[oracles.Dropout], dict], str]]
 ]
 
 
-class GPTBlock(Check):
+def _extra_norms(name: str, case: Case, mismatch: Mismatch) -> str:
+    extra = [n for n in mismatch.unexpected if "norm" in n.split(".")[0]]
+    if not extra:
+        return ""
+    return (f"{name} has parameters the exercise does not ask for ({', '.join(extra)}) on the case {case.label}: a "
+            "pre-norm block has two LayerNorms, norm1 and norm2. The LayerNorm after the last block belongs to the "
+            "model (GPT's `norm`), not to every block.")
+
+
+class GPTBlockCheck(Check):
     function = "GPTBlock"
     oracle = "nn.TransformerEncoderLayer(norm_first=True, ReLU) under a causal mask, with the same weights"
     forbidden = ("torch.nn.TransformerEncoderLayer", "torch.nn.TransformerDecoderLayer", "torch.nn.MultiheadAttention",
                  "torch.nn.Transformer", "torch.nn.functional.multi_head_attention_forward")
     forbidden_ops = ("multi_head_attention", "transformer_encoder_layer")  # the fused kernels behind them
+    hints = (
+        Hint("StateMismatch", lambda name, case, result: (
+            f"{name}'s norm1 and norm2 are one and the same LayerNorm object on the case {case.label}, so the two "
+            "sub-layers share one gamma and one beta. Each sub-layer has its own: self.norm1 = LayerNorm(d_model) and "
+            "self.norm2 = LayerNorm(d_model), two objects."),
+            when=lambda case, result: any({a, o} == {"norm1", "norm2"} for a, o in state_mismatch(result).shared),
+            whole=True),
+        Hint("StateMismatch", lambda name, case, result: _extra_norms(name, case, state_mismatch(result)), whole=True),
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(97 if not hidden else 970)
+        g = self.generator(hidden)
         out: list[Case] = []
 
         def case(B, T, d_model, h, d_ff, tag="", dropout=0.1, train=False, x=None, state=None, label=""):
@@ -1392,24 +1388,6 @@ class GPTBlock(Check):
             future_pair(3, 8, 16, 2, 32, 5)
             case(3, 6, 24, 3, 48, "train", dropout=0.5, train=True)
         return out
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            if any({a, o} == {"norm1", "norm2"} for a, o in mismatch.shared):
-                raise CheckFailed(
-                    f"`GPTBlock`'s norm1 and norm2 are one and the same LayerNorm object on the case {case.label}, so "
-                    "the two sub-layers share one gamma and one beta. Each sub-layer has its own: self.norm1 = "
-                    "LayerNorm(d_model) and self.norm2 = LayerNorm(d_model), two objects."
-                )
-            extra = [n for n in mismatch.unexpected if "norm" in n.split(".")[0]]
-            if extra:
-                raise CheckFailed(
-                    f"`GPTBlock` has parameters the exercise does not ask for ({', '.join(extra)}) on the case "
-                    f"{case.label}: a pre-norm block has two LayerNorms, norm1 and norm2. The LayerNorm after the "
-                    "last block belongs to the model (GPT's `norm`), not to every block."
-                )
-        super().reject_non_results(case, result)
 
     def judge(self, case: Case, result: Any) -> None:
         name = "`GPTBlock`'s output"
@@ -1561,13 +1539,26 @@ GENERATE_MISTAKES: list[tuple[dict, str]] = [
 ]
 
 
-class GenerateWithCache(Check):
+class GenerateWithCacheCheck(Check):
     function = "generate_with_cache"
     oracle = "the same model read without a cache, step by step (logits, tokens and keys and values)"
     invalid_hint = "fewer than 1 step means nothing to generate: raise ValueError with a message that names steps."
+    invalid_returned = RETURNED
+    invalid_argument = "steps"
+    hints = (
+        Hint("Recomputed", lambda name, case, result: (
+            f"{name} read positions again on the case {case.label}: {result.message}. Each step after the first reads "
+            "only the newest token, shape (B, 1), through the blocks; the keys and values of the earlier positions "
+            "come from the cache. Do not call model(...) or a block's forward, which read the whole sequence."),
+            whole=True),
+        Hint(("RuntimeError", "ValueError", "IndexError"),
+             "Mind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); the cache "
+             "of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join along dim=2. Keep "
+             "every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item()."),
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(101 if not hidden else 1010)
+        g = self.generator(hidden)
 
         def case(B, T_0, steps, seed, tag="", **shape):
             spec = {"vocab_size": 11, "d_model": 16, "h": 4, "d_ff": 32, "N": 2} | shape
@@ -1593,28 +1584,8 @@ class GenerateWithCache(Check):
             ]
         return out
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "Recomputed":
-            raise CheckFailed(
-                f"`generate_with_cache` read positions again on the case {case.label}: {result.message}. Each step "
-                "after the first reads only the newest token, shape (B, 1), through the blocks; the keys and values "
-                "of the earlier positions come from the cache. Do not call model(...) or a block's forward, which "
-                "read the whole sequence."
-            )
-        if isinstance(result, Raised) and case.tag != "invalid" and result.type in ("RuntimeError", "ValueError", "IndexError"):
-            raise CheckFailed(
-                raised_message("`generate_with_cache`", case, result)
-                + "\nMind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); "
-                "the cache of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join "
-                "along dim=2. Keep every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item()."
-            )
-        super().reject_non_results(case, result)
-
     def judge(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`"
-        if case.tag == "invalid":
-            _invalid("generate_with_cache", case, result, "steps")
-            return
         tokens, logits, cache = expect_tuple(result, 3, fn, case, "tokens, logits, cache")
         _, prompt = case.args
         steps = case.kwargs["steps"]
@@ -1697,4 +1668,5 @@ class GenerateWithCache(Check):
                     )
 
 
-CHECKS = [BpeTrain, BpeEncode, MaskTokens, CausalLmLoss, SampleNext, GPTBlock, GenerateWithCache]
+CHECKS = [BpeTrainCheck, BpeEncodeCheck, MaskTokensCheck, CausalLmLossCheck, SampleNextCheck, GPTBlockCheck,
+          GenerateWithCacheCheck]
