@@ -515,21 +515,25 @@ class LengthBatchesCheck(Check):
                 f"`length_batches` must put every example in exactly one batch, on the case {case.label}: "
                 + "; ".join(detail) + "."
             )
-        for b in batches:
+        over = [b for b in batches if len(b) * max(lengths[i] for i in b) > max_tokens]
+        if over:
+            # Counting real tokens instead of padded ones keeps every batch's sum of lengths within the budget;
+            # a batch over the budget by that count too rules that mistake out.
+            beyond = [b for b in over if sum(lengths[i] for i in b) > max_tokens]
+            b = (beyond or over)[0]
             longest = max(lengths[i] for i in b)
             cost = len(b) * longest
-            if cost > max_tokens:
-                if sum(lengths[i] for i in b) <= max_tokens:
-                    raise CheckFailed(
-                        f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
-                        f"{case.label}: padded, it holds {cost} tokens, over the budget. A batch's cost is its padded "
-                        "size, len(batch) * (its longest length), not the sum of its lengths."
-                    )
+            if not beyond:
                 raise CheckFailed(
                     f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
-                    f"{case.label}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
-                    "budget before adding an example, with the longest length the batch would then have."
+                    f"{case.label}: padded, it holds {cost} tokens, over the budget. A batch's cost is its padded "
+                    "size, len(batch) * (its longest length), not the sum of its lengths."
                 )
+            raise CheckFailed(
+                f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
+                f"{case.label}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
+                "budget before adding an example, with the longest length the batch would then have."
+            )
         if n < 50:
             return
         rng = seeded(self.seed("random batches", n))  # the grader's own random batches, for comparison
