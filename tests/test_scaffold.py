@@ -27,7 +27,7 @@ from tests.conftest import CHAPTERS
 NUMBER = min(set(range(1, 100)) - {c.number for c in CHAPTERS})
 NAME, STEM, TITLE = f"ch{NUMBER:02d}_scaffolded", "scaffolded", "Scaffolded example"
 NEEDED = ("autograder/", "course/", "coursetools/", "solutions/", "reference/", "exercises/", "book/",
-          "tests/__init__.py", "tests/conftest.py", "tests/mistakes/", "tests/test_checks.py", "tests/test_determinism.py",
+          "tests/__init__.py", "tests/conftest.py", "tests/mistakes/", "tests/checks/", "tests/test_determinism.py",
           "_toc.yml", "_config.yml", "README.md", "nbgrader_config.py")
 ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
 
@@ -99,7 +99,7 @@ def test_the_release_picks_it_up(course, chapter):
 
 def test_the_course_tests_pass_on_the_example(course):
     """Solution passes, released stub fails, every catalogued mistake is caught, at least five of them."""
-    done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_checks.py", "-k", STEM)
+    done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/checks/test_checks.py", "-k", STEM)
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     passed = int(done.stdout.strip().splitlines()[-1].split(" passed")[0].split()[-1])
     assert passed >= 2 + 1 + 1 + 1 + 5 + 1, done.stdout[-2000:]
