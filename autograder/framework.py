@@ -17,8 +17,10 @@ What runs beside the learner's code (cases built, calls made, results reduced to
 """
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
@@ -63,8 +65,74 @@ class CheckFailed(AssertionError):
         return lines
 
 
+#: the tag of a case whose arguments the function must refuse, by raising ``Check.invalid_raises``
+INVALID = "invalid"
+#: where the chapters' checks live: a check's id is "<notebook>.<function>", its notebook the
+#: first module name below this package
+CHECKS_PACKAGE = __name__.rpartition(".")[0] + ".checks"
+
+
+@dataclass(frozen=True)
+class Hint:
+    """What to tell a learner whose function raised one of the exceptions ``raised`` (type names; none: any).
+
+    A check lists its hints in ``hints``; the first that applies gives the message. It applies when
+    the exception's message contains one of ``containing`` (when given) and ``when(case, result)``
+    holds (when given). ``text`` is added below the report of the exception (what was raised, where,
+    on which case); with ``whole`` it is the whole message. A callable ``text(name, case, result)``
+    (``name`` is the function's, in backquotes) may return "" to say that the hint does not apply.
+    """
+
+    raised: str | tuple[str, ...]
+    text: str | Callable[[str, Case, Raised], str]
+    containing: str | tuple[str, ...] = ()
+    when: Callable[[Case, Raised], bool] | None = None
+    whole: bool = False
+
+    def message(self, name: str, case: Case, result: Raised) -> str:
+        """The learner's message, or "" when this hint does not fit ``result``."""
+        types = (self.raised,) if isinstance(self.raised, str) else self.raised
+        fragments = (self.containing,) if isinstance(self.containing, str) else self.containing
+        if (types and result.type not in types) or (fragments and not any(f in result.message for f in fragments)):
+            return ""
+        if self.when is not None and not self.when(case, result):
+            return ""
+        text = self.text(name, case, result) if callable(self.text) else self.text
+        if not text or self.whole:
+            return text
+        return raised_message(name, case, result) + "\n" + text
+
+
+def mismatched(name: str, case: Case, result: Raised, advice: str) -> str:
+    """"`f`'s parameters do not match on the case ...: <which>", then ``advice``: a StateMismatch's report."""
+    return f"{name}'s parameters do not match on the case {case.label}: {result.message} {advice}"
+
+
+def describe(value: Any) -> str:
+    """A returned value as a learner would recognise it: a tensor by its shape, anything else by repr."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    return repr(value)
+
+
+def stable_seed(*parts: Any) -> int:
+    """A seed for torch.Generator that depends on ``parts`` only (not on Python's hash salt)."""
+    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+    return int.from_bytes(digest[:8], "big") >> 1  # 63 bits: manual_seed takes any of them
+
+
+def _deferrable(result: Any) -> bool:
+    """An exception that a returned value on another case may explain better (not a stub, not a mismatch)."""
+    return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
+
+
 class Check:
-    """A graded function's checks. Subclasses define ``cases`` and ``judge``."""
+    """A graded function's checks. Subclasses define ``cases`` and ``judge``.
+
+    The base class owns what every check shares: the seed of its cases (:meth:`generator`, derived
+    from the check's id), the report of an exception with the hints a check declares (``hints``),
+    and the cases of invalid arguments (tagged :data:`INVALID`), which must raise ``invalid_raises``.
+    """
 
     #: the name of the learner's function, as written in the exercise
     function: ClassVar[str]
@@ -75,66 +143,132 @@ class Check:
     #: further fragments of the names of torch functions and ATen operators that compute the same
     #: thing under another name ("softmin", "group_norm"): the tripwires watch for them too
     forbidden_ops: ClassVar[tuple[str, ...]] = ()
-    #: for cases tagged "invalid", which must raise ValueError: what to tell a learner who raised
-    #: another exception instead
+    #: what to tell a learner whose function raised a given exception (the first that applies)
+    hints: ClassVar[tuple[Hint, ...]] = ()
+    #: the exception that cases tagged "invalid" must raise
+    invalid_raises: ClassVar[str] = "ValueError"
+    #: for such a case: what to tell a learner who raised another exception instead
     invalid_hint: ClassVar[str] = "raise ValueError with a message that says what is wrong."
+    #: for such a case: what to tell a learner whose function returned ({name}, {label}, {got}, {argument})
+    invalid_returned: ClassVar[str] = "{name} returned {got} on the case {label}: raise ValueError instead."
+    #: the argument the invalid cases get wrong, which the refusal's message must name ("": any message will do)
+    invalid_argument: ClassVar[str] = ""
+    #: judge every returned value before reporting an exception another case raised: a wrong value names
+    #: a mistake more precisely than the exception the same mistake raises elsewhere
+    values_first: ClassVar[bool] = False
+
+    @property
+    def check_id(self) -> str:
+        """"<notebook>.<function>", as the notebooks call the check."""
+        module = type(self).__module__
+        notebook = module.removeprefix(CHECKS_PACKAGE + ".").split(".")[0]
+        return f"{notebook}.{self.function}"
+
+    def seed(self, *parts: Any) -> int:
+        """A seed of this check's own: no other check, and no other ``parts``, draws from it."""
+        return stable_seed(self.check_id, *parts)
+
+    def generator(self, hidden: bool, *parts: Any) -> torch.Generator:
+        """The generator the visible (or hidden) cases draw from; ``parts`` name a further stream."""
+        return seeded(self.seed("hidden" if hidden else "visible", *parts))
 
     def cases(self, hidden: bool) -> list[Case]:
         raise NotImplementedError
 
     def judge(self, case: Case, result: Any) -> None:
-        """Raise CheckFailed if ``result`` is wrong for ``case``."""
+        """Raise CheckFailed if ``result`` is wrong for ``case`` (never called on invalid cases)."""
         raise NotImplementedError
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        """Properties that span several calls (e.g. a masked value changes nothing)."""
+        """Properties that span several calls (e.g. a masked value changes nothing); valid cases only."""
+
+    def wrong_argument(self, case: Case) -> str:
+        """The argument an invalid case gets wrong (``invalid_argument`` unless the cases differ)."""
+        return self.invalid_argument
+
+    def refusal_lacks(self, case: Case, message: str) -> str:
+        """What the message of a right refusal (``invalid_raises`` on an invalid case) should say but
+        does not, or "": by default, the name of the wrong argument."""
+        argument = self.wrong_argument(case)
+        spellings = {argument, argument.replace("_", "-"), argument.replace("_", " ")}
+        if not argument or any(name in message.lower() for name in spellings):
+            return ""
+        return ("right, but say which argument is wrong and why, for instance "
+                f"ValueError(f\"{argument} must be ..., got {{{argument}}}\").")
 
     def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
-        """Judge every result; return the success line or raise CheckFailed."""
-        for case, result in zip(cases, results):
-            try:
-                self.reject_non_results(case, result)
-            except CheckFailed as failure:
-                if isinstance(result, Raised):
-                    failure.learner_frames = result.frames
-                raise
-        for case, result in zip(cases, results):
+        """Judge every result; return the success line or raise CheckFailed.
+
+        The valid cases come first (a wrong value is bigger news than a missing refusal), each
+        phase in the order of the cases: what is not a result, the results, the properties that
+        span several calls; then the invalid cases.
+        """
+        valid = [(c, r) for c, r in zip(cases, results) if c.tag != INVALID]
+        late = [(c, r) for c, r in valid if self.values_first and _deferrable(r)]
+        early = [(c, r) for c, r in valid if not (self.values_first and _deferrable(r))]
+        for case, result in early:
+            self._reject(case, result)
+        for case, result in early:
             self.judge(case, result)
-        self.judge_all(cases, results)
+        for case, result in late:
+            self._reject(case, result)
+        self.judge_all([c for c, _ in valid], [r for _, r in valid])
+        for case, result in zip(cases, results):
+            if case.tag == INVALID:
+                self._reject(case, result)
+                self._judge_refusal(case, result)
         return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
 
+    def _reject(self, case: Case, result: Any) -> None:
+        try:
+            self.reject_non_results(case, result)
+        except CheckFailed as failure:
+            if isinstance(result, Raised):
+                failure.learner_frames = result.frames  # the learner's traceback goes with the message
+            raise
+
+    def _judge_refusal(self, case: Case, result: Any) -> None:
+        name = f"`{self.function}`"
+        if not isinstance(result, Raised):
+            raise CheckFailed(self.invalid_returned.format(
+                name=name, label=case.label, got=describe(result), argument=self.wrong_argument(case)))
+        lacks = self.refusal_lacks(case, result.message)
+        if lacks:
+            raise CheckFailed(f"{name} raised {result.type}({result.message!r}) on the case {case.label}: {lacks}")
+
     def reject_non_results(self, case: Case, result: Any) -> None:
-        name = self.function
+        name = f"`{self.function}`"
         if isinstance(result, UsedForbidden):
             raise CheckFailed(
-                f"`{name}` calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
+                f"{name} calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
                 "write it with basic tensor operations instead."
             )
         if isinstance(result, Raised):
-            if case.tag == "invalid" and result.type not in ("NotImplementedError", "ValueError"):
-                raise CheckFailed(
-                    f"`{name}` raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
-                )
-            if case.tag == "invalid" and result.type == "ValueError":
-                return  # raising is the right answer to arguments the function must refuse
             if result.type == "NotImplementedError":
                 owner = result.origin.split(".")[0]
-                if owner and owner != name:
+                if owner and owner != self.function:
                     raise CheckFailed(
-                        f"`{name}` could not run because `{result.origin}` is not implemented yet: it calls "
+                        f"{name} could not run because `{result.origin}` is not implemented yet: it calls "
                         f"`{owner}`, so finish that first (its own test cell comes earlier)."
                     )
                 raise CheckFailed(
-                    f"`{name}` is not implemented yet: replace `raise NotImplementedError()` with your code."
+                    f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
                 )
+            if case.tag == INVALID and result.type != "StateMismatch":
+                if result.type == self.invalid_raises:
+                    return  # raising is the right answer to arguments the function must refuse
+                raise CheckFailed(
+                    f"{name} raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
+                )
+            for hint in self.hints:
+                message = hint.message(name, case, result)
+                if message:
+                    raise CheckFailed(message)
             if result.type == "StateMismatch":
-                raise CheckFailed(f"`{name}`'s parameters do not match the exercise on the case {case.label}: {result.message}")
-            raise CheckFailed(
-                raised_message(f"`{name}`", case, result)
-            )
+                raise CheckFailed(f"{name}'s parameters do not match the exercise on the case {case.label}: {result.message}")
+            raise CheckFailed(raised_message(name, case, result))
         if result is None or (isinstance(result, ModuleResult) and result.output is None):
-            raise CheckFailed(f"`{name}` returned None on the case {case.label}: did you forget `return`?")
-
+            raise CheckFailed(f"{name} returned None on the case {case.label}: did you forget `return`?")
 
 
 def raised_message(name: str, case: Case, result: Raised) -> str:

@@ -5,7 +5,8 @@ A chapter is an assignment folder holding exactly one instructor notebook:
     solutions/<assignment>/<stem>.py      the instructor notebook (jupytext percent script), the source
     exercises/<assignment>/<stem>.ipynb   its learner release, generated
     reference/<stem>.py                   its importable reference implementation, generated
-    autograder/checks/<stem>.py           the checks its test cells call, "<stem>.<function>"
+    autograder/checks/<stem>.py           the checks its test cells call, "<stem>.<function>" (or a
+                                          package <stem>/ of one module per topic)
     tests/mistakes/<stem>.py              the wrong implementations those checks must catch
     book/<assignment>.md                  its page on the website, listed in _toc.yml
 
@@ -111,7 +112,9 @@ class Chapter:
 
     @property
     def checks(self) -> Path:
-        return self.root / CHECKS / f"{self.stem}.py"
+        """The module of the checks, or the __init__.py of their package once split by topic."""
+        package = self.root / CHECKS / self.stem / "__init__.py"
+        return package if package.is_file() else self.root / CHECKS / f"{self.stem}.py"
 
     @property
     def mistakes(self) -> Path:

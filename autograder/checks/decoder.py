@@ -26,19 +26,17 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Hint,
     ModuleResult,
-    Raised,
     expect_close,
     expect_dtype,
     expect_finite,
     expect_shape,
     expect_tensor,
     matches,
-    raised_message,
-    seeded,
     where_it_differs,
 )
-from . import state_mismatch
+from . import Mismatch, state_mismatch
 from .encoder import fits_as_attn_mask, positional_padding_hint
 
 FORBIDDEN_LAYERS = (
@@ -54,14 +52,22 @@ FORBIDDEN_LAYERS = (
 # ----------------------------------------------------------------------------------------
 
 
-class SubsequentMask(Check):
+class SubsequentMaskCheck(Check):
     function = "subsequent_mask"
     forbidden = ("torch.nn.Transformer.generate_square_subsequent_mask",
                  "torch.nn.modules.transformer._generate_square_subsequent_mask")
     invalid_hint = (
         "a negative size makes no sense, so raise ValueError with a message that says so: `raise ValueError(...)`."
     )
+    invalid_returned = (
+        "{name} returned a value on the case {label}; a negative size is a mistake by the caller: raise ValueError, "
+        "so that it is caught rather than silently turned into a mask."
+    )
     oracle = "the closed form j <= i, torch.tril and nn.Transformer.generate_square_subsequent_mask"
+    hints = (Hint((), lambda name, case, result: (
+        f"{name} raised {result.type} ({result.message}) on the case {case.label}; an empty sequence is valid and has "
+        "an empty mask: return a (0, 0) boolean tensor (torch.tril of a (0, 0) tensor gives exactly that). Only a "
+        "negative size is an error."), when=lambda case, result: case.tag == "empty", whole=True),)
 
     def cases(self, hidden: bool) -> list[Case]:
         sizes = [4, 7, 1] if not hidden else [5, 16, 33, 2, 3]  # small sizes last: their mistakes look alike
@@ -70,37 +76,9 @@ class SubsequentMask(Check):
         out.append(Case("size=-3", (-3,), tag="invalid") if not hidden else Case("size=-1", (-1,), tag="invalid"))
         return out
 
-    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
-        # The mask itself first: a wrong mask is the bigger news than a missing ValueError.
-        for invalid in (False, True):
-            chosen = [(c, r) for c, r in zip(cases, results) if (c.tag == "invalid") == invalid]
-            for case, result in chosen:
-                self.reject_non_results(case, result)
-            for case, result in chosen:
-                self.judge(case, result)
-        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        name = "`subsequent_mask`"
-        if isinstance(result, Raised) and result.type != "NotImplementedError":
-            if case.tag == "empty":
-                raise CheckFailed(
-                    f"{name} raised {result.type} ({result.message}) on the case {case.label}; an empty sequence "
-                    "is valid and has an empty mask: return a (0, 0) boolean tensor (torch.tril of a (0, 0) "
-                    "tensor gives exactly that). Only a negative size is an error."
-                )
-        super().reject_non_results(case, result)
-
     def judge(self, case: Case, result: Any) -> None:
         name = "`subsequent_mask`"
         (size,) = case.args
-        if case.tag == "invalid":
-            if not isinstance(result, Raised):
-                raise CheckFailed(
-                    f"{name} returned a value on the case {case.label}; a negative size is a mistake by the caller: "
-                    "raise ValueError, so that it is caught rather than silently turned into a mask."
-                )
-            return
         m = expect_tensor(result, f"{name}'s result", case)
         if m.dim() == 3 and tuple(m.shape) == (1, size, size):
             raise CheckFailed(
@@ -404,6 +382,11 @@ SHAPE_HINT = (
 class _DecoderCheck(Check):
     forbidden = FORBIDDEN_LAYERS
     forbidden_ops = ("multi_head_attention",)  # _native_multi_head_attention
+    # A wrong value on one case names a mistake more precisely than an exception the same mistake
+    # causes on another case (a mask of the wrong length, say).
+    values_first = True
+    hints = (Hint("RuntimeError", lambda name, case, result: "\n".join(filter(None, (
+        positional_padding_hint(case, result, ("tgt_key_padding_mask", "memory_key_padding_mask")), SHAPE_HINT)))),)
 
     def oracle_module(self, case: Case) -> nn.Module:
         raise NotImplementedError
@@ -418,35 +401,6 @@ class _DecoderCheck(Check):
 
     def diagnoses(self, case: Case):
         return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in _padding_mistakes(case) + LAYER_MISTAKES]
-
-    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
-        # A wrong value on one case names a mistake more precisely than an exception the same mistake
-        # causes on another case (a mask of the wrong length, say): judge the returned values first.
-
-        def deferred(result: Any) -> bool:
-            return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
-
-        for case, result in zip(cases, results):
-            if not deferred(result):
-                self.reject_non_results(case, result)
-        for case, result in zip(cases, results):
-            if not deferred(result):
-                self.judge(case, result)
-        for case, result in zip(cases, results):
-            if deferred(result):
-                self.reject_non_results(case, result)
-        self.judge_all(cases, results)
-        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        name = f"`{self.function}`"
-        if isinstance(result, Raised) and result.type == "RuntimeError":
-            raise CheckFailed(
-                raised_message(name, case, result)
-                + positional_padding_hint(case, result, ("tgt_key_padding_mask", "memory_key_padding_mask"))
-                + "\n" + SHAPE_HINT
-            )
-        super().reject_non_results(case, result)
 
     def judge(self, case: Case, result: Any) -> None:
         name = f"`{self.function}`"
@@ -539,7 +493,7 @@ def _layer_state(g: torch.Generator, init: dict):
     return oracles.decoder_layer_state(g, init["d_model"], init["d_ff"])
 
 
-class DecoderLayer(_DecoderCheck):
+class DecoderLayerCheck(_DecoderCheck):
     function = "DecoderLayer"
     oracle = "torch.nn.TransformerDecoderLayer (post-norm) with the same weights"
     hint = (
@@ -547,9 +501,17 @@ class DecoderLayer(_DecoderCheck):
         "self-attention (tgt_mask, tgt_key_padding_mask), cross-attention with queries from x and keys and values "
         "from memory (memory_key_padding_mask), then the feed-forward network."
     )
+    hints = (Hint("StateMismatch", lambda name, case, result: (
+        f"`DecoderLayer`'s cross_attn and self_attn are one and the same MultiHeadAttention object on the case "
+        f"{case.label}, so the two attentions share one set of weights (PyTorch then lists them once, as "
+        "self_attn). The names are right; the sharing is the fault. What a target position asks of the source "
+        "is not what it asks of the target: build two separate modules, self.self_attn = "
+        "MultiHeadAttention(d_model, h, dropout) and self.cross_attn = MultiHeadAttention(d_model, h, dropout)."
+    ), when=lambda case, result: {"cross_attn", "self_attn"} <= {n for pair in state_mismatch(result).shared for n in pair},
+        whole=True), *_DecoderCheck.hints)
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(5 if not hidden else 50)
+        g = self.generator(hidden)
         init = {"d_model": 16, "h": 4, "d_ff": 32, "dropout": 0.1}
         out = _module_cases(g, hidden, init, _layer_state)
         if hidden:
@@ -571,18 +533,6 @@ class DecoderLayer(_DecoderCheck):
         x, memory = case.args
         with torch.no_grad():
             return layer_forward(case.state, x, memory, h=case.init["h"], **_masks(case), **mistake)
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        mismatch = state_mismatch(result)
-        if mismatch is not None and {"cross_attn", "self_attn"} <= {name for pair in mismatch.shared for name in pair}:
-            raise CheckFailed(
-                f"`DecoderLayer`'s cross_attn and self_attn are one and the same MultiHeadAttention object on the case "
-                f"{case.label}, so the two attentions share one set of weights (PyTorch then lists them once, as "
-                "self_attn). The names are right; the sharing is the fault. What a target position asks of the source "
-                "is not what it asks of the target: build two separate modules, self.self_attn = "
-                "MultiHeadAttention(d_model, h, dropout) and self.cross_attn = MultiHeadAttention(d_model, h, dropout)."
-            )
-        super().reject_non_results(case, result)
 
     def judge_training(self, case: Case, out: torch.Tensor) -> None:
         p, dtype = case.init["dropout"], case.args[0].dtype
@@ -624,20 +574,35 @@ STACK_MISTAKES: list[tuple[dict, str]] = [
 ]
 
 
+def _stack_mismatch(case: Case, mismatch: Mismatch) -> str:
+    if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
+        return (f"`Decoder`'s layers share their weights on the case {case.label} (N = {case.init['N']}): every "
+                "entry of `layers` is the same DecoderLayer object, so the N layers are one. Build N separate "
+                "layers: nn.ModuleList([DecoderLayer(...) for _ in range(N)]).")
+    extra = [n for n in mismatch.unexpected if n.startswith("norm")]
+    if extra:
+        return (f"`Decoder` has parameters the exercise does not ask for ({', '.join(extra)}) on the case "
+                f"{case.label}: in the paper's post-norm decoder each layer already ends with a LayerNorm (norm3), "
+                "so there is no final LayerNorm after the stack; remove it.")
+    return ""
+
+
 def _stack_state(g: torch.Generator, init: dict):
     return oracles.stack_state(oracles.decoder_layer_state, g, init["N"], init["d_model"], init["d_ff"])
 
 
-class Decoder(_DecoderCheck):
+class DecoderCheck(_DecoderCheck):
     function = "Decoder"
     oracle = "torch.nn.TransformerDecoder (post-norm, no final norm) with the same weights"
     hint = (
         "If your DecoderLayer passes its checks, look at the loop: every layer takes the previous layer's output "
         "and the same memory and masks, and there is no final LayerNorm."
     )
+    hints = (Hint("StateMismatch", lambda name, case, result: _stack_mismatch(case, state_mismatch(result)), whole=True),
+             *_DecoderCheck.hints)
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(6 if not hidden else 60)
+        g = self.generator(hidden)
         out = []
         n = 2 if not hidden else 3
         out += _module_cases(g, False, {"d_model": 16, "h": 4 if not hidden else 2, "d_ff": 32, "N": n, "dropout": 0.1},
@@ -683,23 +648,5 @@ class Decoder(_DecoderCheck):
     def diagnoses(self, case: Case):
         return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in STACK_MISTAKES] + super().diagnoses(case)
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
-                raise CheckFailed(
-                    f"`Decoder`'s layers share their weights on the case {case.label} (N = {case.init['N']}): every "
-                    "entry of `layers` is the same DecoderLayer object, so the N layers are one. Build N separate "
-                    "layers: nn.ModuleList([DecoderLayer(...) for _ in range(N)])."
-                )
-            extra = [n for n in mismatch.unexpected if n.startswith("norm")]
-            if extra:
-                raise CheckFailed(
-                    f"`Decoder` has parameters the exercise does not ask for ({', '.join(extra)}) on the case "
-                    f"{case.label}: in the paper's post-norm decoder each layer already ends with a LayerNorm (norm3), "
-                    "so there is no final LayerNorm after the stack; remove it."
-                )
-        super().reject_non_results(case, result)
 
-
-CHECKS = [SubsequentMask, DecoderLayer, Decoder]
+CHECKS = [SubsequentMaskCheck, DecoderLayerCheck, DecoderCheck]

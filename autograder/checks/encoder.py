@@ -21,6 +21,7 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Hint,
     ModuleResult,
     Opaque,
     Raised,
@@ -30,8 +31,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
-    raised_message,
-    seeded,
+    mismatched,
 )
 from . import state_mismatch
 
@@ -61,12 +61,16 @@ def _output(result: Any, name: str, case: Case) -> torch.Tensor:
 # ----------------------------------------------------------------------------------------
 
 
-class PositionwiseFeedForward(Check):
+class PositionwiseFeedForwardCheck(Check):
     function = "PositionwiseFeedForward"
     oracle = "max(0, x W_1 + b_1) W_2 + b_2 and nn.Linear, nn.ReLU, nn.Linear with the same weights"
+    hints = (Hint("StateMismatch", lambda name, case, result: mismatched(
+        name, case, result, "The paper's FFN has biases b_1 and b_2: keep nn.Linear's default bias=True."),
+        when=lambda case, result: (any(n.endswith(".bias") for n in state_mismatch(result).missing)
+                                   and not state_mismatch(result).unexpected), whole=True),)
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(41 if not hidden else 410)
+        g = self.generator(hidden)
 
         def case(shape, d_ff, dropout=0.1, train=False, scale=1.0, extra=""):
             d_model = shape[-1]
@@ -167,31 +171,33 @@ class PositionwiseFeedForward(Check):
                                      "the encoder layer, not to the FFN."),
         ]
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            missing, unexpected = mismatch.missing, mismatch.unexpected
-            if any(n.endswith(".bias") for n in missing) and not unexpected:
-                raise CheckFailed(
-                    f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message} "
-                    "The paper's FFN has biases b_1 and b_2: keep nn.Linear's default bias=True."
-                )
-        super().reject_non_results(case, result)
-
 
 # ----------------------------------------------------------------------------------------
 # LayerNorm
 # ----------------------------------------------------------------------------------------
 
 
-class LayerNorm(Check):
+def _last_axis_hint(message: str) -> str:
+    got = re.search(r"but got (-?\d+)", message)
+    return ("LayerNorm normalises each position over its own d_model features, the last axis (dim=-1, keepdim=True), "
+            "which every input has" + (f"; you normalised over dim={got.group(1)}." if got else "."))
+
+
+class LayerNormCheck(Check):
     function = "LayerNorm"
     oracle = "torch.nn.LayerNorm with the same gamma and beta"
     forbidden = NORM_BUILTINS
     forbidden_ops = NORM_OPS
+    hints = (
+        Hint("IndexError", lambda name, case, result: _last_axis_hint(result.message), containing="Dimension out of range"),
+        Hint("StateMismatch", lambda name, case, result: mismatched(
+            name, case, result, "Name the scale `gamma` and the shift `beta`, as in the formula: "
+            "self.gamma = nn.Parameter(torch.ones(d_model)), self.beta = nn.Parameter(torch.zeros(d_model))."),
+            when=lambda case, result: bool({"weight", "bias"} & set(state_mismatch(result).unexpected)), whole=True),
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(42 if not hidden else 420)
+        g = self.generator(hidden)
 
         def case(shape, dtype=torch.float32, eps=None, offset=0.0, scale=1.0, state=True, tag="", extra=""):
             d = shape[-1]
@@ -312,25 +318,6 @@ class LayerNorm(Check):
             return
         expect_close(y, expected, name, case, diagnoses, hint=hints.get(case.tag, ""))
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "IndexError" and "Dimension out of range" in result.message:
-            got = re.search(r"but got (-?\d+)", result.message)
-            raise CheckFailed(
-                raised_message(f"`{self.function}`", case, result)
-                + "\nLayerNorm normalises each position over its own d_model features, the last axis (dim=-1, "
-                "keepdim=True), which every input has"
-                + (f"; you normalised over dim={got.group(1)}." if got else ".")
-            )
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            if {"weight", "bias"} & set(mismatch.unexpected):
-                raise CheckFailed(
-                    f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message} "
-                    "Name the scale `gamma` and the shift `beta`, as in the formula: "
-                    "self.gamma = nn.Parameter(torch.ones(d_model)), self.beta = nn.Parameter(torch.zeros(d_model))."
-                )
-        super().reject_non_results(case, result)
-
 
 # ----------------------------------------------------------------------------------------
 # EncoderLayer and Encoder share their cases' shapes and the padding property
@@ -364,7 +351,7 @@ def positional_padding_hint(case: Case, result: Raised, names: Sequence[str]) ->
         return ""
     if not any(case.kwargs.get(name) is not None for name in names):
         return ""
-    return ("\nIf you gave a padding mask to MultiHeadAttention positionally, as its fourth argument, "
+    return ("If you gave a padding mask to MultiHeadAttention positionally, as its fourth argument, "
             + MASK_AS_ATTN_MASK.replace("the padding mask reached", "it reached", 1))
 
 
@@ -376,34 +363,21 @@ def fits_as_attn_mask(padding: torch.Tensor | None, T_q: int) -> bool:
 class _StackCheck(Check):
     forbidden = LAYER_BUILTINS
     forbidden_ops = LAYER_OPS
+    # A wrong value names a mistake more precisely than the exception the same mistake raises on
+    # another case (a padding mask taken for an attention mask, say).
+    values_first = True
+    hints = (
+        Hint("RuntimeError", lambda name, case, result: positional_padding_hint(case, result, ("key_padding_mask",))),
+        Hint("StateMismatch", lambda name, case, result: mismatched(
+            name, case, result, "norm1 and norm2 must be your LayerNorm (parameters gamma and beta), not nn.LayerNorm."),
+            when=lambda case, result: any(re.search(r"norm\d\.(weight|bias)$", n) for n in state_mismatch(result).unexpected),
+            whole=True),
+        Hint("StateMismatch", lambda name, case, result: mismatched(
+            name, case, result, "The self-attention is chapter 3's MultiHeadAttention (imported at the top, parameters "
+            "w_q, w_k, w_v, w_o), not nn.MultiheadAttention."),
+            when=lambda case, result: any("in_proj" in n for n in state_mismatch(result).unexpected), whole=True),
+    )
     N: int | None = None  # None for the single layer
-
-    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
-        # A wrong value names a mistake more precisely than the exception the same mistake raises on
-        # another case (a padding mask taken for an attention mask, say): judge the returned values first.
-
-        def deferred(result: Any) -> bool:
-            return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
-
-        def reject(case: Case, result: Any) -> None:
-            try:
-                self.reject_non_results(case, result)
-            except CheckFailed as failure:
-                if isinstance(result, Raised):
-                    failure.learner_frames = result.frames  # the learner's traceback goes with the message
-                raise
-
-        for case, result in zip(cases, results):
-            if not deferred(result):
-                reject(case, result)
-        for case, result in zip(cases, results):
-            if not deferred(result):
-                self.judge(case, result)
-        for case, result in zip(cases, results):
-            if deferred(result):
-                reject(case, result)
-        self.judge_all(cases, results)
-        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
 
     def state(self, g: torch.Generator, d_model: int, d_ff: int, N: int | None) -> State:
         if N is None:
@@ -446,28 +420,6 @@ class _StackCheck(Check):
                     f"`{self.function}`: the outputs of real positions changed when only the padded positions of x "
                     f"changed ({case.label}): padding must never influence real positions; {PADDING_LEAK}"
                 )
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised):
-            hint = positional_padding_hint(case, result, ("key_padding_mask",))
-            if hint:
-                raise CheckFailed(raised_message(f"`{self.function}`", case, result) + hint)
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            unexpected = mismatch.unexpected
-            name, msg = self.function, result.message
-            if any(re.search(r"norm\d\.(weight|bias)$", n) for n in unexpected):
-                raise CheckFailed(
-                    f"`{name}`'s parameters do not match on the case {case.label}: {msg} norm1 and norm2 must be "
-                    "your LayerNorm (parameters gamma and beta), not nn.LayerNorm."
-                )
-            if any("in_proj" in n for n in unexpected):
-                raise CheckFailed(
-                    f"`{name}`'s parameters do not match on the case {case.label}: {msg} The self-attention is "
-                    "chapter 3's MultiHeadAttention (imported at the top, parameters w_q, w_k, w_v, w_o), not "
-                    "nn.MultiheadAttention."
-                )
-        super().reject_non_results(case, result)
 
     def expect_layer(self, y: torch.Tensor, expected: torch.Tensor, case: Case, diagnoses: Diagnoses) -> None:
         name = f"`{self.function}`'s output"
@@ -608,12 +560,12 @@ def _training_mistakes(p: float) -> list[tuple[Callable[[oracles.Dropout], dict]
     ] if p != 0.1 else []
 
 
-class EncoderLayer(_StackCheck):
+class EncoderLayerCheck(_StackCheck):
     function = "EncoderLayer"
     oracle = "nn.TransformerEncoderLayer (post-norm, ReLU) with the same weights"
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(43 if not hidden else 430)
+        g = self.generator(hidden)
         specs = [  # B, T, d_model, h, d_ff, lengths, N, tag[, dropout in training mode]
             (2, 5, 16, 4, 32, None, None, ""),
             (2, 6, 16, 2, 24, (6, 4), None, "pair-a"),
@@ -686,12 +638,45 @@ class EncoderLayer(_StackCheck):
 # ----------------------------------------------------------------------------------------
 
 
-class Encoder(_StackCheck):
+def _encoder_mismatch(name: str, case: Case, result: Raised) -> str:
+    mismatch = state_mismatch(result)
+    missing, unexpected, N = mismatch.missing, mismatch.unexpected, case.init["N"]
+    outside = [n for n in unexpected if not n.startswith("layers.")]
+    head = f"{name}'s parameters do not match on the case {case.label}: {result.message}"
+    if outside:
+        extra = " a final LayerNorm" if any("norm" in n or "gamma" in n or "beta" in n for n in outside) else ""
+        return (
+            f"{head} Your Encoder has parameters outside `layers` ({', '.join(outside)}){':' if extra else '.'}"
+            + (f"{extra}? The paper's post-norm encoder ends with the last layer's own norm2: add no final "
+               "LayerNorm (a final norm belongs to pre-norm stacks)." if extra else
+               " Everything the encoder holds lives in its N layers.")
+        )
+    if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
+        return (
+            f"{name}'s layers share their weights on the case {case.label}: the same EncoderLayer "
+            f"object was repeated ([layer] * N), so all N={N} entries of `layers` are one layer. Create a new "
+            "EncoderLayer for each of the N layers: nn.ModuleList(EncoderLayer(...) for _ in range(N))."
+        )
+    layers = sorted({int(m.group(1)) for n in missing if (m := re.match(r"layers\.(\d+)\.", n))})
+    if missing and not unexpected and layers:
+        if layers[0] == 0:
+            return (
+                f"{head} PyTorch sees no layer at all: a plain Python list hides its modules (use "
+                "nn.ModuleList), and the stack needs N layers, for _ in range(N)."
+            )
+        return (
+            f"{head} Your stack has only {layers[0]} of the N={N} layers: build N layers, for _ in range(N)."
+        )
+    return ""
+
+
+class EncoderCheck(_StackCheck):
     function = "Encoder"
     oracle = "nn.TransformerEncoder (post-norm, no final norm) with the same weights"
+    hints = (Hint("StateMismatch", _encoder_mismatch, whole=True), *_StackCheck.hints)
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(44 if not hidden else 440)
+        g = self.generator(hidden)
         specs = [  # B, T, d_model, h, d_ff, lengths, N, tag[, dropout in training mode]
             (2, 5, 16, 4, 32, None, 1, ""),
             (2, 6, 16, 2, 24, (6, 4), 2, "pair-a"),
@@ -764,37 +749,5 @@ class Encoder(_StackCheck):
                      hint="If your EncoderLayer passes its checks, look at the loop: x = layer(x, key_padding_mask) "
                           "for every layer in self.layers, in order, and return x.")
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        mismatch = state_mismatch(result)
-        if mismatch is not None:
-            missing, unexpected, N = mismatch.missing, mismatch.unexpected, case.init["N"]
-            outside = [n for n in unexpected if not n.startswith("layers.")]
-            head = f"`{self.function}`'s parameters do not match on the case {case.label}: {result.message}"
-            if outside:
-                extra = " a final LayerNorm" if any("norm" in n or "gamma" in n or "beta" in n for n in outside) else ""
-                raise CheckFailed(
-                    f"{head} Your Encoder has parameters outside `layers` ({', '.join(outside)}){':' if extra else '.'}"
-                    + (f"{extra}? The paper's post-norm encoder ends with the last layer's own norm2: add no final "
-                       "LayerNorm (a final norm belongs to pre-norm stacks)." if extra else
-                       " Everything the encoder holds lives in its N layers.")
-                )
-            if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
-                raise CheckFailed(
-                    f"`{self.function}`'s layers share their weights on the case {case.label}: the same EncoderLayer "
-                    f"object was repeated ([layer] * N), so all N={N} entries of `layers` are one layer. Create a new "
-                    "EncoderLayer for each of the N layers: nn.ModuleList(EncoderLayer(...) for _ in range(N))."
-                )
-            layers = sorted({int(m.group(1)) for n in missing if (m := re.match(r"layers\.(\d+)\.", n))})
-            if missing and not unexpected and layers:
-                if layers[0] == 0:
-                    raise CheckFailed(
-                        f"{head} PyTorch sees no layer at all: a plain Python list hides its modules (use "
-                        "nn.ModuleList), and the stack needs N layers, for _ in range(N)."
-                    )
-                raise CheckFailed(
-                    f"{head} Your stack has only {layers[0]} of the N={N} layers: build N layers, for _ in range(N)."
-                )
-        super().reject_non_results(case, result)
 
-
-CHECKS = [PositionwiseFeedForward, LayerNorm, EncoderLayer, Encoder]
+CHECKS = [PositionwiseFeedForwardCheck, LayerNormCheck, EncoderLayerCheck, EncoderCheck]

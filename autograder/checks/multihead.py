@@ -17,25 +17,20 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Hint,
     ModuleResult,
-    Raised,
     expect_close,
     expect_dtype,
     expect_finite,
     expect_shape,
     expect_tensor,
     matches,
-    raised_message,
-    seeded,
 )
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
 
 # ----------------------------------------------------------------------------------------
 # split_heads and merge_heads
 # ----------------------------------------------------------------------------------------
-
-INDIVISIBLE = "indivisible"
-
 
 def _blocks(x: torch.Tensor, h: int) -> torch.Tensor:
     """Closed form of the split: head i is the slice of features i*d_k .. (i+1)*d_k - 1."""
@@ -48,35 +43,45 @@ def _side_by_side(x: torch.Tensor) -> torch.Tensor:
     return torch.cat([x[:, i] for i in range(x.shape[1])], dim=-1)  # (B, T, h * d_k)
 
 
-def _runtime_hint(result: Raised) -> str:
-    if "view size is not compatible" in result.message:
-        return (
-            "\n`.view` needs a tensor laid out contiguously in memory, and a transposed tensor is not: "
-            "use `.reshape(...)` (or `.contiguous().view(...)`)."
-        )
-    if "is invalid for input of size" in result.message:
-        return "\nThe shape you asked for does not hold the same number of elements as the input: check B, T, h and d_k."
-    return ""
+RESHAPE_HINTS = (
+    Hint("RuntimeError", "`.view` needs a tensor laid out contiguously in memory, and a transposed tensor is not: "
+         "use `.reshape(...)` (or `.contiguous().view(...)`).", containing="view size is not compatible"),
+    Hint("RuntimeError", "The shape you asked for does not hold the same number of elements as the input: check B, T, "
+         "h and d_k.", containing="is invalid for input of size"),
+)
+
+
+def _names_both(d_model: int, h: int, message: str) -> str:
+    """What a ValueError for d_model % h != 0 lacks: both numbers, or nothing."""
+    if str(d_model) in message and str(h) in message:
+        return ""
+    return (f"good, but the message should name both numbers (d_model={d_model}, h={h}) so that whoever meets it "
+            "knows what to change.")
+
+
+def _indivisible(where: str) -> tuple[str, str]:
+    """(invalid_hint, invalid_returned) for the cases whose d_model h does not divide, checked in ``where``."""
+    return (f"d_model is not a multiple of h there: check `d_model % h != 0` yourself, in {where}, and raise "
+            "ValueError with a message that names both.",
+            "{name} did not raise on the case {label}: d_model is not a multiple of h, so the heads cannot all have "
+            f"the same d_k. Check `d_model % h != 0` in {where} and raise ValueError.")
 
 
 class _HeadsCheck(Check):
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if case.tag == INDIVISIBLE and not (isinstance(result, Raised) and result.type == "NotImplementedError"):
-            return  # judged below: raising is the right answer there
-        if isinstance(result, Raised) and result.type == "RuntimeError":
-            raise CheckFailed(
-                raised_message(f"`{self.function}`", case, result)
-                + _runtime_hint(result)
-            )
-        super().reject_non_results(case, result)
+    hints = RESHAPE_HINTS
+
+    def refusal_lacks(self, case: Case, message: str) -> str:
+        x, h = case.args
+        return _names_both(x.shape[-1], h, message)
 
 
-class SplitHeads(_HeadsCheck):
+class SplitHeadsCheck(_HeadsCheck):
     function = "split_heads"
+    invalid_hint, invalid_returned = _indivisible("split_heads")
     oracle = "slicing the features into h consecutive blocks of d_k"
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(31 if not hidden else 310)
+        g = self.generator(hidden)
 
         def case(B, T, d_model, h, dtype=torch.float32, tag=""):
             x = torch.randn(B, T, d_model, generator=g, dtype=torch.float64).to(dtype)
@@ -87,7 +92,7 @@ class SplitHeads(_HeadsCheck):
             case(1, 3, 12, 3, torch.float64),
             case(3, 4, 16, 4),  # T == h: a missing transpose keeps the right shape
             case(2, 6, 8, 8),  # d_k = 1
-            case(2, 3, 10, 4, tag=INDIVISIBLE),
+            case(2, 3, 10, 4, tag="invalid"),
         ]
         if hidden:
             out += [
@@ -95,7 +100,7 @@ class SplitHeads(_HeadsCheck):
                 case(2, 5, 6, 1),
                 case(3, 2, 24, 6, torch.float64),
                 case(1, 9, 20, 5),
-                case(2, 4, 12, 8, tag=INDIVISIBLE),
+                case(2, 4, 12, 8, tag="invalid"),
             ]
         return out
 
@@ -103,9 +108,6 @@ class SplitHeads(_HeadsCheck):
         x, h = case.args
         B, T, d_model = x.shape
         name = "`split_heads`"
-        if case.tag == INDIVISIBLE:
-            _expect_value_error(result, name, case, d_model, h, "split_heads")
-            return
         d_k = d_model // h
         y = expect_tensor(result, f"{name}'s result", case)
         shape = (B, h, T, d_k)
@@ -141,12 +143,12 @@ class SplitHeads(_HeadsCheck):
                      hint="Head i at position t must hold x[b, t, i*d_k:(i+1)*d_k].")
 
 
-class MergeHeads(_HeadsCheck):
+class MergeHeadsCheck(_HeadsCheck):
     function = "merge_heads"
     oracle = "concatenating the heads along the features (the inverse of the split)"
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(32 if not hidden else 320)
+        g = self.generator(hidden)
 
         def case(B, h, T, d_k, dtype=torch.float32, tag="", label=""):
             x = torch.randn(B, h, T, d_k, generator=g, dtype=torch.float64).to(dtype)
@@ -203,25 +205,6 @@ class MergeHeads(_HeadsCheck):
         ]
         expect_close(y, _side_by_side(xd), f"{name}'s result", case, diagnoses,
                      hint="The result at [b, t] must be x[b, 0, t], x[b, 1, t], ..., x[b, h-1, t] side by side.")
-
-
-def _expect_value_error(result: Any, name: str, case: Case, d_model: int, h: int, where: str) -> None:
-    if isinstance(result, Raised):
-        if result.type != "ValueError":
-            raise CheckFailed(
-                f"{name} raised {result.type} on the case {case.label}, where d_model={d_model} is not a multiple of "
-                f"h={h}: check `d_model % h != 0` yourself, in {where}, and raise ValueError with a message that names both."
-            )
-        if str(d_model) not in result.message or str(h) not in result.message:
-            raise CheckFailed(
-                f"{name} raised ValueError({result.message!r}) on the case {case.label}: good, but the message "
-                f"should name both numbers (d_model={d_model}, h={h}) so that whoever meets it knows what to change."
-            )
-        return
-    raise CheckFailed(
-        f"{name} did not raise on the case {case.label}: d_model={d_model} is not a multiple of h={h}, so the "
-        f"heads cannot all have the same d_k. Check `d_model % h != 0` in {where} and raise ValueError."
-    )
 
 
 # ----------------------------------------------------------------------------------------
@@ -329,9 +312,21 @@ class MultiHeadAttentionCheck(Check):
     oracle = "torch.nn.MultiheadAttention with the same weights"
     forbidden = MHA_BUILTINS
     forbidden_ops = MHA_OPS
+    invalid_hint, invalid_returned = _indivisible("__init__")
+    hints = (
+        Hint("RuntimeError", "A mask must broadcast to the scores (B, h, T_q, T_k): give an attn_mask (B, T_q, T_k) a "
+             "head axis, attn_mask.unsqueeze(1), and make a key_padding_mask (B, T_k) into (B, 1, 1, T_k).",
+             containing=("must match the size", "The size of tensor")),
+        Hint("RuntimeError", "Keep the input's dtype: avoid creating tensors with a fixed dtype inside forward.",
+             containing="dtype"),
+        *RESHAPE_HINTS,
+    )
+
+    def refusal_lacks(self, case: Case, message: str) -> str:
+        return _names_both(case.init["d_model"], case.init["h"], message)
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(33 if not hidden else 330)
+        g = self.generator(hidden)
         float64 = torch.float64
 
         def rand(*shape, dtype=torch.float32):
@@ -399,7 +394,7 @@ class MultiHeadAttentionCheck(Check):
         # Built with dropout but called in eval mode: the dropout must then do nothing.
         out.append(case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
                         attn_mask=causal(5)))
-        out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, INDIVISIBLE,
+        out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, "invalid",
                         init={"d_model": 12, "h": 5}, method="extra_repr"))
         if hidden:
             out += [
@@ -418,7 +413,7 @@ class MultiHeadAttentionCheck(Check):
             out.append(case("cross-attention, query (2, 4, 16), key = value (2, 6, 16), attn_mask (2, 4, 6) with a query "
                             "that may attend to nothing", 2, 4, 6, 16, 4, kind="cross", attn_mask=dead, tag="fully-masked"))
             out.append(self._dropout_case(g, case, rand, B=3, T=5, d_model=24, h=3, dtype=torch.float32))
-            out.append(Case("MultiHeadAttention(d_model=30, h=8)", (), {}, INDIVISIBLE,
+            out.append(Case("MultiHeadAttention(d_model=30, h=8)", (), {}, "invalid",
                             init={"d_model": 30, "h": 8}, method="extra_repr"))
         return out
 
@@ -431,29 +426,8 @@ class MultiHeadAttentionCheck(Check):
         return case(f"self-attention in training mode, x ({B}, {T}, {d_model}), W^V = W^O = identity", B, T, T, d_model, h,
                     dtype=dtype, state=state, dropout=DROPOUT_P, tag="dropout")
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if case.tag == INDIVISIBLE and not (isinstance(result, Raised) and result.type == "NotImplementedError"):
-            return
-        if isinstance(result, Raised) and result.type == "RuntimeError":
-            hint = ""
-            if "must match the size" in result.message or "The size of tensor" in result.message:
-                hint = (
-                    "\nA mask must broadcast to the scores (B, h, T_q, T_k): give an attn_mask (B, T_q, T_k) a head "
-                    "axis, attn_mask.unsqueeze(1), and make a key_padding_mask (B, T_k) into (B, 1, 1, T_k)."
-                )
-            elif "same dtype" in result.message or "dtype" in result.message:
-                hint = "\nKeep the input's dtype: avoid creating tensors with a fixed dtype inside forward."
-            raise CheckFailed(
-                raised_message("`MultiHeadAttention`", case, result)
-                + (hint or _runtime_hint(result))
-            )
-        super().reject_non_results(case, result)
-
     def judge(self, case: Case, result: Any) -> None:
         name = "`MultiHeadAttention`"
-        if case.tag == INDIVISIBLE:
-            _expect_value_error(result, name, case, case.init["d_model"], case.init["h"], "__init__")
-            return
         if not isinstance(result, ModuleResult):  # pragma: no cover - the framework always wraps modules
             raise CheckFailed(f"{name} returned an unexpected {type(result).__name__} on the case {case.label}.")
         query, key, value = case.args
@@ -592,4 +566,4 @@ class MultiHeadAttentionCheck(Check):
                 )
 
 
-CHECKS = [SplitHeads, MergeHeads, MultiHeadAttentionCheck]
+CHECKS = [SplitHeadsCheck, MergeHeadsCheck, MultiHeadAttentionCheck]

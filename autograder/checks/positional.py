@@ -19,13 +19,11 @@ from ..framework import (
     Case,
     Check,
     CheckFailed,
+    Hint,
     ModuleResult,
-    Raised,
     expect_finite,
     expect_shape,
     expect_tensor,
-    raised_message,
-    seeded,
 )
 from . import state_mismatch
 
@@ -138,13 +136,18 @@ ODD_HINT = (
 )
 
 
-class SinusoidalEncoding(Check):
+class SinusoidalEncodingCheck(Check):
     function = "sinusoidal_encoding"
     invalid_hint = (
         "a length or a width below 1 should raise ValueError with a message that says what is wrong: "
         "`raise ValueError(...)`, not an assert or another exception type."
     )
+    invalid_returned = (
+        "{name} returned {got} on the case {label}: a table needs at least one position and one feature, so raise "
+        "ValueError instead (an empty table would only fail later, far from the cause)."
+    )
     oracle = "the closed form sin/cos(pos / 10000^(2i/d_model)) in float64"
+    hints = (Hint("RuntimeError", ODD_HINT, when=lambda case, result: case.args[1] % 2 == 1),)
 
     def cases(self, hidden: bool) -> list[Case]:
         def case(max_len: int, d_model: int, tag: str = "") -> Case:
@@ -174,28 +177,9 @@ class SinusoidalEncoding(Check):
             ]
         return out
 
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type != "NotImplementedError":
-            max_len, d_model = case.args
-            if case.tag != "invalid" and result.type == "RuntimeError" and d_model % 2 == 1:
-                raise CheckFailed(
-                    raised_message("`sinusoidal_encoding`", case, result)
-                    + "\n" + ODD_HINT
-                )
-        super().reject_non_results(case, result)
-
     def judge(self, case: Case, result: Any) -> None:
         max_len, d_model = case.args
         name = "`sinusoidal_encoding`'s table"
-        if case.tag == "invalid":
-            if not isinstance(result, Raised):
-                got = f"a tensor of shape {tuple(result.shape)}" if isinstance(result, torch.Tensor) else repr(result)
-                raise CheckFailed(
-                    f"`sinusoidal_encoding` returned {got} on the case {case.label}: a table needs at least one "
-                    "position and one feature, so raise ValueError instead (an empty table would only fail later, "
-                    "far from the cause)."
-                )
-            return
         pe = expect_tensor(result, name, case)
         if tuple(pe.shape) == (d_model, max_len) and max_len != d_model:
             raise CheckFailed(
@@ -316,9 +300,36 @@ SHAPE_HINT = (
 class PositionalEmbeddingCheck(Check):
     function = "PositionalEmbedding"
     oracle = "embedding weight[tokens] * sqrt(d_model) + the closed-form encoding, in float64"
+    invalid_hint = (
+        "its sequence is longer than max_len. Check the length yourself at the start of forward and raise ValueError "
+        "with a clear message (say which T and which max_len), instead of letting a shape error happen later."
+    )
+    invalid_returned = (
+        "{name} returned a result on the case {label}, but the sequence is longer than the table's max_len "
+        "positions: raise ValueError (saying T and max_len) when T > max_len, rather than quietly using a shorter or "
+        "made-up encoding."
+    )
+    hints = (
+        Hint("AttributeError", lambda name, case, result: (
+            f"{name}'s `pe` is not a buffer ({case.label} raised AttributeError: {result.message}): a tensor stored as "
+            "a plain attribute stays behind when the module moves, so model.to('cuda') or model.double() would leave "
+            "the table on the CPU in float32. Register it: "
+            "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."),
+            containing="not a buffer", when=lambda case, result: case.tag == "buffer", whole=True),
+        Hint("AttributeError", lambda name, case, result: (
+            f"{name} has no buffer named `pe` ({case.label} raised AttributeError: {result.message}): register the "
+            "table in __init__ with self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), "
+            "persistent=False)."), when=lambda case, result: case.tag == "buffer", whole=True),
+        Hint("StateMismatch", lambda name, case, result: (
+            f"{name}'s parameters do not match the exercise on the case {case.label}: it has parameters the exercise "
+            "does not ask for: pe. The table is fixed, not learned: register it with "
+            "self.register_buffer('pe', ..., persistent=False), not as an nn.Parameter."),
+            when=lambda case, result: "pe" in state_mismatch(result).unexpected, whole=True),
+        Hint("RuntimeError", SHAPE_HINT, containing=("size of tensor", "must match")),
+    )
 
     def cases(self, hidden: bool) -> list[Case]:
-        g = seeded(6 if not hidden else 60)
+        g = self.generator(hidden)
 
         def case(vocab: int, d_model: int, B: int, T: int, max_len: int | None = 40, dropout: float = 0.1,
                  train: bool = False, tag: str = "") -> Case:
@@ -340,7 +351,7 @@ class PositionalEmbeddingCheck(Check):
             case(20, 8, B=1, T=9, max_len=12),
             case(7, 12, B=3, T=6, max_len=6, tag="full-length"),
             case(13, 32, B=4, T=24, max_len=50, dropout=0.5, train=True),
-            case(9, 8, B=2, T=10, max_len=8, tag="too-long"),
+            case(9, 8, B=2, T=10, max_len=8, tag="invalid"),
         ]
         # How the table is kept: a buffer (it follows the module's .to()), left out of state_dict().
         built = {"vocab_size": 11, "d_model": 16, "dropout": 0.1, "max_len": 40}
@@ -358,48 +369,9 @@ class PositionalEmbeddingCheck(Check):
                 case(17, 16, B=6, T=30, max_len=64, dropout=0.2, train=True),
                 case(6, 8, B=3, T=5, max_len=20, dropout=0.0, train=True),
                 case(10, 20, B=1, T=33, max_len=33, tag="full-length"),
-                case(4, 8, B=1, T=2, max_len=1, tag="too-long"),
+                case(4, 8, B=1, T=2, max_len=1, tag="invalid"),
             ]
         return out
-
-    def reject_non_results(self, case: Case, result: Any) -> None:
-        name = "`PositionalEmbedding`"
-        if case.tag == "too-long" and isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch"):
-            if result.type == "ValueError":
-                return  # raising is the right answer here
-            raise CheckFailed(
-                f"{name} raised {result.type} ({result.message}) on the case {case.label}, whose sequence is longer "
-                "than max_len. Check the length yourself at the start of forward and raise ValueError with a clear "
-                "message (say which T and which max_len), instead of letting a shape error happen later."
-            )
-        if case.tag == "buffer" and isinstance(result, Raised) and result.type == "AttributeError":
-            if "not a buffer" in result.message:
-                raise CheckFailed(
-                    f"{name}'s `pe` is not a buffer ({case.label} raised AttributeError: {result.message}): a tensor "
-                    "stored as a plain attribute stays behind when the module moves, so model.to('cuda') or "
-                    "model.double() would leave the table on the CPU in float32. Register it: "
-                    "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."
-                )
-            raise CheckFailed(
-                f"{name} has no buffer named `pe` ({case.label} raised AttributeError: {result.message}): register "
-                "the table in __init__ with self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), "
-                "persistent=False)."
-            )
-        mismatch = state_mismatch(result)
-        if mismatch is not None and "pe" in mismatch.unexpected:
-            raise CheckFailed(
-                f"{name}'s parameters do not match the exercise on the case {case.label}: it has parameters the "
-                "exercise does not ask for: pe. The table is fixed, not learned: register it with "
-                "self.register_buffer('pe', ..., persistent=False), not as an nn.Parameter."
-            )
-        if isinstance(result, Raised) and result.type == "RuntimeError" and (
-            "size of tensor" in result.message or "must match" in result.message
-        ):
-            raise CheckFailed(
-                raised_message(name, case, result)
-                + "\n" + SHAPE_HINT
-            )
-        super().reject_non_results(case, result)
 
     def judge(self, case: Case, result: Any) -> None:
         name = "`PositionalEmbedding`'s output"
@@ -411,14 +383,6 @@ class PositionalEmbeddingCheck(Check):
             return
         (tokens,) = case.args
         B, T = tokens.shape
-        if case.tag == "too-long":
-            if not isinstance(result, Raised):
-                raise CheckFailed(
-                    f"`PositionalEmbedding` returned a result on the case {case.label}, but the table only covers "
-                    f"{max_len} positions and the sequence has {T}: raise ValueError (saying T and max_len) when "
-                    "T > max_len, rather than quietly using a shorter or made-up encoding."
-                )
-            return
         assert isinstance(result, ModuleResult)
         y = expect_tensor(result.output, name, case)
         if tuple(y.shape) == (B, T, 2 * d_model):
@@ -609,4 +573,4 @@ class PositionalEmbeddingCheck(Check):
             )
 
 
-CHECKS = [SinusoidalEncoding, PositionalEmbeddingCheck]
+CHECKS = [SinusoidalEncodingCheck, PositionalEmbeddingCheck]

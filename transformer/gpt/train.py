@@ -115,7 +115,8 @@ PRESETS: dict[str, GPTTrainConfig] = {
                            final_eval_chars=4000, checkpoint_every=15, sample_bytes=100),
     # two CPU cores; a fixed number of steps, so that the result does not depend on the machine's load.
     # The rate cools down to zero over the last 40 % of the steps: 2,800 steps so reached 1.497 bits
-    # per character, where 2,500 steps of the plain schedule reached 1.633 (benchmarks/RESULTS.md).
+    # per character, where 2,500 steps of the plain schedule reached 1.633; the whole command took 9 min 14 s
+    # on two nearly idle cores (benchmarks/RESULTS.md).
     "cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=128, batch_size=32, peak_lr=3e-3, warmup=300,
                           max_steps=2800, cooldown=0.4, eval_every=500, eval_chars=20_000, checkpoint_every=500,
                           threads=2, attention="fused", average_last=0),

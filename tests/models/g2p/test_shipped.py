@@ -37,6 +37,17 @@ def test_the_shipped_folder_is_small_and_complete():
     assert "optimizer" not in checkpoint and not checkpoint.get("snapshots")
 
 
+def test_the_classical_baseline_beside_it_was_scored_on_the_same_words(recorded):
+    """The page's comparison: Phonetisaurus measured on the same machine, split and metric
+    (benchmarks/phonetisaurus_g2p.py --json)."""
+    classical = json.loads((SHIPPED / "phonetisaurus.json").read_text())
+    assert classical["words"] == recorded["words"]
+    assert classical["training_pronunciations"] == len(load().train.pairs)
+    assert 0 < classical["wer"] < 100 and 0 < classical["per"] < 100
+    assert classical["train_cpu_seconds"] > 0 and classical["train_wall_seconds"] > 0
+    assert "phonetisaurus.json" in PAGE.read_text(encoding="utf-8")
+
+
 def test_it_was_trained_with_the_cpu_preset():
     saved = json.loads((SHIPPED / "config.json").read_text())
     assert loop.identity(T.TrainConfig(**saved)) == loop.identity(T.PRESETS["cpu"])

@@ -1,5 +1,7 @@
 """The checks' oracle toolkit: PyTorch's own layers holding a course module's weights, and the
-same computations as functions, able to make a learner's known mistakes on purpose.
+same computations as functions, able to make a learner's known mistakes on purpose. This module
+holds the layers of chapters 3 to 6; chapter 7's rules live beside it: byte-pair encoding
+(:mod:`.bpe`), sampling (:mod:`.sampling`) and the GPT block and its generation (:mod:`.gpt`).
 
 The course's modules name their parameters after the paper, and every exercise uses exactly
 these names (the checks load weights by them):

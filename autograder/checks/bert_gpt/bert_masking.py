@@ -1,0 +1,251 @@
+"""Chapter 7's BERT: ``mask_tokens``, the masked-language-model corruption (80 / 10 / 10).
+
+Oracle: the probabilities the rules give, against which the learner's draws over many seeded rows
+must stay within the binomial bounds of :mod:`.draws`.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from ...framework import (
+    Case,
+    Check,
+    CheckFailed,
+    expect_tensor,
+    expect_tuple,
+)
+from .draws import RETURNED, bound, seed_groups, seeded_generator
+
+
+def _bert_batch(g: torch.Generator, B: int, T: int, ordinary: list[int], pad: int, cls: int, sep: int) -> torch.Tensor:
+    """(B, T) sentence pairs as BERT reads them: [CLS] a [SEP] b [SEP], then padding."""
+    pool = torch.tensor(ordinary)
+    ids = pool[torch.randint(len(pool), (B, T), generator=g)]  # (B, T)
+    lengths = torch.randint(max(5, T // 2), T + 1, (B,), generator=g).tolist()
+    lengths[0] = T  # one full row
+    for b, n in enumerate(lengths):
+        middle = int(torch.randint(2, n - 2, (1,), generator=g))
+        ids[b, 0], ids[b, middle], ids[b, n - 1] = cls, sep, sep
+        ids[b, n:] = pad
+    return ids
+
+
+class MaskTokensCheck(Check):
+    function = "mask_tokens"
+    oracle = "BERT's rule: the exact properties, and its rates within a 5-sigma binomial bound"
+    invalid_hint = "a rate outside (0, 1] means nothing: raise ValueError with a message that names rate."
+    invalid_returned = RETURNED
+    invalid_argument = "rate"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = self.generator(hidden)
+
+        def case(B, T, vocab_size, specials=(0, 1, 2, 3), seed=0, rate=None, tag="", ids=None):
+            pad, cls, sep, mask = specials[:4]
+            ordinary = [i for i in range(vocab_size) if i not in specials]
+            if ids is None:
+                ids = _bert_batch(g, B, T, ordinary, pad, cls, sep)
+            kwargs = {"mask_id": mask, "vocab_size": vocab_size, "special_ids": list(specials),
+                      "generator": seeded_generator(seed)}
+            if rate is not None:
+                kwargs["rate"] = rate
+            label = (f"ids {tuple(ids.shape)} (sentence pairs with [CLS], [SEP] and padding), vocab_size={vocab_size}, "
+                     f"special_ids={list(specials)}, mask_id={mask}, generator seeded with {seed}"
+                     + ("" if rate is None else f", rate={rate}"))
+            return Case(label, (ids,), kwargs, tag), ids
+
+        main, _ = case(96, 64, 40, seed=1, tag="main")
+        out = [
+            main,
+            Case(main.label, main.args, dict(main.kwargs), "again"),
+            Case(main.label.replace("seeded with 1", "seeded with 2"), main.args,
+                 dict(main.kwargs) | {"generator": seeded_generator(2)}, "other-seed"),
+            case(160, 100, 12, seed=3, rate=1.0, tag="all")[0],
+            case(48, 40, 30, specials=(0, 1, 2, 3, 4), seed=4, rate=0.4)[0],
+            case(4, 12, 20, seed=5, rate=0.0, tag="invalid")[0],
+            case(4, 12, 20, seed=5, rate=1.5, tag="invalid")[0],
+        ]
+        if hidden:
+            bert_like = (0, 101, 102, 103, 100)  # [PAD], [CLS], [SEP], [MASK], [UNK], as in BERT's vocabulary
+            hidden_main, _ = case(128, 80, 120, specials=bert_like, seed=11, tag="main")
+            out += [
+                hidden_main,
+                Case(hidden_main.label, hidden_main.args, dict(hidden_main.kwargs), "again"),
+                Case(hidden_main.label.replace("seeded with 11", "seeded with 12"), hidden_main.args,
+                     dict(hidden_main.kwargs) | {"generator": seeded_generator(12)}, "other-seed"),
+                case(200, 100, 10, specials=(7, 0, 9, 3), seed=13, rate=1.0, tag="all")[0],
+                case(64, 50, 60, seed=14, rate=0.05)[0],
+                case(3, 8, 20, seed=15, rate=-0.1, tag="invalid")[0],
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        (ids,) = case.args
+        kw = case.kwargs
+        mask_id, vocab_size, rate = kw["mask_id"], kw["vocab_size"], kw.get("rate", 0.15)
+        specials = set(kw["special_ids"])
+        ordinary = [i for i in range(vocab_size) if i not in specials]
+        K = len(ordinary)
+        inputs, labels = expect_tuple(result, 2, "`mask_tokens`", case, "inputs, labels")
+        for name, t in (("inputs", inputs), ("labels", labels)):
+            t = expect_tensor(t, f"`mask_tokens`'s {name}", case)
+            if tuple(t.shape) != tuple(ids.shape):
+                raise CheckFailed(
+                    f"`mask_tokens`'s {name} have shape {tuple(t.shape)} on the case {case.label}; they must have the "
+                    f"shape of ids, {tuple(ids.shape)}: one entry per position."
+                )
+            if t.dtype != torch.long:
+                raise CheckFailed(
+                    f"`mask_tokens`'s {name} have dtype {t.dtype} on the case {case.label}; token ids and labels are "
+                    "torch.long, the dtype of ids (embeddings and F.cross_entropy need it)."
+                )
+        is_special = torch.isin(ids, torch.tensor(sorted(specials)))  # (B, T)
+        chosen = labels != -100  # (B, T)
+
+        def first(where: torch.Tensor) -> tuple[int, int]:
+            b, t = where.nonzero()[0].tolist()
+            return b, t
+
+        wrong_label = chosen & (labels != ids)
+        if wrong_label.any():
+            b, t = first(wrong_label)
+            values = labels[wrong_label].unique().tolist()
+            if len(values) == 1 and (labels == values[0]).sum() > 0.5 * labels.numel():
+                raise CheckFailed(
+                    f"`mask_tokens`'s labels are {values[0]} at most positions on the case {case.label}: a position "
+                    "that was not chosen must have the label -100, the value F.cross_entropy ignores, and a chosen "
+                    "one its original id."
+                )
+            if labels[b, t] == mask_id or (labels[wrong_label] == inputs[wrong_label]).all():
+                raise CheckFailed(
+                    f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the "
+                    f"original token was {int(ids[b, t])}: the labels were taken after the replacements were written. "
+                    "Did you write into ids itself (inputs = ids, then inputs[...] = mask_id)? Clone ids first, and "
+                    "take the labels from the original ids."
+                )
+            raise CheckFailed(
+                f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the original "
+                f"token was {int(ids[b, t])}: a chosen position's label is its original id, every other one is -100."
+            )
+        if (chosen & is_special).any():
+            b, t = first(chosen & is_special)
+            raise CheckFailed(
+                f"`mask_tokens` chose the special token {int(ids[b, t])} at {(b, t)} on the case {case.label}: special "
+                "tokens (those in special_ids: padding, [CLS], [SEP], ...) are never chosen. Choose only among the "
+                "positions whose id is not in special_ids (torch.isin helps)."
+            )
+        changed = ~chosen & (inputs != ids)
+        if changed.any():
+            b, t = first(changed)
+            hint = ""
+            if (inputs[changed] != mask_id).all() and chosen.any() and (inputs[chosen] == mask_id).all():
+                hint = (" It looks as if only the [MASK] positions got a label: every chosen position gets its label, "
+                        "whether it became [MASK], a random token or stayed as it was.")
+            raise CheckFailed(
+                f"`mask_tokens` changed the input at {(b, t)} from {int(ids[b, t])} to {int(inputs[b, t])} on the case "
+                f"{case.label}, where the label is -100 (not chosen). Only chosen positions may change; draw the chosen "
+                f"positions once and use that one mask for the inputs and the labels.{hint}"
+            )
+        bad_draw = chosen & (inputs != mask_id) & torch.isin(inputs, torch.tensor(sorted(specials)))
+        if bad_draw.any():
+            b, t = first(bad_draw)
+            raise CheckFailed(
+                f"`mask_tokens` put the special token {int(inputs[b, t])} at {(b, t)} on the case {case.label}: a "
+                "random replacement is drawn from the ordinary ids only, never a special one. Draw an index into the "
+                "list of ordinary ids (torch.randint(len(ordinary), ..., generator=generator))."
+            )
+        # The rates. Counts of independent draws: binomial, judged with a 5-sigma bound.
+        n_candidates, n_chosen = int((~is_special).sum()), int(chosen.sum())
+        where = f"on the case {case.label}"
+        if rate == 1.0:
+            if n_chosen != n_candidates:
+                raise CheckFailed(
+                    f"`mask_tokens` chose {n_chosen} of the {n_candidates} ordinary tokens {where}: with rate=1.0 every "
+                    "ordinary token is chosen. Choose each with probability rate, e.g. torch.rand(...) < rate."
+                )
+        else:
+            low, high = n_candidates * rate - bound(n_candidates, rate), n_candidates * rate + bound(n_candidates, rate)
+            if not low <= n_chosen <= high:
+                share = n_chosen / max(1, ids.numel())
+                hint = (" That is about rate times all positions: count only the ordinary tokens (specials and padding "
+                        "are never candidates), and choose each of them with probability rate."
+                        if abs(share - rate) < abs(n_chosen / max(1, n_candidates) - rate) else
+                        " Choose each ordinary token independently with probability rate: torch.rand(ids.shape, "
+                        "generator=generator) < rate, restricted to the ordinary positions.")
+                raise CheckFailed(
+                    f"`mask_tokens` chose {n_chosen} of the {n_candidates} ordinary tokens ({n_chosen / n_candidates:.1%}) "
+                    f"{where}, where rate={rate} expects between {max(low, 0):.0f} and {high:.0f} (a 5-sigma bound).{hint}"
+                )
+        if n_chosen < 200:
+            return
+        masked = int((chosen & (inputs == mask_id)).sum())
+        same = int((chosen & (inputs == ids)).sum())
+        other = n_chosen - masked - same
+        p_same = 0.1 + 0.1 / K  # left alone, or replaced by itself
+        p_other = 0.1 * (K - 1) / K
+        shares = f"{masked} became [MASK], {other} another token, {same} stayed as they were"
+        one_draw = (" Draw one number u per chosen position: u < 0.8 gives [MASK], 0.8 <= u < 0.9 a random ordinary "
+                    "token, the rest stay as they are (a second draw that overwrites some [MASK]s changes the shares).")
+
+        def outside(count: int, p: float) -> bool:
+            return abs(count - n_chosen * p) > bound(n_chosen, p)
+
+        if outside(masked, 0.8):
+            hint = ("every chosen token became [MASK]; only 80% do: 10% get a random ordinary token and 10% keep their own."
+                    if masked == n_chosen else
+                    "80% of the chosen tokens become [MASK]." + one_draw)
+            raise CheckFailed(
+                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {0.8 * n_chosen:.0f} "
+                f"(80%, within {bound(n_chosen, 0.8):.0f}) should have become [MASK]: {hint}"
+            )
+        if outside(other, p_other):
+            raise CheckFailed(
+                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_other * n_chosen:.0f} "
+                f"(within {bound(n_chosen, p_other):.0f}) should have been replaced by a random ordinary token, 10% of "
+                "the chosen ones (a random draw that happens to give the original token leaves it as it was)."
+                + one_draw
+            )
+        if outside(same, p_same):
+            raise CheckFailed(
+                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_same * n_chosen:.0f} "
+                f"(within {bound(n_chosen, p_same):.0f}) should have kept their own id: 10%, plus the random draws "
+                "that happen to give the original token." + one_draw
+            )
+        # Each ordinary id is an equally likely replacement.
+        for v in ordinary:
+            could = int((chosen & (ids != v)).sum())
+            drawn = int((chosen & (ids != v) & (inputs == v)).sum())
+            p = 0.1 / K
+            if abs(drawn - could * p) > bound(could, p) and could * p > 20:
+                hint = (" It is the largest ordinary id: the upper end of torch.randint(low, high) is excluded."
+                        if v == max(ordinary) and drawn == 0 else "")
+                raise CheckFailed(
+                    f"`mask_tokens`'s random replacements are not spread evenly over the ordinary ids {where}: the id "
+                    f"{v} replaced a chosen token {drawn} times, where about {could * p:.0f} (within "
+                    f"{bound(could, p):.0f}) were expected. Draw uniformly from all the ids of range(vocab_size) "
+                    f"that are not in special_ids.{hint}"
+                )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        for group in seed_groups(cases, results):
+            main_case, (inputs, labels) = group["main"]
+            if "again" in group:
+                again_inputs, again_labels = group["again"][1]
+                if not (torch.equal(inputs, again_inputs) and torch.equal(labels, again_labels)):
+                    raise CheckFailed(
+                        f"`mask_tokens` gave different results for the same arguments and a generator with the same seed "
+                        f"({main_case.label}): draw every random number from the generator passed in "
+                        "(torch.rand(shape, generator=generator), torch.randint(n, shape, generator=generator)), "
+                        "never from torch's global generator."
+                    )
+            if "other-seed" in group:
+                other_inputs, other_labels = group["other-seed"][1]
+                if torch.equal(inputs, other_inputs) and torch.equal(labels, other_labels):
+                    raise CheckFailed(
+                        f"`mask_tokens` gave the same result with generators of different seeds (the case "
+                        f"{main_case.label}, and the same with another seed): the random choices must come from the "
+                        "generator passed in, not from torch's global generator or a generator of your own."
+                    )

@@ -1,0 +1,438 @@
+"""Chapter 7's GPT, generating: ``sample_next`` and ``generate_with_cache``.
+
+Oracles: the top-k / top-p distribution computed token by token (:mod:`autograder.oracles.sampling`),
+against which thousands of seeded draws per row must stay within a binomial bound; and the toy
+GPT read without a cache, step by step (:mod:`autograder.oracles.gpt`).
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ... import toys
+from ...framework import (
+    Case,
+    Check,
+    CheckFailed,
+    Hint,
+    Opaque,
+    Provided,
+    expect_close,
+    expect_dtype,
+    expect_shape,
+    expect_tensor,
+    expect_tuple,
+    matches,
+    where_it_differs,
+)
+from ...oracles.gpt import generate_cached, generate_plain
+from ...oracles.sampling import nucleus_margin, sampling_distribution, sorted_positions, top_ids
+from .draws import RETURNED, bound, seed_groups, seeded_generator
+
+
+class SampleNextCheck(Check):
+    function = "sample_next"
+    oracle = ("the renormalised top-k / top-p distribution, over thousands of seeded draws per row "
+              "(a 5-sigma binomial bound per token), and argmax where the choice is greedy")
+    invalid_hint = "raise ValueError with a message that names the argument that is wrong."
+    invalid_returned = RETURNED
+    hints = (
+        Hint((), "A temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing by "
+             "the temperature or drawing.", when=lambda case, result: case.tag == "greedy"),
+        Hint("RuntimeError", lambda name, case, result: (
+            ("some row kept no token at all: the most likely token is always kept, even when its probability alone "
+             "passes top_p (keep a token when the tokens more likely than it hold less than top_p together: "
+             "cumsum - probs < top_p, not cumsum <= top_p). " if case.kwargs.get("top_p", 1.0) < 1 else "")
+            + "torch.multinomial needs, in every row, non-negative probabilities with a positive sum: keep at least the "
+            "most likely token, and give removed tokens probability 0 (logit -inf before the softmax), not NaN."),
+            containing=("multinomial", "probability tensor")),
+    )
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = self.generator(hidden)
+
+        def case(n_rows, V, n, seed, temperature=None, top_k=None, top_p=None, tag="", scale=1.5, rows_from=None):
+            rows = torch.randn(n_rows, V, generator=rows_from or g, dtype=torch.float64) * scale  # (n_rows, V)
+            logits = rows.repeat_interleave(n, dim=0).float()  # (R * n, V): each row drawn n times
+            kwargs: dict[str, Any] = {"generator": seeded_generator(seed)}
+            shown = []
+            for key, value in (("temperature", temperature), ("top_k", top_k), ("top_p", top_p)):
+                if value is not None:
+                    kwargs[key] = value
+                    shown.append(f"{key}={value}")
+            label = (f"logits ({n_rows * n}, {V}): {n_rows} random rows, each repeated {n} times"
+                     + (", " + ", ".join(shown) if shown else "") + f", generator seeded with {seed}")
+            c = Case(label, (logits,), kwargs, tag)
+            if tag != "invalid":
+                t, k, p = self._settings(c)
+                for r in logits[::n].double().tolist():
+                    if t > 0 and nucleus_margin(r, t, k, p) < 1e-4:
+                        raise RuntimeError(f"grader error: top_p sits on a boundary in {label}")
+            return c
+
+        main = case(4, 12, 5000, seed=1, tag="main")
+        out = [
+            main,
+            Case(main.label, main.args, dict(main.kwargs), "again"),
+            Case(main.label.replace("seeded with 1", "seeded with 2"), main.args,
+                 dict(main.kwargs) | {"generator": seeded_generator(2)}, "other-seed"),
+            case(3, 10, 5000, seed=3, temperature=0.5),
+            case(3, 10, 5000, seed=4, temperature=2.0),
+            case(3, 16, 5000, seed=5, top_k=4),
+            case(3, 16, 5000, seed=6, top_p=0.7),
+            case(3, 16, 5000, seed=7, temperature=0.8, top_k=6, top_p=0.6),
+            case(5, 9, 1, seed=8, temperature=0, top_k=3, tag="greedy"),
+            case(5, 9, 1, seed=9, temperature=1.5, top_k=1, tag="greedy"),
+            case(2, 6, 1, seed=10, temperature=-1.0, tag="invalid"),
+            case(2, 6, 1, seed=10, top_k=-2, tag="invalid"),
+            case(2, 6, 1, seed=10, top_p=0.0, tag="invalid"),
+            case(2, 6, 1, seed=10, top_p=1.5, tag="invalid"),
+        ]
+        # A high temperature with both filters, where the order of the three steps shows: drawn from a generator of
+        # its own, so that the other cases keep their rows.
+        out.insert(7, case(3, 16, 5000, seed=21, temperature=2.5, top_k=8, top_p=0.5,
+                           rows_from=self.generator(hidden, "high temperature")))
+        if hidden:
+            hidden_main = case(3, 20, 5000, seed=11, temperature=1.2, tag="main")
+            out += [
+                hidden_main,
+                Case(hidden_main.label, hidden_main.args, dict(hidden_main.kwargs), "again"),
+                Case(hidden_main.label.replace("seeded with 11", "seeded with 12"), hidden_main.args,
+                     dict(hidden_main.kwargs) | {"generator": seeded_generator(12)}, "other-seed"),
+                case(3, 30, 5000, seed=13, top_k=30),
+                case(4, 25, 4000, seed=14, temperature=0.7, top_k=10),
+                case(3, 25, 5000, seed=15, temperature=1.5, top_p=0.9),
+                case(3, 12, 5000, seed=16, top_p=0.3, scale=2.5),
+                case(3, 40, 5000, seed=17, temperature=0.6, top_k=12, top_p=0.75),
+                case(3, 14, 5000, seed=18, top_k=5, top_p=0.95),
+                case(7, 50, 1, seed=19, temperature=0.0, tag="greedy"),
+                case(2, 8, 1, seed=20, temperature=-0.5, top_k=2, tag="invalid"),
+                case(2, 8, 1, seed=20, top_p=-0.2, tag="invalid"),
+            ]
+        return out
+
+    def wrong_argument(self, case: Case) -> str:
+        temperature, top_k, _ = self._settings(case)
+        return "temperature" if temperature < 0 else "top_k" if top_k < 0 else "top_p"
+
+    @staticmethod
+    def _settings(case: Case) -> tuple[float, int, float]:
+        return (case.kwargs.get("temperature", 1.0), case.kwargs.get("top_k", 0), case.kwargs.get("top_p", 1.0))
+
+    def judge(self, case: Case, result: Any) -> None:
+        (logits,) = case.args
+        temperature, top_k, top_p = self._settings(case)
+        drawn = expect_tensor(result, "`sample_next`'s result", case)
+        B, V = logits.shape
+        if tuple(drawn.shape) == (B, 1):
+            raise CheckFailed(
+                f"`sample_next`'s result has shape {(B, 1)} on the case {case.label}: return one id per row, shape "
+                f"({B},); torch.multinomial(probs, 1) gives (B, 1), so .squeeze(-1) it."
+            )
+        if tuple(drawn.shape) != (B,):
+            raise CheckFailed(
+                f"`sample_next`'s result has shape {tuple(drawn.shape)} on the case {case.label}; it must have shape "
+                f"({B},): one token id per row of logits."
+            )
+        if drawn.dtype != torch.long:
+            raise CheckFailed(
+                f"`sample_next`'s result has dtype {drawn.dtype} on the case {case.label}; token ids are torch.long "
+                "(what argmax and torch.multinomial return)."
+            )
+        if ((drawn < 0) | (drawn >= V)).any():
+            bad = int(drawn[(drawn < 0) | (drawn >= V)][0])
+            raise CheckFailed(
+                f"`sample_next` returned the id {bad} on the case {case.label}, outside the vocabulary 0..{V - 1}."
+            )
+        if case.tag == "greedy":
+            expected = logits.argmax(dim=-1)
+            if not torch.equal(drawn, expected):
+                row = int((drawn != expected).nonzero()[0])
+                raise CheckFailed(
+                    f"`sample_next` returned {int(drawn[row])} for row {row} on the case {case.label}, where the largest "
+                    f"logit is that of token {int(expected[row])}: a temperature of 0, or top_k=1, is greedy "
+                    "decoding, logits.argmax(dim=-1), and draws nothing."
+                )
+            return
+        # Rows come in blocks of n identical ones: each block is n draws from one distribution.
+        starts = [0] + [i + 1 for i in (logits[1:] != logits[:-1]).any(dim=-1).nonzero().flatten().tolist()]
+        blocks = [(s, e) for s, e in zip(starts, starts[1:] + [B])]
+        observed = []
+        for s, e in blocks:
+            observed.append((logits[s].double().tolist(), torch.bincount(drawn[s:e], minlength=V).tolist(), e - s))
+
+        def consistent(rule: Callable[[list[float]], list[float]]) -> bool:
+            for row, counts, n in observed:
+                p = rule(row)
+                for v in range(V):
+                    if p[v] == 0.0:
+                        if counts[v] > 0:
+                            return False
+                    elif abs(counts[v] - n * p[v]) > bound(n, p[v]):
+                        return False
+            return True
+
+        def likelihood(rule: Callable[[list[float]], list[float]]) -> float:
+            """The log-probability of the observed counts under a rule (consistent ones only: no zero hit)."""
+            total = 0.0
+            for row, counts, _ in observed:
+                p = rule(row)
+                total += sum(c * math.log(p[v]) for v, c in enumerate(counts) if c)
+            return total
+
+        def rules(**mistake: Any) -> Callable[[list[float]], list[float]]:
+            return lambda row: sampling_distribution(row, temperature, top_k, top_p, **mistake)
+
+        if consistent(rules()):
+            return
+        diagnoses: list[tuple[Callable[[list[float]], list[float]], str]] = []
+        if temperature != 1:
+            diagnoses += [
+                (rules(temperature_rule="multiply"),
+                 "the logits were multiplied by the temperature; divide them by it: softmax(logits / temperature), "
+                 "so that a temperature below 1 sharpens the distribution."),
+                (rules(temperature_rule="ignore"),
+                 "the temperature was ignored: divide the logits by it before the softmax."),
+            ]
+        if top_k > 0 and top_p < 1:
+            # Before "top_k was ignored": where the nucleus of the whole vocabulary fits inside the top-k, the two agree.
+            diagnoses.append((
+                rules(order="p-then-k"),
+                "the nucleus was taken from the whole vocabulary; take it from the tokens top-k kept, with their "
+                "probabilities renormalised (temperature, then top-k, then top-p).",
+            ))
+        if top_k > 0:
+            diagnoses += [
+                (rules(k_shift=-1),
+                 f"only {top_k - 1} tokens were kept; top_k={top_k} keeps the {top_k} largest logits, the k-th "
+                 "included (remove the logits strictly below the k-th largest, < not <=)."),
+                (rules(k_shift=1),
+                 f"{top_k + 1} tokens were kept; top_k={top_k} keeps exactly the {top_k} largest logits."),
+                (lambda row: sampling_distribution(row, temperature, 0, top_p),
+                 f"top_k={top_k} was ignored: keep only the {top_k} tokens with the largest logits."),
+            ]
+        if top_p < 1:
+            diagnoses += [
+                (rules(nucleus_extra=1),
+                 "the nucleus kept one token more than it should: the token after the one whose probability takes the "
+                 "total past top_p was kept too. Keep a token when the tokens more likely than it hold less than top_p "
+                 "together (cumsum - probs < top_p): the crossing token is the last one kept."),
+                (rules(crossing=False),
+                 "the nucleus left out the token that takes the total past top_p; keep the smallest set whose "
+                 "probabilities reach top_p, that token included: a token is kept when the tokens more likely than "
+                 "it hold less than top_p together (cumsum - probs < top_p)."),
+                (rules(sorted_nucleus=False),
+                 "the nucleus was cut in vocabulary order; sort the probabilities from the most likely down first, "
+                 "then add them up."),
+                (lambda row: sampling_distribution(row, temperature, top_k, 1.0),
+                 f"top_p={top_p} was ignored: keep only the nucleus, the smallest set of most likely tokens whose "
+                 "probabilities reach top_p."),
+            ]
+            if temperature != 1:
+                diagnoses.append((
+                    rules(p_before_temperature=True),
+                    "the temperature was applied after top-k and top-p (the nucleus was chosen from the probabilities "
+                    "without it); apply the temperature first, then top-k, then top-p on what is left.",
+                ))
+        if top_k > 0 or top_p < 1:
+            diagnoses.append((
+                lambda row: sorted_positions(row, temperature, top_k, top_p),
+                "the ids returned are positions in the sorted order, not token ids: after sorting, map a drawn "
+                "position back to its token with the indices the sort returned (or scatter the filter back to "
+                "vocabulary order before drawing).",
+            ))
+        fitting = [(rule, message) for rule, message in diagnoses if consistent(rule)]
+        if fitting:
+            # Two mistakes can both pass the 5-sigma bounds; the draws are far likelier under the one made.
+            _, message = max(fitting, key=lambda pair: likelihood(pair[0]))
+            raise CheckFailed(f"`sample_next`'s draws are wrong on the case {case.label}: {message}")
+        expected_rule = rules()
+        for block, (row, counts, n) in enumerate(observed):
+            p = expected_rule(row)
+            for v in range(V):
+                if p[v] == 0.0 and counts[v] > 0:
+                    raise CheckFailed(
+                        f"`sample_next` drew token {v} {counts[v]} times out of {n} from row {blocks[block][0]} on the "
+                        f"case {case.label}, although it is outside "
+                        + ("the top-k" if top_k > 0 and v not in top_ids(row, top_k) else "the nucleus")
+                        + ": a removed token must get probability exactly 0 (logit -inf before the softmax)."
+                    )
+            for v in range(V):
+                if abs(counts[v] - n * p[v]) > bound(n, p[v]):
+                    raise CheckFailed(
+                        f"`sample_next` drew token {v} {counts[v]} times out of {n} from row {blocks[block][0]} on the "
+                        f"case {case.label}, where its probability {p[v]:.4f} gives {n * p[v]:.0f} ± "
+                        f"{bound(n, p[v]):.0f} (a 5-sigma bound): divide the logits by the temperature, keep the "
+                        "top-k, then the nucleus, renormalise, and draw once per row with torch.multinomial."
+                    )
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        for group in seed_groups(cases, results):
+            main_case, main = group["main"]
+            if "again" in group and not torch.equal(main, group["again"][1]):
+                raise CheckFailed(
+                    f"`sample_next` gave different tokens for the same logits and a generator with the same seed "
+                    f"({main_case.label}): draw with torch.multinomial(probs, 1, generator=generator), never from "
+                    "torch's global generator."
+                )
+            if "other-seed" in group and torch.equal(main, group["other-seed"][1]):
+                raise CheckFailed(
+                    f"`sample_next` gave the same tokens with generators of different seeds ({main_case.label}): the "
+                    "draw must come from the generator passed in (torch.multinomial(probs, 1, generator=generator))."
+                )
+
+
+
+def _toy(case: Case) -> toys.ToyGPT:
+    """The grader's own copy of the case's model, without a budget: the oracle may read as it likes."""
+    model = case.args[0]
+    return toys.ToyGPT(**{k: v for k, v in model.kwargs.items() if k != "budget"})
+
+
+GENERATE_MISTAKES: list[tuple[dict, str]] = [
+    (dict(prompt_mask=False),
+     "the prompt was read without a causal mask, so its positions saw each other's future and their keys and values "
+     "are wrong from the second block on. When several positions are read at once, query t (at position start + t) "
+     "may see the keys 0 .. start + t: subsequent_mask(start + T_new)[start:]."),
+    (dict(positions="restart"),
+     "each new token got position 0 (or positions counted from 0 at every step): a token's position is its place in "
+     "the whole sequence, so the first generated token sits at position T0, the next at T0 + 1, and so on: "
+     "model.pos_embed(torch.arange(start, start + T_new))."),
+    (dict(extend=False),
+     "each new position attended to its own key and value only: the cache never grew. Concatenate the new keys and "
+     "values to the cached ones along the positions, torch.cat([k_cached, k_new], dim=2), and attend over all of them."),
+    (dict(final_norm=False),
+     "the final LayerNorm was skipped: the logits are model.head(model.norm(x)) at the newest position."),
+]
+
+
+class GenerateWithCacheCheck(Check):
+    function = "generate_with_cache"
+    oracle = "the same model read without a cache, step by step (logits, tokens and keys and values)"
+    invalid_hint = "fewer than 1 step means nothing to generate: raise ValueError with a message that names steps."
+    invalid_returned = RETURNED
+    invalid_argument = "steps"
+    hints = (
+        Hint("Recomputed", lambda name, case, result: (
+            f"{name} read positions again on the case {case.label}: {result.message}. Each step after the first reads "
+            "only the newest token, shape (B, 1), through the blocks; the keys and values of the earlier positions "
+            "come from the cache. Do not call model(...) or a block's forward, which read the whole sequence."),
+            whole=True),
+        Hint(("RuntimeError", "ValueError", "IndexError"),
+             "Mind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); the cache "
+             "of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join along dim=2. Keep "
+             "every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item()."),
+    )
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = self.generator(hidden)
+
+        def case(B, T_0, steps, seed, tag="", **shape):
+            spec = {"vocab_size": 11, "d_model": 16, "h": 4, "d_ff": 32, "N": 2} | shape
+            model = Provided("toy_gpt", spec | {"seed": seed, "budget": B * (T_0 + max(steps, 1))})
+            prompt = torch.randint(spec["vocab_size"], (B, T_0), generator=g)
+            label = (f"a prompt ({B}, {T_0}), steps={steps}, a model of {spec['N']} blocks, d_model={spec['d_model']}, "
+                     f"h={spec['h']}, vocabulary {spec['vocab_size']}")
+            return Case(label, (model, prompt), {"steps": steps}, tag)
+
+        out = [
+            case(1, 4, 6, seed=1),
+            case(3, 5, 5, seed=2),
+            case(2, 1, 4, seed=3, N=3, d_model=24, h=3),
+            case(2, 3, 1, seed=4),
+            case(2, 3, 0, seed=5, tag="invalid"),
+        ]
+        if hidden:
+            out += [
+                case(4, 6, 8, seed=6, vocab_size=17),
+                case(1, 2, 10, seed=7, N=1),
+                case(5, 3, 3, seed=8, N=4, h=2),
+                case(1, 3, -2, seed=9, tag="invalid"),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`"
+        tokens, logits, cache = expect_tuple(result, 3, fn, case, "tokens, logits, cache")
+        _, prompt = case.args
+        steps = case.kwargs["steps"]
+        model = _toy(case)
+        B, T_0 = prompt.shape
+        V, N, h, d_k = model.vocab_size, model.N, model.h, model.d_model // model.h
+        tokens = expect_tensor(tokens, f"{fn}'s tokens", case)
+        logits = expect_tensor(logits, f"{fn}'s logits", case)
+        if tuple(tokens.shape) == (B, T_0 + steps) and torch.equal(tokens[:, :T_0], prompt):
+            raise CheckFailed(
+                f"{fn}'s tokens have shape {tuple(tokens.shape)} on the case {case.label}: they begin with the prompt. "
+                f"Return the generated tokens only, shape (B, steps) = ({B}, {steps})."
+            )
+        expect_shape(tokens, (B, steps), f"{fn}'s tokens", case, "One row per prompt, one column per generated token.")
+        expect_shape(logits, (B, steps, V), f"{fn}'s logits", case,
+                     "Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1.")
+        expect_dtype(logits, torch.float64, f"{fn}'s logits", case)
+        expected_tokens, expected_logits, expected_kv = generate_plain(model, prompt, steps)
+        if not matches(logits, expected_logits):
+            assert matches(generate_cached(model, prompt, steps)[1], expected_logits), (
+                "grader error: the cached decoder disagrees with the plain one")
+            bad_step = int((~torch.isclose(logits, expected_logits, atol=1e-9, rtol=1e-7)).any(dim=-1).any(dim=0)
+                           .nonzero()[0])
+            hint = ("The first step's logits (the prompt, read at once) are wrong: check the causal mask over the "
+                    "prompt, the positions 0 .. T0 - 1, the pre-norm wiring of each block and the final LayerNorm."
+                    if bad_step == 0 else
+                    f"The first {bad_step} step(s) agree, so the prompt is read right; look at what a later step "
+                    "reads: the new token at its own position (start), its query against every cached key plus its own, "
+                    "and the cache of each block extended by the new keys and values.")
+            diagnoses = [(lambda kw=kw: generate_cached(model, prompt, steps, **kw)[1], message)
+                         for kw, message in GENERATE_MISTAKES]
+            expect_close(logits, expected_logits, f"{fn}'s logits tensor", case, diagnoses, hint=hint,
+                         dtype=torch.float64)
+        if not torch.equal(tokens, expected_tokens):
+            b, s = (int(i) for i in (tokens != expected_tokens).nonzero()[0])
+            raise CheckFailed(
+                f"{fn}'s tokens are wrong on the case {case.label}, though the logits are right: row {b}, step {s} "
+                f"holds {int(tokens[b, s])} where the largest logit is that of token {int(expected_tokens[b, s])}. "
+                "Each step's token is logits.argmax(dim=-1) over the vocabulary, and it is the token read next."
+            )
+        self._judge_cache(case, cache, expected_kv, B, T_0, steps, N, h, d_k)
+
+    def _judge_cache(self, case: Case, cache: Any, expected_kv, B, T_0, steps, N, h, d_k) -> None:
+        fn = "`generate_with_cache`'s cache"
+        if isinstance(cache, Opaque) or not isinstance(cache, (list, tuple)) or len(cache) != N:
+            got = cache.type if isinstance(cache, Opaque) else (
+                f"{len(cache)} entries" if isinstance(cache, (list, tuple)) else type(cache).__name__)
+            raise CheckFailed(
+                f"{fn} is {got} on the case {case.label}; return a list with one (k, v) pair per block, {N} here."
+            )
+        length = T_0 + steps - 1
+        for i, (pair, (k_expected, v_expected)) in enumerate(zip(cache, expected_kv)):
+            k, v = expect_tuple(pair, 2, f"{fn}[{i}]", case, "k, v")
+            k = expect_tensor(k, f"{fn}[{i}][0] (k)", case)
+            v = expect_tensor(v, f"{fn}[{i}][1] (v)", case)
+            for what, t in (("k", k), ("v", v)):
+                if tuple(t.shape) == (B, h, length + 1, d_k):
+                    raise CheckFailed(
+                        f"{fn}[{i}] holds {length + 1} positions on the case {case.label}, one more than were needed: "
+                        f"the last generated token was read too. After {steps} step(s) the model has read the prompt "
+                        f"and the first {steps - 1} generated token(s), T0 + steps - 1 = {length} positions; the last "
+                        "token is returned, not read."
+                    )
+                if tuple(t.shape) == (B, length, h * d_k):
+                    raise CheckFailed(
+                        f"{fn}[{i}]'s {what} has shape {tuple(t.shape)} on the case {case.label}: keep the heads apart, "
+                        f"(B, h, positions, d_k) = {(B, h, length, d_k)}, as split_heads gives them."
+                    )
+                expect_shape(t, (B, h, length, d_k), f"{fn}[{i}]'s {what}", case,
+                             "The cache of a block holds the keys (and the values) of every position read so far, "
+                             "T0 + steps - 1 of them, one new position per step after the prompt.")
+            if matches(k, v_expected) and matches(v, k_expected):
+                raise CheckFailed(f"{fn}[{i}] holds (v, k) on the case {case.label}: store each pair as (k, v).")
+            for what, got, expected in (("keys", k, k_expected), ("values", v, v_expected)):
+                if not matches(got, expected):
+                    raise CheckFailed(
+                        f"{fn}[{i}]'s {what} are wrong on the case {case.label}, though the logits are right: "
+                        f"{where_it_differs(got, expected)}. Store, for block {i}, the {what} of every position read: "
+                        "w_k (or w_v) of norm1(x), split into heads, the cached ones first."
+                    )

@@ -1,0 +1,338 @@
+"""Chapter 7's byte-pair encoding: ``bpe_train`` and ``bpe_encode``.
+
+Oracle: a plain implementation of the BPE rules (:mod:`autograder.oracles.bpe`), with variants that
+follow the rules known mistakes follow; a mistake is named only when it explains every result.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from ...framework import (
+    Case,
+    Check,
+    CheckFailed,
+    Opaque,
+)
+from ...oracles.bpe import bpe_apply, bpe_merges, bpe_rounds, counted_once, longest_match, vocabulary
+from .draws import RETURNED
+
+
+def _shown(merges: Sequence[tuple[int, int]], pair: Sequence[int]) -> str:
+    """A pair of ids with the text they stand for: (101, 32) 'e' + ' '."""
+    table = vocabulary([tuple(m) for m in merges if len(m) == 2 and all(isinstance(i, int) for i in m)])
+
+    def text(i: int) -> str:
+        return repr(table[i].decode("utf-8", errors="replace")) if i in table else "?"
+
+    return f"({pair[0]}, {pair[1]}) {text(pair[0])} + {text(pair[1])}"
+
+
+def _snippet(text: str, limit: int = 40) -> str:
+    return repr(text if len(text) <= limit else text[:limit] + "…")
+
+
+#: a small piece of Python, with the repetitions (indentation, names, keywords) real code has
+CODE = '''def count_words(lines, ignore_case=True):
+    """Count how often each word occurs in the lines."""
+    counts = {}
+    for line in lines:
+        for word in line.split():
+            if ignore_case:
+                word = word.lower()
+            counts[word] = counts.get(word, 0) + 1
+    return counts
+
+
+def most_common(counts, n=10):
+    """The n most common words, the most common first."""
+    ordered = sorted(counts.items(), key=lambda item: item[1], reverse=True)
+    return ordered[:n]
+
+
+class WordCounter:
+    def __init__(self, ignore_case=True):
+        self.ignore_case = ignore_case
+        self.counts = {}
+
+    def update(self, lines):
+        for word, count in count_words(lines, self.ignore_case).items():
+            self.counts[word] = self.counts.get(word, 0) + count
+'''
+
+ACCENTED = "déjà vu: a naïve café owner served crème brûlée; the café's crème was naïve too"
+TIES = "ab cd ab cd ef"  # four pairs occur twice; "ab" comes first, " c" is the smallest
+RUNS = "aaaaaa xyxyxyxy aaaaaa"  # after (a, a), counting with or without overlaps picks another pair
+ODD_RUNS = "aaaaa xyxyxy aaaaa"  # runs of odd length: replacing from the left or from the right differs
+
+
+# ----------------------------------------------------------------------------------------
+# bpe_train
+# ----------------------------------------------------------------------------------------
+
+
+def _as_pairs(result: Any, function: str, case: Case) -> list[tuple[int, int]]:
+    if isinstance(result, Opaque) or not isinstance(result, (list, tuple)):
+        kind = result.type if isinstance(result, Opaque) else type(result).__name__
+        raise CheckFailed(
+            f"`{function}` returned a {kind} on the case {case.label}; return a list of merges, each a pair of ids "
+            "(a, b) of ints, in the order they were learnt."
+        )
+    pairs = []
+    for item in result:
+        if isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(i, str) for i in item):
+            raise CheckFailed(
+                f"`{function}` returned the merge {tuple(item)!r} on the case {case.label}: merges are pairs of ids "
+                "(ints), not of text. The first tokens are the bytes of the text, list(text.encode('utf-8')), ids "
+                "0-255, and the k-th merge makes the id 256 + k."
+            )
+        if isinstance(item, Opaque) or (isinstance(item, (tuple, list)) and any(isinstance(i, Opaque) for i in item)):
+            raise CheckFailed(
+                f"`{function}` returned merges that are not pairs of ints on the case {case.label} (bytes objects, "
+                "perhaps): give each merge as the pair of the two ids it joins, (a, b); merge k makes the id 256 + k."
+            )
+        if not (isinstance(item, (tuple, list)) and len(item) == 2
+                and all(isinstance(i, int) and not isinstance(i, bool) for i in item)):
+            raise CheckFailed(
+                f"`{function}` returned {item!r:.60} as a merge on the case {case.label}; a merge is a pair of ids, "
+                "(a, b), two ints."
+            )
+        pairs.append((int(item[0]), int(item[1])))
+    return pairs
+
+
+class BpeTrainCheck(Check):
+    function = "bpe_train"
+    oracle = "the BPE rules, applied round by round by a plain implementation"
+    invalid_hint = "a negative num_merges means nothing: raise ValueError with a message that names num_merges."
+    invalid_returned = RETURNED
+    invalid_argument = "num_merges"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        def case(text: str, num_merges: int, what: str = "", tag: str = "") -> Case:
+            return Case(f"text={what or _snippet(text)}, num_merges={num_merges}", (text, num_merges), {}, tag)
+
+        out = [
+            case("the cat sat on the mat with the hat", 6),
+            case(TIES, 3, tag="ties"),
+            case(RUNS, 4, tag="runs"),
+            case(ODD_RUNS, 4, tag="runs"),
+            case(ACCENTED, 12, tag="accented"),
+            case("abcabd", 5, tag="stop"),
+            case(CODE, 40, what="a piece of Python code (1,000 characters)"),
+            case("", 3),
+            case("le pot", -1, tag="invalid"),
+        ]
+        if hidden:
+            out += [
+                case(CODE[400:], 60, what="another piece of Python code"),
+                case("abab", 10, tag="stop"),
+                case("x", 2),
+                case("mississippi missus miss", 8),
+                case("zz yy zz yy xx", 3, tag="ties"),
+                case("ooooo ppp ooooo ppp", 6, tag="runs"),
+                case("日本語の文章、日本語の単語", 10, tag="accented"),
+                case(ACCENTED + " " + TIES, 0),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        _as_pairs(result, "bpe_train", case)
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        # Judged together: on one short text several mistakes give the same merges, but a mistake is
+        # named only when it explains every result.
+        judged = [(c, _as_pairs(r, "bpe_train", c)) for c, r in zip(cases, results)]
+        wrong = [(c, mine) for c, mine in judged if mine != bpe_merges(*c.args)]
+        if not wrong:
+            return
+        diagnoses: list[tuple[Callable[[str, int], list[tuple[int, int]]], str]] = [
+            (lambda t, n: bpe_merges(t, n, characters=True),
+             "you started from the characters of the text (ord(c)); start from its UTF-8 bytes, "
+             "list(text.encode('utf-8')), so that ids 0-255 cover any text and every token is a sequence of bytes."),
+            (lambda t, n: bpe_merges(t, n, ties="smallest"),
+             "when pairs are equally frequent you took the smallest pair; take the one whose first occurrence comes "
+             "first in the sequence (a dict filled from left to right, then max(counts, key=counts.get))."),
+            (lambda t, n: bpe_merges(t, n, ties="largest"),
+             "when pairs are equally frequent you took the largest pair; take the one whose first occurrence comes "
+             "first in the sequence."),
+            (lambda t, n: bpe_merges(t, n, ties="last"),
+             "when pairs are equally frequent you took the one seen last; take the one whose first occurrence comes "
+             "first (max keeps the first of equal maxima; the last element of an ascending sort does not)."),
+            (lambda t, n: bpe_merges(t, n, min_count=1),
+             "you went on merging pairs that occur only once; stop as soon as the most frequent pair occurs fewer "
+             "than 2 times."),
+            (lambda t, n: bpe_merges(t, n, min_count=3),
+             "you stopped at a pair that occurs twice; stop only when the most frequent pair occurs once."),
+            (counted_once,
+             "you counted the pairs once, on the bytes, and took the most frequent ones; count again after every "
+             "merge, on the sequence as it is then, since merged tokens form new pairs."),
+            (lambda t, n: bpe_merges(t, n, overlapping=False),
+             "you counted the pair occurrences without overlaps (as str.count does); count every position i, the "
+             "pairs (ids[i], ids[i + 1]): in a a a the pair (a, a) occurs twice."),
+            (lambda t, n: bpe_merges(t, n, right_to_left=True),
+             "you replaced the pair's occurrences from the right; replace them from the left: in a a a the merge of "
+             "(a, a) gives aa a."),
+            (lambda t, n: bpe_merges(t, n, first_only=True),
+             "you replaced only the first occurrence of the pair; replace every occurrence, left to right."),
+            (lambda t, n: bpe_merges(t, max(n - 1, 0)),
+             "you made one merge too few: make up to num_merges merges (range(num_merges))."),
+            (lambda t, n: bpe_merges(t, n + 1),
+             "you made one merge too many: make at most num_merges merges."),
+        ]
+        case, mine = wrong[0]
+        for mistaken, message in diagnoses:
+            if all(mistaken(*c.args) == m for c, m in judged):
+                raise CheckFailed(f"`bpe_train`'s merges are wrong on the case {case.label}: {message}")
+        text, num_merges = case.args
+        rounds = bpe_rounds(text, num_merges)
+        expected = [m for m, _, _ in rounds]
+        if len(mine) < len(expected) and mine == expected[: len(mine)]:
+            best, stats, _ = rounds[len(mine)]
+            raise CheckFailed(
+                f"`bpe_train` stopped after {len(mine)} merges on the case {case.label}, where "
+                f"{len(expected)} are made: after them the pair {_shown(expected, best)} still occurs "
+                f"{stats[best][0]} times. Stop only when no pair occurs twice, or after num_merges merges."
+            )
+        if len(mine) > len(expected) and mine[: len(expected)] == expected:
+            why = (f"no pair occurs twice any more after merge {len(expected) - 1}" if len(expected) < num_merges
+                   else f"num_merges={num_merges}")
+            raise CheckFailed(
+                f"`bpe_train` returned {len(mine)} merges on the case {case.label}, where only {len(expected)} are "
+                f"made: {why}, so stop there."
+            )
+        k = next(i for i, (a, b) in enumerate(zip(mine, expected)) if a != b)
+        want, stats, _ = rounds[k]
+        got = mine[k]
+        count = stats.get(got, [0])[0]
+        raise CheckFailed(
+            f"`bpe_train`'s merge {k} is wrong on the case {case.label} (the {k} before it are right): you merged "
+            f"{_shown(expected, got)}, which occurs {count} times at that point, where {_shown(expected, want)} "
+            f"occurs {stats[want][0]} times and comes first among the most frequent. Count every neighbouring pair "
+            "of the sequence as it is after the earlier merges, take the most frequent (ties: the first to occur), "
+            f"and give it the id 256 + {k} = {256 + k}."
+        )
+
+
+# ----------------------------------------------------------------------------------------
+# bpe_encode
+# ----------------------------------------------------------------------------------------
+
+
+def _as_ids(result: Any, function: str, case: Case) -> list[int]:
+    if isinstance(result, torch.Tensor) and result.dim() == 1 and not result.is_floating_point() \
+            and result.dtype != torch.bool:
+        return [int(i) for i in result.tolist()]
+    if isinstance(result, (list, tuple)):
+        if all(isinstance(i, int) and not isinstance(i, bool) for i in result):
+            return list(result)
+        if any(isinstance(i, str) for i in result):
+            raise CheckFailed(
+                f"`{function}` returned text pieces on the case {case.label}; return the ids, a list of ints (use "
+                "bpe_decode or bpe_vocabulary to look at the pieces)."
+            )
+    kind = result.type if isinstance(result, Opaque) else type(result).__name__
+    raise CheckFailed(f"`{function}` returned a {kind} on the case {case.label}; return the ids as a list of ints.")
+
+
+class BpeEncodeCheck(Check):
+    function = "bpe_encode"
+    oracle = "the merges applied one after another in the order they were learnt, by a plain implementation"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        code_merges = bpe_merges(CODE, 40)
+        accented_merges = bpe_merges(ACCENTED, 12)
+
+        def case(text: str, merges: list[tuple[int, int]], what: str, tag: str = "") -> Case:
+            return Case(f"text={_snippet(text)}, merges {what}", (text, merges), {}, tag)
+
+        out = [
+            case("abc", [(98, 99), (97, 98)], "[(98, 99), (97, 98)]: 'b' + 'c', then 'a' + 'b'"),
+            case("aaaaa", [(97, 97)], "[(97, 97)]: 'a' + 'a'"),
+            case("abcd abcd abd", [(97, 98), (256, 99), (257, 100)], "[(97, 98), (256, 99), (257, 100)]: 'ab', 'abc', 'abcd'"),
+            case(CODE, code_merges, "learnt from this very text (40)", tag="training"),
+            case("    def count_lines(self, lines):\n        return len(lines)\n", code_merges,
+                 "learnt from a piece of Python code (40)"),
+            case("a naïve déjà vu — 🙂", accented_merges, "learnt from an accented sentence (12)"),
+            case("", code_merges, "learnt from a piece of Python code (40)"),
+        ]
+        if hidden:
+            runs_merges = bpe_merges(RUNS, 4)
+            out += [
+                case(ACCENTED, accented_merges, "learnt from this very text (12)", tag="training"),
+                case(CODE[500:], bpe_merges(CODE[500:], 70), "learnt from this very text (70)", tag="training"),
+                case("xyzxyz", [(121, 122), (120, 121), (256, 120)], "[(121, 122), (120, 121), (256, 120)]"),
+                case("aaaaaaa", [(97, 97), (256, 256)], "[(97, 97), (256, 256)]: 'aa', then 'aaaa'"),
+                case("xyxyx aaa aaaa", runs_merges, "learnt from another text (4)"),
+                case("    for word in counts:\n        print(word, counts[word])\n", code_merges,
+                     "learnt from a piece of Python code (40)"),
+                case("crème brûlée", [], "[] (no merges)"),
+            ]
+        return out
+
+    def judge(self, case: Case, result: Any) -> None:
+        _as_ids(result, "bpe_encode", case)
+
+    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        # As for training: a mistake is named only when it explains every result.
+        judged = [(c, _as_ids(r, "bpe_encode", c)) for c, r in zip(cases, results)]
+        wrong = [(c, mine) for c, mine in judged if mine != bpe_apply(*c.args)]
+        if not wrong:
+            return
+        diagnoses: list[tuple[Callable[[str, list[tuple[int, int]]], list[int]], str]] = [
+            (lambda t, m: bpe_apply(t, m, order="reversed"),
+             "you applied the merges from the last to the first; apply them in the order they were learnt, merge 0 "
+             "first, since a later merge joins tokens that earlier ones made."),
+            (longest_match,
+             "you took the longest known piece from the left at each step (WordPiece's rule); BPE applies the merges "
+             "one after another, in the order they were learnt, each to the whole sequence."),
+            (lambda t, m: bpe_apply(t, m, first_only=True),
+             "each merge replaced only the first occurrence of its pair; replace every occurrence, left to right."),
+            (lambda t, m: bpe_apply(t, m, right_to_left=True),
+             "you replaced the pairs from the right; replace them from the left, as training did: with the merge "
+             "(a, a), a a a gives aa a."),
+            (lambda t, m: bpe_apply(t, m, characters=True),
+             "you started from the characters of the text (ord(c)); start from its UTF-8 bytes, "
+             "list(text.encode('utf-8'))."),
+            (lambda t, m: bpe_apply(t, m, first_id=257),
+             "your new ids start at 257; the k-th merge makes the id 256 + k (ids 0-255 are the bytes, so merge 0 "
+             "makes 256), which is how the merges name the tokens they join: (256, 99) joins merge 0's token and 'c'."),
+        ]
+        case, mine = wrong[0]
+        for mistaken, message in diagnoses:
+            if all(mistaken(*c.args) == m for c, m in judged):
+                raise CheckFailed(f"`bpe_encode`'s ids are wrong on the case {case.label}: {message}")
+        text, merges = case.args
+        table = vocabulary(merges)
+        strange = [i for i in mine if i not in table]
+        if strange:
+            raise CheckFailed(
+                f"`bpe_encode` returned the id {strange[0]} on the case {case.label}, which no token has: ids 0-255 are "
+                f"the bytes of the text and 256 + k the k-th merge, so with {len(merges)} merges every id is below "
+                f"{256 + len(merges)}."
+            )
+        decoded = b"".join(table[i] for i in mine)
+        if decoded != text.encode("utf-8"):
+            lost = "drops part of the text" if len(decoded) < len(text.encode("utf-8")) else "does not give the text back"
+            raise CheckFailed(
+                f"`bpe_encode`'s ids on the case {case.label}: decoding them {lost} "
+                f"({_snippet(decoded.decode('utf-8', errors='replace'))} instead of {_snippet(text)}). Every byte of "
+                "the text must end up in exactly one token: when a merge joins the pair at i and i + 1, continue at "
+                "i + 2, and keep every token no merge joins."
+            )
+        expected = bpe_apply(text, merges)
+        at = next((i for i, (a, b) in enumerate(zip(mine, expected)) if a != b), min(len(mine), len(expected)))
+
+        def pieces(ids: list[int]) -> list[str]:
+            return [table[i].decode("utf-8", errors="replace") for i in ids[at : at + 4]]
+
+        extra = (" Encoding the training text must retrace training: the same merges, in the same order, at the same "
+                 "places." if case.tag == "training" else "")
+        raise CheckFailed(
+            f"`bpe_encode` gave {len(mine)} tokens on the case {case.label} where {len(expected)} were expected; the "
+            f"first difference is at token {at}: you have {pieces(mine)} where {pieces(expected)} was expected. Start "
+            "from the bytes and apply each merge k, in order, to the whole sequence, replacing its pair from the left "
+            f"by 256 + k.{extra}"
+        )
