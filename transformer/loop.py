@@ -54,7 +54,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, ClassVar, NoReturn
 
@@ -318,7 +318,9 @@ def identity(config: LoopConfig) -> dict[str, Any]:
 
 def check_same_run(saved: dict[str, Any], config: LoopConfig, where: Path) -> None:
     ours = identity(config)
-    theirs = {k: v for k, v in saved.items() if k not in config.RESUMABLE}
+    # A setting added since the run was saved is at its default there: what the earlier code did.
+    defaults = {f.name: f.default for f in fields(config) if f.default is not MISSING}
+    theirs = {k: v for k, v in {**defaults, **saved}.items() if k not in config.RESUMABLE}
     differ = sorted(k for k in ours.keys() | theirs.keys() if ours.get(k) != theirs.get(k))
     if differ:
         details = ", ".join(f"{k}: {theirs.get(k)!r} there, {ours.get(k)!r} here" for k in differ[:6])
