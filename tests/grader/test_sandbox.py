@@ -170,16 +170,24 @@ def test_system_v_objects_do_not_outlive_their_learner_process(worker):
 def _judging_names() -> set[str]:
     """Every graded function of the course, and every function the checks and oracles define."""
     import inspect
+    import pkgutil
 
     from autograder import checks, oracles
     from course.layout import chapters
 
+    def defined(package) -> set[str]:
+        """The functions a module defines, and those of every module below it when it is a package."""
+        modules = [package]
+        if hasattr(package, "__path__"):
+            modules += [importlib.import_module(info.name)
+                        for info in pkgutil.walk_packages(package.__path__, package.__name__ + ".")]
+        return {n for m in modules for n, o in vars(m).items() if inspect.isfunction(o) and o.__module__ == m.__name__}
+
     names = set()
     for chapter in chapters():
         names |= set(checks.chapter_checks(chapter.stem))
-        module = importlib.import_module(f"autograder.checks.{chapter.stem}")
-        names |= {n for n, o in vars(module).items() if inspect.isfunction(o) and o.__module__ == module.__name__}
-    return names | {n for n, o in vars(oracles).items() if inspect.isfunction(o) and o.__module__ == oracles.__name__}
+        names |= defined(importlib.import_module(f"autograder.checks.{chapter.stem}"))
+    return names | defined(oracles)
 
 
 @needs_bubblewrap
