@@ -42,8 +42,11 @@ site: setup
 	$(VENV)/bin/jupyter-book build .
 
 ## The linter (configured in pyproject.toml), then the whole test suite; SKIP_SLOW=1 leaves out the long end-to-end items
+## Two workers (pytest-xdist): most items wait on a subprocess or a sandbox, so a second keeps both cores busy.
+## A module, or the modules that read one session build, run in one worker (tests/conftest.py).
+TEST_WORKERS ?= 2
 test: setup lint
-	$(PY) -m pytest $(if $(SKIP_SLOW),-m "not slow")
+	$(PY) -m pytest -n $(TEST_WORKERS) --no-loadscope-reorder $(if $(SKIP_SLOW),-m "not slow")
 
 lint: setup
 	$(VENV)/bin/ruff check .

@@ -21,11 +21,11 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import platform
 import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -33,6 +33,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import phonetisaurus_g2p  # noqa: E402  (beside this file)
+from machine import cpu_line  # noqa: E402  (beside this file)
 
 from reference.capstone import label_smoothed_cross_entropy, length_batches  # noqa: E402
 from transformer.g2p import train as T  # noqa: E402
@@ -42,12 +43,7 @@ from transformer.g2p.evaluate import evaluate_run  # noqa: E402
 
 
 def hardware() -> str:
-    cpu = platform.processor() or platform.machine()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.is_file():
-        names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines() if line.startswith("model name")]
-        cpu = f"{names[0]} ({len(names)} logical CPUs)" if names else cpu
-    line = f"{cpu}, {torch.get_num_threads()} threads available to torch, torch {torch.__version__}"
+    line = f"{cpu_line()}, {torch.get_num_threads()} threads available to torch, torch {torch.__version__}"
     if torch.cuda.is_available():
         line += f", GPU {torch.cuda.get_device_name(0)}"
     return line
@@ -91,8 +87,20 @@ VARIANTS = (("course model, course attention", {}), ("course model, fused attent
             ("nn.Transformer", {"implementation": "torch"}))
 
 
-def throughputs(steppers: dict[str, Stepper], steps: int, rounds: int) -> dict[str, float]:
-    """Median training tokens/s of each configuration, measured in interleaved rounds on the same batches.
+def tokens_a_second(stepper: Stepper, first: int, steps: int) -> float:
+    return stepper.run(first, steps)
+
+
+def seconds_a_step(stepper: Stepper, first: int, steps: int) -> float:
+    started = time.perf_counter()
+    stepper.run(first, steps)
+    return (time.perf_counter() - started) / steps
+
+
+def throughputs(steppers: dict[str, Stepper], steps: int, rounds: int,
+                measure: Callable[[Stepper, int, int], float] = tokens_a_second) -> dict[str, float]:
+    """Median training tokens/s of each configuration (or what ``measure`` returns for ``steps`` steps from
+    batch ``first``), measured in interleaved rounds on the same batches.
 
     On a shared, noisy machine one measurement after the other compares two moments as much as two
     models; alternating them round by round, each round on the same batches, compares the models.
@@ -103,7 +111,7 @@ def throughputs(steppers: dict[str, Stepper], steps: int, rounds: int) -> dict[s
     for r in range(rounds):
         first = 2 + r * steps
         for name, stepper in steppers.items():
-            speeds[name].append(stepper.run(first, steps))
+            speeds[name].append(measure(stepper, first, steps))
     return {name: statistics.median(values) for name, values in speeds.items()}
 
 

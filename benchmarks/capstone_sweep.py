@@ -33,9 +33,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course.layout import REPO  # noqa: E402
 
 SWEEP = REPO / "runs" / "sweep"
-#: training steps of the CPU preset in 600 s on two idle cores: 10,121 measured on 2026-12-01 (RESULTS.md),
-#: evaluations included, rounded down
-PRESET_STEPS = 10_000
+#: training steps of the CPU preset in 600 s on two nearly idle cores: 9,339 measured on 2026-12-01 (RESULTS.md,
+#: run 7), evaluations included, rounded down
+PRESET_STEPS = 9_300
 
 
 def parse(settings: str) -> list[list[str]]:
@@ -45,11 +45,10 @@ def parse(settings: str) -> list[list[str]]:
 def budgets(candidates: list[str], preset: str, steps: int, rounds: int) -> None:
     """Print each setting's seconds per training step beside the preset's, and the steps worth ten minutes."""
     import dataclasses
-    import statistics
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     import torch
-    from capstone import Stepper
+    from capstone import Stepper, seconds_a_step, throughputs
 
     from transformer.g2p import train as T
     from transformer.g2p.data import load
@@ -63,15 +62,8 @@ def budgets(candidates: list[str], preset: str, steps: int, rounds: int) -> None
         configs[settings] = dataclasses.replace(base, **{name: type(getattr(base, name))(value) if fields[name].type != "bool"
                                                         else value.lower() in ("1", "true") for name, value in parse(settings)})
     steppers = {name: Stepper(config, torch.device("cpu"), g2p) for name, config in configs.items()}
-    seconds: dict[str, list[float]] = {name: [] for name in steppers}
-    for stepper in steppers.values():
-        stepper.run(0, 3)  # the first calls allocate and pick kernels
-    for r in range(rounds):  # alternating, on the same batches: a noisy machine slows every setting alike
-        for name, stepper in steppers.items():
-            started = time.perf_counter()
-            stepper.run(3 + r * steps, steps)
-            seconds[name].append((time.perf_counter() - started) / steps)
-    per_step = {name: statistics.median(values) for name, values in seconds.items()}
+    # Alternating, on the same batches: a noisy machine slows every setting alike.
+    per_step = throughputs(steppers, steps, rounds, measure=seconds_a_step)
     for name, value in per_step.items():
         budget = int(PRESET_STEPS * per_step["(the preset)"] / value)
         print(f"{name:40s} {value * 1000:7.1f} ms a step   {budget:6d} steps worth the preset's ten minutes",

@@ -48,6 +48,9 @@ from typing import Any
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import machine  # noqa: E402  (beside this file)
 
 from course.layout import runs  # noqa: E402
 from transformer.flops import peak_for_name  # noqa: E402
@@ -129,11 +132,7 @@ def driver_version() -> str:
 
 
 def hardware(device: torch.device) -> dict[str, Any]:
-    cpu = platform.processor() or platform.machine()
-    if Path("/proc/cpuinfo").is_file():
-        names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                 if line.startswith("model name")]
-        cpu = names[0] if names else cpu
+    cpu, _ = machine.cpu()
     info: dict[str, Any] = {"device": device.type, "gpu": None, "gpu_memory_gib": None, "driver": None,
                             "cuda": torch.version.cuda, "torch": torch.__version__, "python": platform.python_version(),
                             "cpus": os.cpu_count(), "cpu": cpu}

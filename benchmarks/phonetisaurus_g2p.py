@@ -22,7 +22,6 @@ import argparse
 import importlib.util
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -31,6 +30,8 @@ import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from machine import cpu_line  # beside this file
 
 INSTALL = "pip install phonetisaurus==0.3.0"
 
@@ -113,7 +114,7 @@ def measure(train_pairs: Sequence[tuple[str, Sequence[str]]], test_words: Sequen
             "words": counts.words, "wer": counts.wer, "per": counts.per,
             "train_wall_seconds": training.wall_seconds, "train_cpu_seconds": training.cpu_seconds,
             "decode_wall_seconds": decoding.wall_seconds, "decode_cpu_seconds": decoding.cpu_seconds,
-            "cpu": _cpu(), "load_average": os.getloadavg()[0]}
+            "cpu": cpu_line(), "load_average": os.getloadavg()[0]}
 
 
 def _version() -> str:
@@ -123,12 +124,6 @@ def _version() -> str:
         return version("phonetisaurus")
     except PackageNotFoundError:
         return "(version unknown)"
-
-
-def _cpu() -> str:
-    names = [line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-             if line.startswith("model name")] if Path("/proc/cpuinfo").is_file() else []
-    return f"{names[0]} ({len(names)} logical CPUs)" if names else platform.machine()
 
 
 def main() -> int:

@@ -56,12 +56,47 @@ def release_nb():
     return load
 
 
+#: the session builds that several modules read, and those modules: `make test`'s workers
+#: (pytest-xdist) run them in one process, so that each build is made once
+SHARED_BUILDS = {
+    "site": ("tests/site/test_site.py", "tests/site/test_site_browser.py"),
+    "fresh_release": ("tests/course/test_release.py", "tests/grader/test_nbgrader.py"),
+}
+
+
+def work_unit(nodeid: str) -> str:
+    """What one worker runs together: a module, whose module fixtures then run once, or every module
+    that reads the same session build."""
+    module = nodeid.split("::")[0]
+    return next((build for build, modules in SHARED_BUILDS.items() if module in modules), module)
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's --dist loadscope, by work unit rather than by module alone."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByWorkUnit(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return work_unit(nodeid)
+
+    return ByWorkUnit(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Whatever reads the built website is slow (the build executes every page): `-m "not slow"`
-    leaves it out together with the items marked slow by hand."""
+    leaves it out together with the items marked slow by hand.
+
+    The work units that hold a slow item go first: the workers start on the long ones, and the many
+    short units fill in behind them (`make test` keeps this order: --no-loadscope-reorder)."""
     for item in items:
         if "site" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.slow)
+    units: dict[str, list] = {}
+    for item in items:
+        units.setdefault(work_unit(item.nodeid), []).append(item)
+    ordered = sorted(units.values(), key=lambda unit: not any(i.get_closest_marker("slow") for i in unit))
+    items[:] = [item for unit in ordered for item in unit]
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,45 @@
+"""The benchmarks' shared measuring helpers: which CPU, and settings timed in interleaved rounds."""
+from __future__ import annotations
+
+import sys
+
+from course.layout import REPO
+
+sys.path.insert(0, str(REPO / "benchmarks"))
+import capstone  # noqa: E402  (benchmarks/capstone.py)
+import machine  # noqa: E402  (benchmarks/machine.py)
+
+
+def test_the_cpu_is_named_with_its_logical_cpus():
+    name, logical = machine.cpu()
+    assert name.strip()
+    if machine.CPUINFO.is_file():
+        assert logical >= 1 and f"({logical} logical CPUs)" in machine.cpu_line()
+    assert machine.cpu_line() in capstone.hardware()
+
+
+class _Fake:
+    """A stepper whose speed is given by a list, one value per call."""
+
+    def __init__(self, name, speeds, calls):
+        self.name, self.speeds, self.calls = name, iter(speeds), calls
+
+    def run(self, first, steps):
+        self.calls.append((self.name, first, steps))
+        return next(self.speeds)
+
+
+def test_settings_are_measured_round_by_round_on_the_same_batches_and_reported_by_their_median():
+    calls = []
+    steppers = {"a": _Fake("a", [0.0, 5.0, 1.0, 9.0], calls), "b": _Fake("b", [0.0, 2.0, 7.0, 3.0], calls)}
+    medians = capstone.throughputs(steppers, steps=10, rounds=3)
+    assert medians == {"a": 5.0, "b": 3.0}  # the warm-up call's value is not counted
+    assert calls == [("a", 0, 2), ("b", 0, 2), ("a", 2, 10), ("b", 2, 10), ("a", 12, 10), ("b", 12, 10),
+                     ("a", 22, 10), ("b", 22, 10)]
+
+
+def test_another_measure_sees_the_same_rounds():
+    seen = []
+    steppers = {"a": _Fake("a", [0.0] * 4, []), "b": _Fake("b", [0.0] * 4, [])}
+    capstone.throughputs(steppers, steps=4, rounds=2, measure=lambda s, first, steps: seen.append((s.name, first)) or first)
+    assert seen == [("a", 2), ("b", 2), ("a", 6), ("b", 6)]
