@@ -13,6 +13,7 @@ import torch
 
 from course.layout import REPO
 from reference.capstone import noam_rate
+from tests.models.interrupted import stopped_run
 from transformer import loop
 from transformer.g2p import train as T
 from transformer.g2p.data import Split, load
@@ -182,20 +183,13 @@ def test_the_nn_transformer_baseline_has_the_same_size_and_trains(tmp_path, g2p)
 
 def test_ctrl_c_saves_a_checkpoint_that_resumes_exactly(tmp_path, g2p):
     import signal
-    import time
 
     run = tmp_path / "run"
     common = ["--preset", "tiny", "--device", "cpu", "--dropout", "0.1", "--eval-every", "100000",
               "--checkpoint-every", "100000", "--quiet"]
-    process = subprocess.Popen([sys.executable, "-m", "transformer.g2p", "train", *common, "--max-steps", "100000",
-                                "--run-dir", str(run)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 60
-    while not (run / "config.json").exists() and time.monotonic() < deadline:  # written just before the first step
-        time.sleep(0.1)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGINT)
-    _, err = process.communicate(timeout=60)
-    assert process.returncode == 130, err
+    returncode, err = stopped_run([sys.executable, "-m", "transformer.g2p", "train", *common, "--max-steps", "100000",
+                                   "--run-dir", str(run)], run, signal.SIGINT, timeout=60)
+    assert returncode == 130, err
     assert "--resume" in err
     stopped = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
     assert 0 < stopped < 100000

@@ -8,13 +8,13 @@ import math
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from course.layout import REPO
+from tests.models.interrupted import stopped_run
 from transformer.gpt import stdlib_text
 from transformer.gpt import train as G
 from transformer.gpt.model import GPT, GPTConfig
@@ -281,18 +281,12 @@ def test_sampling_from_the_command_line(tiny_run):
 
 def test_sigterm_saves_a_checkpoint_that_resumes(tmp_path):
     run = tmp_path / "run"
-    process = subprocess.Popen(
+    returncode, err = stopped_run(
         [sys.executable, "-m", "transformer.gpt", "train", "--preset", "tiny", "--device", "cpu", "--max-steps", "100000",
          "--eval-every", "100000", "--checkpoint-every", "100000", "--quiet", "--run-dir", str(run)],
-        cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        run, signal.SIGTERM, timeout=120,
     )
-    deadline = time.monotonic() + 120
-    while not (run / "config.json").exists() and time.monotonic() < deadline:  # written just before the first step
-        time.sleep(0.1)
-    time.sleep(1.0)
-    process.send_signal(signal.SIGTERM)
-    _, err = process.communicate(timeout=120)
-    assert process.returncode == 130, err
+    assert returncode == 130, err
     stopped = torch.load(run / "checkpoint.pt", weights_only=False)["step"]
     assert 0 < stopped < 100000
     resumed = _cli("transformer.gpt", "train", "--resume", str(run), "--max-steps", str(stopped + 2), "--final-eval-chars",
