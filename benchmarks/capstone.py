@@ -9,8 +9,8 @@
 1. CPU threads: training tokens/s of the CPU preset with 1 and 2 threads; the faster is used below.
 2. The CPU preset trained for --seconds, beside PyTorch's nn.Transformer of the same size trained
    by the same loop for the same time: test WER/PER (stress removed, standard split).
-3. Training tokens/s of the course model (course attention, fused attention) and nn.Transformer
-   at the same configuration.
+3. Training tokens/s of the course model (the chapters' code; fused attention; fused layer norm) and
+   nn.Transformer at the same configuration.
 4. On a GPU, when there is one: the GPU preset trained for --seconds: WER/PER greedy and with
    beam search, the time it took, tokens/s and MFU.
 
@@ -35,10 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import phonetisaurus_g2p  # noqa: E402  (beside this file)
 from machine import cpu_line  # noqa: E402  (beside this file)
 
-from reference.capstone import label_smoothed_cross_entropy, length_batches  # noqa: E402
 from transformer.g2p import train as T  # noqa: E402
 from transformer.g2p.data import G2PData, load  # noqa: E402
-from transformer.g2p.encoding import Vocabularies, encode_pairs, make_batch  # noqa: E402
 from transformer.g2p.evaluate import evaluate_run  # noqa: E402
 
 
@@ -50,15 +48,16 @@ def hardware() -> str:
 
 
 class Stepper:
-    """One configuration's model and optimizer, trained step by step on the CPU preset's batches."""
+    """One configuration's model and optimizer, trained step by step on the training loop's own batches
+    (the task's batching and loss), without its records, evaluations and checkpoints."""
 
     def __init__(self, config: T.TrainConfig, device: torch.device, g2p: G2PData, threads: int = 0) -> None:
         self.config, self.device, self.threads = config, device, threads
-        self.vocabs = Vocabularies.make(config.share_embeddings, config.stress)
-        self.examples = encode_pairs(g2p.train.pairs, self.vocabs)
-        self.batches = length_batches(self.examples.lengths, config.max_tokens, seed=0)
+        self.task = T.G2PTask(config, g2p)
+        self.task.prepare()
+        self.batches = self.task.epoch_batches(0)
         torch.manual_seed(0)
-        self.model = T.build_model(config, self.vocabs).to(device).train()
+        self.model = self.task.build_model().to(device).train()
         self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
 
     def run(self, first: int, steps: int) -> float:
@@ -68,23 +67,25 @@ class Stepper:
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         tokens, start = 0, time.perf_counter()
-        for batch in self.batches[first : first + steps]:
-            src, tgt_in, tgt_out = (t.to(self.device) for t in make_batch(self.examples, batch, self.vocabs))
+        for indices in self.batches[first : first + steps]:
+            batch = self.task.make_batch(indices, self.device)
             with torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.config.bf16(self.device)):
-                logits = self.model(src, tgt_in)
-            loss = label_smoothed_cross_entropy(logits.float(), tgt_out, self.config.label_smoothing, self.vocabs.target.pad_id)
+                logits = self.model(*batch.inputs)
+            loss = self.task.loss(logits, batch)
             self.optimizer.zero_grad(set_to_none=True)
             loss.backward()
             self.optimizer.step()
-            tokens += int((src != 0).sum()) + int((tgt_out != 0).sum())
+            tokens += batch.tokens
         if self.device.type == "cuda":
             torch.cuda.synchronize()
         return tokens / (time.perf_counter() - start)
 
 
 #: the configurations whose training speed is compared, as overrides of a preset
-VARIANTS = (("course model, course attention", {}), ("course model, fused attention", {"attention": "fused"}),
-            ("nn.Transformer", {"implementation": "torch"}))
+VARIANTS = (("course model, the chapters' code", {"norm": "course"}),
+            ("course model, fused attention", {"attention": "fused", "norm": "course"}),
+            ("course model, fused layer norm", {"norm": "fused"}),
+            ("nn.Transformer", {"implementation": "torch", "norm": "course"}))
 
 
 def tokens_a_second(stepper: Stepper, first: int, steps: int) -> float:
@@ -179,7 +180,8 @@ def main() -> None:
         print(f"   {'model':34s} {'steps':>6s} {'greedy WER':>11s} {'PER':>7s} {'beam 4 WER':>11s} {'PER':>7s}")
         for name, implementation in (("course model", "course"), ("nn.Transformer, same size", "torch")):
             config = dataclasses.replace(T.PRESETS["cpu"], device="cpu", time_limit=args.seconds, threads=best_threads,
-                                         implementation=implementation, eval_every=10**9, checkpoint_every=10**9)
+                                         implementation=implementation, eval_every=10**9, checkpoint_every=10**9,
+                                         **({"norm": "course"} if implementation == "torch" else {}))
             r = trained(config, scratch / f"cpu-{implementation}", args.test_words, beam=4)
             greedy, beam = r["decodings"]["greedy"], r["decodings"]["beam 4, alpha 0.6"]
             print(f"   {name:34s} {r['steps']:6d} {greedy['wer']:10.1f}% {greedy['per']:6.2f}% "

@@ -20,14 +20,13 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
+from .kernel_paths import path_of, switch
 from .parts import course_part
 
 # The course's multi-head attention, from the chapter that grades it (transformer.parts.ROLES): the one
 # attention class whose path can be switched; a chapter that adds no attention class adds nothing here.
 MultiHeadAttention = course_part("MultiHeadAttention")
 split_heads, merge_heads = course_part("split_heads"), course_part("merge_heads")
-
-PATHS = ("course", "fused")
 
 #: On a CPU, keys up to this many are attended with PyTorch's math backend rather than its CPU
 #: flash kernel, whose blocking costs more than it saves on short sequences. Measured with the
@@ -68,20 +67,8 @@ class FusedMultiHeadAttention(MultiHeadAttention):
 
 def use_attention(model: nn.Module, path: str) -> nn.Module:
     """Switch every course attention layer of ``model`` to ``path`` ("course" or "fused"), in place."""
-    if path not in PATHS:
-        raise ValueError(f"unknown attention path {path!r}; choose one of {', '.join(PATHS)}")
-    target = FusedMultiHeadAttention if path == "fused" else MultiHeadAttention
-    for module in model.modules():
-        # The two classes hold the same parameters and buffers: only forward differs.
-        if type(module) in (MultiHeadAttention, FusedMultiHeadAttention):
-            module.__class__ = target
-    return model
+    return switch(model, path, MultiHeadAttention, FusedMultiHeadAttention, "attention")
 
 
 def attention_path(model: nn.Module) -> str:
-    kinds = {type(m) for m in model.modules() if type(m) in (MultiHeadAttention, FusedMultiHeadAttention)}
-    if kinds == {FusedMultiHeadAttention}:
-        return "fused"
-    if kinds == {MultiHeadAttention}:
-        return "course"
-    return "mixed" if kinds else "none"
+    return path_of(model, MultiHeadAttention, FusedMultiHeadAttention)

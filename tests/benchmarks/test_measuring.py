@@ -43,3 +43,26 @@ def test_another_measure_sees_the_same_rounds():
     steppers = {"a": _Fake("a", [0.0] * 4, []), "b": _Fake("b", [0.0] * 4, [])}
     capstone.throughputs(steppers, steps=4, rounds=2, measure=lambda s, first, steps: seen.append((s.name, first)) or first)
     assert seen == [("a", 2), ("b", 2), ("a", 6), ("b", 6)]
+
+
+def test_a_stepper_trains_on_the_loops_own_batches_and_counts_their_real_tokens():
+    """The benchmarks time the steps the training loop takes: its batching (the encoded split, cut per
+    batch), its loss and the model its settings build, here the fused layer norm."""
+    import dataclasses
+
+    import torch
+
+    from transformer.g2p import train as T
+    from transformer.g2p.data import load
+    from transformer.norm_paths import norm_path
+
+    config = dataclasses.replace(T.PRESETS["tiny"], device="cpu", norm="fused")
+    stepper = capstone.Stepper(config, torch.device("cpu"), load())
+    assert norm_path(stepper.model) == "fused"
+    assert stepper.batches == stepper.task.epoch_batches(0)
+    before = [p.detach().clone() for p in stepper.model.parameters()]
+    assert stepper.run(0, 3) > 0
+    assert any(not torch.equal(a, p) for a, p in zip(before, stepper.model.parameters()))
+    real = sum(len(stepper.task.examples.sources[i]) + len(stepper.task.examples.targets[i])
+               for batch in stepper.batches[:3] for i in batch)
+    assert sum(stepper.task.make_batch(b, torch.device("cpu")).tokens for b in stepper.batches[:3]) == real

@@ -16,7 +16,8 @@ from torch import nn
 
 from reference import bert_gpt
 
-from ..attention_paths import PATHS, use_attention
+from ..attention_paths import use_attention
+from ..kernel_paths import PATHS
 from ..model import ModelShape, positive_integers
 
 

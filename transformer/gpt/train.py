@@ -38,8 +38,8 @@ import torch
 
 from reference.bert_gpt import sample_next
 
-from ..attention_paths import PATHS
 from ..checkpoint import final_weights
+from ..kernel_paths import PATHS
 from ..loop import (
     Batch,
     LoopConfig,

@@ -17,6 +17,7 @@ from tests.models.interrupted import stopped_run
 from transformer import loop
 from transformer.g2p import train as T
 from transformer.g2p.data import Split, load
+from transformer.g2p.encoding import make_batch
 
 
 @pytest.fixture(scope="module")
@@ -106,6 +107,26 @@ def test_the_recipe_is_the_papers():
     peak = noam_rate(config.warmup, config.d_model, config.warmup, config.lr_factor)
     assert peak == pytest.approx(config.peak_lr)
     assert config.label_smoothing == 0.1
+
+
+def test_a_batch_is_what_the_encoding_makes(tmp_path, g2p):
+    """The loop cuts its batches from the training split encoded once; they must be exactly the tensors and
+    counts that encoding.make_batch makes row by row, for the loop's batches and for any set of examples."""
+    task = T.G2PTask(tiny(tmp_path / "unused", train_words=0), g2p)
+    task.prepare()
+    generator = torch.Generator().manual_seed(0)
+    chosen = [torch.randint(len(task.examples), (n,), generator=generator).tolist() for n in (1, 7, 300)]
+    # words with more phonemes than letters ("x"), where the target is the longer side
+    longer_targets = [i for i, (s, t) in enumerate(zip(task.examples.sources, task.examples.targets)) if len(t) > len(s)]
+    assert longer_targets
+    for indices in [*task.epoch_batches(0)[:5], *chosen, [len(task.examples) - 1, 0], longer_targets[:50]]:
+        batch = task.make_batch(indices, torch.device("cpu"))
+        expected = make_batch(task.examples, indices, task.vocabs)
+        for got, want in zip((*batch.inputs, batch.targets), expected):
+            assert got.dtype == want.dtype and torch.equal(got, want)
+        pad = task.vocabs.target.pad_id
+        assert batch.count == int((expected[2] != pad).sum())
+        assert batch.tokens == batch.count + int((expected[0] != task.vocabs.source.pad_id).sum())
 
 
 def test_bf16_autocast_runs(tmp_path, g2p):
