@@ -3,8 +3,8 @@
 Two levels. The judges themselves: a check judged from several threads at once gives the verdict
 it gives alone, and no judge touches torch's global random number generator. Then the whole
 grader: one class, in every chapter a correct and a wrong submission (and in one chapter an
-unfinished and a crashing one too), graded once with ``--jobs 1`` and twice with ``--jobs 4``;
-the gradebook, the CSVs and the feedback must be the same every time.
+unfinished and a crashing one too), graded once with ``--jobs 1`` and once with ``--jobs 4``;
+the gradebook, the CSVs and the feedback must be the same both times.
 
 Every chapter of the course takes part: the list comes from the course's layout, and each
 chapter's mistake catalogue names the edit that makes its wrong submission (``SPOILED``).
@@ -260,9 +260,9 @@ def _grade_everything(root: Path, jobs: int) -> dict:
 @pytest.mark.slow
 def test_grades_do_not_depend_on_the_number_of_jobs(course):
     start = time.monotonic()
-    # --jobs 4 twice: a second grading with the same --jobs is what shows a run-to-run difference
-    # (one at --jobs 1 would show as well, as a difference from both --jobs 4 gradings).
-    runs = {(jobs, i): _grade_everything(course, jobs) for jobs, i in ((1, 0), (4, 0), (4, 1))}
+    # Two gradings: a difference between threads and one from run to run both show as a difference
+    # between them (the judges' own run-to-run behaviour under threads is tested above, 80 times each).
+    runs = {(jobs, i): _grade_everything(course, jobs) for jobs, i in ((1, 0), (4, 0))}
     first = runs[(1, 0)]
     # The class really is mixed: every chapter has full marks and partial marks, one has zeros too.
     for notebook in CORE:

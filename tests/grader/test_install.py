@@ -66,7 +66,9 @@ def installed(tmp_path_factory) -> Path:
     _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
     python = venv / "bin" / "python"
     # nbclient only runs the notebook here; the course itself needs nothing beyond its wheel's dependencies.
-    _run([str(python), "-m", "pip", "install", "--quiet", str(wheel), "nbclient"], cwd=root)
+    # --no-compile: writing bytecode for torch's thousands of modules is most of an install's time, and
+    # Python compiles what an import needs anyway.
+    _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel), "nbclient"], cwd=root)
     return python
 
 
