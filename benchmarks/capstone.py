@@ -82,10 +82,8 @@ class Stepper:
 
 
 #: the configurations whose training speed is compared, as overrides of a preset
-VARIANTS = (("course model, the chapters' code", {"norm": "course"}),
-            ("course model, fused attention", {"attention": "fused", "norm": "course"}),
-            ("course model, fused layer norm", {"norm": "fused"}),
-            ("nn.Transformer", {"implementation": "torch", "norm": "course"}))
+VARIANTS = (("course model, the chapters' code", {}), ("course model, fused attention", {"attention": "fused"}),
+            ("course model, fused layer norm", {"norm": "fused"}), ("nn.Transformer", {"implementation": "torch"}))
 
 
 def tokens_a_second(stepper: Stepper, first: int, steps: int) -> float:
@@ -180,8 +178,7 @@ def main() -> None:
         print(f"   {'model':34s} {'steps':>6s} {'greedy WER':>11s} {'PER':>7s} {'beam 4 WER':>11s} {'PER':>7s}")
         for name, implementation in (("course model", "course"), ("nn.Transformer, same size", "torch")):
             config = dataclasses.replace(T.PRESETS["cpu"], device="cpu", time_limit=args.seconds, threads=best_threads,
-                                         implementation=implementation, eval_every=10**9, checkpoint_every=10**9,
-                                         **({"norm": "course"} if implementation == "torch" else {}))
+                                         implementation=implementation, eval_every=10**9, checkpoint_every=10**9)
             r = trained(config, scratch / f"cpu-{implementation}", args.test_words, beam=4)
             greedy, beam = r["decodings"]["greedy"], r["decodings"]["beam 4, alpha 0.6"]
             print(f"   {name:34s} {r['steps']:6d} {greedy['wer']:10.1f}% {greedy['per']:6.2f}% "
