@@ -72,9 +72,13 @@ def budgets(candidates: list[str], preset: str, steps: int, rounds: int) -> None
 
 def attempt(settings: str, preset: str) -> dict:
     overrides = parse(settings)
-    run_dir = SWEEP / (settings.replace("=", "-").replace(",", "_") or preset)
+    # A run_dir among the settings names the folder; otherwise the settings do.
+    named = [value for name, value in overrides if name == "run_dir"]
+    run_dir = REPO / named[-1] if named else SWEEP / (settings.replace("=", "-").replace(",", "_") or preset)
     command = [sys.executable, "-m", "transformer.g2p", "train", "--preset", preset, "--run-dir", str(run_dir), "--quiet"]
     for name, value in overrides:
+        if name == "run_dir":
+            continue
         command += [f"--{name.replace('_', '-')}", value]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()

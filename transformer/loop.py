@@ -31,7 +31,7 @@ PRESETS, "python -m transformer.mine", "what it trains", argv, run_prefix="mine"
 One step, in order: the task turns the next batch of the epoch (this process's share of it) into
 tensors; the learning rate is set from equation 3 of the paper (:func:`noam_rate`, with its peak
 ``peak_lr`` reached at step ``warmup``); the model runs under autocast on ``batch.inputs``; the
-task's loss is taken in float32 outside autocast; Adam (0.9, 0.98, 1e-9) steps. Every
+task's loss is taken in float32 outside autocast; Adam (0.9, 0.98, 1e-9) steps (AdamW with ``weight_decay``). Every
 ``eval_every`` steps the task evaluates the model (rank 0 only, then the model is put back in
 training mode); every ``checkpoint_every`` steps the checkpoint is written, atomically. Random
 numbers a task draws while making a batch or in its model come from torch's global generator,
@@ -109,6 +109,9 @@ class LoopConfig(ModelShape):
 
     # the optimisation
     peak_lr: float = 3e-3  # the rate at the end of the warm-up: sets the factor of equation 3
+    # AdamW (Loshchilov and Hutter 2019): each step also shrinks every weight by lr * weight_decay, apart from the
+    # gradient; the paper has no decay
+    weight_decay: float = 0.0  # decoupled weight decay, as AdamW applies it (0: the paper's Adam)
     warmup: int = 500  # steps of linear warm-up before the rate decays as 1/sqrt(step) (equation 3)
     max_steps: int = 100_000  # training steps before stopping
     time_limit: float = 0.0  # seconds of training before stopping (0: no limit)
@@ -154,6 +157,8 @@ class LoopConfig(ModelShape):
             raise ValueError(f"average_last must be 0 (no averaging) or more, got {self.average_last}")
         if self.peak_lr <= 0:
             raise ValueError(f"peak_lr must be positive, got {self.peak_lr}")
+        if self.weight_decay < 0:
+            raise ValueError(f"weight_decay must be 0 (none) or more, got {self.weight_decay}")
         if self.time_limit < 0:
             raise ValueError(f"time_limit must be 0 (no limit) or more seconds, got {self.time_limit}")
         if not 0.0 <= self.cooldown <= 1.0:
@@ -432,6 +437,14 @@ class StopRequest:
             signal.signal(s, previous)
 
 
+def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+    """The paper's Adam (beta = (0.9, 0.98), eps = 1e-9); with weight decay, the same steps plus the decoupled
+    shrinking of AdamW, which the paper does not use and the G2P CPU preset measured better with."""
+    if weight_decay:
+        return torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+
+
 class Processes:
     """This process's place among those ``torchrun`` started (one process, rank 0, without it).
 
@@ -583,7 +596,7 @@ class Run:
         self.processes.start(self.device)
         torch.manual_seed(config.seed)
         self.model = task.build_model().to(self.device)
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = make_optimizer(self.model, config.weight_decay)
         self.progress = Progress()
         self.averaged: dict[str, torch.Tensor] | None = None  # set when training ends
         if saved is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 from course.layout import REPO
 
@@ -66,3 +67,33 @@ def test_a_stepper_trains_on_the_loops_own_batches_and_counts_their_real_tokens(
     real = sum(len(stepper.task.examples.sources[i]) + len(stepper.task.examples.targets[i])
                for batch in stepper.batches[:3] for i in batch)
     assert sum(stepper.task.make_batch(b, torch.device("cpu")).tokens for b in stepper.batches[:3]) == real
+
+
+def test_a_sweep_attempt_scores_the_folder_it_trained_in(tmp_path, monkeypatch):
+    """A run_dir among an attempt's settings is where it trains and what is scored (it once trained in the
+    named folder and then scored another, which did not exist)."""
+    import json
+    import subprocess
+
+    import capstone_sweep
+
+    commands = []
+
+    def fake_run(command, **kwargs):
+        commands.append(command)
+        if command[3] == "evaluate":  # what evaluate and the training would have written
+            run_dir = Path(command[4])
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "evaluation-dev.json").write_text(json.dumps({"decodings": {"greedy": {"wer": 30.0, "per": 7.0}}}))
+            (run_dir / "metrics.json").write_text(json.dumps({"train": [{"step": 5, "tokens_per_s": 1.0}]}))
+        return subprocess.CompletedProcess(command, 0)
+
+    monkeypatch.setattr(capstone_sweep, "SWEEP", tmp_path)
+    monkeypatch.setattr(capstone_sweep.subprocess, "run", fake_run)
+    named = tmp_path / "member-0"
+    record = capstone_sweep.attempt(f"seed=1,run_dir={named}", "tiny")
+    train, evaluate = commands
+    assert train[train.index("--run-dir") + 1] == str(named) and "--run-dir" not in train[train.index("--seed"):]
+    assert evaluate[4] == str(named) and record["steps"] == 5
+    capstone_sweep.attempt("seed=2", "tiny")
+    assert commands[3][4] == str(tmp_path / "seed-2")

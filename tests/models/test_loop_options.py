@@ -1,6 +1,7 @@
-"""Two settings of the training loop that the presets rely on: the cool-down that ends a fixed budget (the
+"""Three settings of the training loop that the presets rely on: the cool-down that ends a fixed budget (the
 rate of equation 3 scaled to zero over the budget's last fraction, by steps or by seconds, whichever runs
-out first), and ``precision=auto`` (bf16 only where the hardware computes it natively)."""
+out first), ``precision=auto`` (bf16 only where the hardware computes it natively), and weight decay
+(AdamW's, decoupled from the gradient)."""
 from __future__ import annotations
 
 import dataclasses
@@ -63,3 +64,47 @@ def test_the_cpu_probe_answers_without_raising():
 def test_an_unknown_precision_is_refused():
     with pytest.raises(ValueError, match="fp32, bf16 or auto"):
         LoopConfig(precision="fp16")
+
+
+def _one_step(weight_decay, gradient):
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    before = [p.detach().clone() for p in model.parameters()]
+    optimizer = loop.make_optimizer(model, weight_decay)
+    for group in optimizer.param_groups:
+        group["lr"] = 0.5
+    for p in model.parameters():
+        p.grad = torch.full_like(p, gradient)
+    optimizer.step()
+    return before, [p.detach() for p in model.parameters()]
+
+
+def test_weight_decay_shrinks_every_weight_apart_from_the_gradient():
+    before, decayed = _one_step(0.1, gradient=0.0)
+    for old, new in zip(before, decayed):
+        torch.testing.assert_close(new, old * (1 - 0.5 * 0.1))  # no gradient: only the decay moves a weight
+    _, still = _one_step(0.0, gradient=0.0)
+    for old, new in zip(before, still):
+        torch.testing.assert_close(new, old)  # the paper's Adam: nothing moves without a gradient
+    # With a gradient, the decay adds to Adam's step instead of passing through its normalisation, as an
+    # L2 penalty in the loss would: decayed minus plain is -lr * decay * weight.
+    _, plain = _one_step(0.0, gradient=0.3)
+    _, both = _one_step(0.1, gradient=0.3)
+    for old, p, b in zip(before, plain, both):
+        torch.testing.assert_close(b - p, -0.5 * 0.1 * old)
+
+
+def test_a_negative_weight_decay_is_refused():
+    with pytest.raises(ValueError, match="weight_decay"):
+        dataclasses.replace(LoopConfig(), weight_decay=-0.01)
+
+
+def test_the_loop_steps_with_the_configured_decay(tmp_path):
+    from transformer.g2p import train as T
+
+    config = dataclasses.replace(T.PRESETS["tiny"], run_dir=str(tmp_path / "run"), device="cpu", max_steps=4,
+                                 eval_every=4, eval_words=5, checkpoint_every=4, weight_decay=0.1)
+    T.train(config, progress=False)
+    saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
+    assert {group["weight_decay"] for group in saved["optimizer"]["param_groups"]} == {0.1}
+    assert T.PRESETS["cpu"].weight_decay > 0 and T.PRESETS["tiny"].weight_decay == 0  # the preset measured with it
