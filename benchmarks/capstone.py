@@ -38,6 +38,7 @@ from machine import cpu_line  # noqa: E402  (beside this file)
 from transformer.g2p import train as T  # noqa: E402
 from transformer.g2p.data import G2PData, load  # noqa: E402
 from transformer.g2p.evaluate import evaluate_run  # noqa: E402
+from transformer.loop import make_optimizer  # noqa: E402
 
 
 def hardware() -> str:
@@ -58,7 +59,7 @@ class Stepper:
         self.batches = self.task.epoch_batches(0)
         torch.manual_seed(0)
         self.model = self.task.build_model().to(device).train()
-        self.optimizer = torch.optim.Adam(self.model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9)
+        self.optimizer = make_optimizer(self.model, config.weight_decay, lr=1e-4)  # the loop's, at a fixed rate
 
     def run(self, first: int, steps: int) -> float:
         """Train on batches first .. first + steps - 1; return tokens/s (source + target, padding excluded)."""

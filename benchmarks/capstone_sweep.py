@@ -71,14 +71,11 @@ def budgets(candidates: list[str], preset: str, steps: int, rounds: int) -> None
 
 
 def attempt(settings: str, preset: str) -> dict:
-    overrides = parse(settings)
-    # A run_dir among the settings names the folder; otherwise the settings do.
-    named = [value for name, value in overrides if name == "run_dir"]
-    run_dir = REPO / named[-1] if named else SWEEP / (settings.replace("=", "-").replace(",", "_") or preset)
+    overrides = dict(parse(settings))
+    named = overrides.pop("run_dir", "")  # a run_dir among the settings names the folder; otherwise the settings do
+    run_dir = REPO / named if named else SWEEP / (settings.replace("=", "-").replace(",", "_") or preset)
     command = [sys.executable, "-m", "transformer.g2p", "train", "--preset", preset, "--run-dir", str(run_dir), "--quiet"]
-    for name, value in overrides:
-        if name == "run_dir":
-            continue
+    for name, value in overrides.items():
         command += [f"--{name.replace('_', '-')}", value]
     load_before = os.getloadavg()[0]
     started = time.perf_counter()

@@ -22,9 +22,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from transformer.g2p.data import load  # noqa: E402
-from transformer.g2p.encoding import predict  # noqa: E402
-from transformer.g2p.metrics import count_errors  # noqa: E402
-from transformer.g2p.train import load_trained  # noqa: E402
+from transformer.g2p.train import evaluate, load_trained  # noqa: E402
 
 
 class Ensemble(torch.nn.Module):
@@ -54,9 +52,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     split = getattr(load(), args.split)
-    words, references = list(split.words), list(split.references)
-    if args.limit:
-        words, references = words[: args.limit], references[: args.limit]
     models, vocabs = [], None
     for run in args.runs:
         model, config, run_vocabs = load_trained(run, device="cpu")
@@ -66,9 +61,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         vocabs = run_vocabs
 
     def line(name: str, model: torch.nn.Module) -> str:
-        counts = count_errors(predict(model, words, vocabs, "cpu"), references)
-        return (f"{name}: WER {100 * counts.wrong_words / counts.words:.2f} %, "
-                f"PER {100 * counts.edits / counts.reference_length:.2f} % ({counts.words} {args.split} words)")
+        measured = evaluate(model, split, vocabs, torch.device("cpu"), args.limit)
+        return f"{name}: WER {measured['wer']:.2f} %, PER {measured['per']:.2f} % ({measured['words']} {args.split} words)"
 
     for run, model in zip(args.runs, models):
         print(line(run, model), flush=True)

@@ -437,12 +437,13 @@ class StopRequest:
             signal.signal(s, previous)
 
 
-def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0) -> torch.optim.Optimizer:
+def make_optimizer(model: torch.nn.Module, weight_decay: float = 0.0, lr: float = 0.0) -> torch.optim.Optimizer:
     """The paper's Adam (beta = (0.9, 0.98), eps = 1e-9); with weight decay, the same steps plus the decoupled
-    shrinking of AdamW, which the paper does not use and the G2P CPU preset measured better with."""
+    shrinking of AdamW, which the paper does not use and the G2P CPU preset measured better with. The loop
+    sets the rate at every step; ``lr`` is where it starts."""
     if weight_decay:
-        return torch.optim.AdamW(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay)
-    return torch.optim.Adam(model.parameters(), lr=0.0, betas=(0.9, 0.98), eps=1e-9)
+        return torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9, weight_decay=weight_decay)
+    return torch.optim.Adam(model.parameters(), lr=lr, betas=(0.9, 0.98), eps=1e-9)
 
 
 class Processes:
