@@ -59,7 +59,8 @@ class Stepper:
         self.batches = self.task.epoch_batches(0)
         torch.manual_seed(0)
         self.model = self.task.build_model().to(device).train()
-        self.optimizer = make_optimizer(self.model, config.weight_decay, lr=1e-4)  # the loop's, at a fixed rate
+        # the loop's optimizer, at a fixed rate
+        self.optimizer = make_optimizer(self.model, config.weight_decay, lr=1e-4, fused=config.fused_adam)
 
     def run(self, first: int, steps: int) -> float:
         """Train on batches first .. first + steps - 1; return tokens/s (source + target, padding excluded)."""
@@ -83,8 +84,22 @@ class Stepper:
 
 
 #: the configurations whose training speed is compared, as overrides of a preset
-VARIANTS = (("course model, the chapters' code", {}), ("course model, fused attention", {"attention": "fused"}),
-            ("course model, fused layer norm", {"norm": "fused"}), ("nn.Transformer", {"implementation": "torch"}))
+#: PyTorch's own layers, in place of the chapters' (it takes no fused path of the course's)
+NN_TRANSFORMER = {"implementation": "torch", "attention": "course", "norm": "course"}
+#: what section 3 times, each as a change to a preset: every kernel path alone and together
+VARIANTS = (
+    ("course model, the chapters' code", {"attention": "course", "norm": "course", "fused_adam": False}),
+    ("course model, fused attention", {"attention": "fused", "norm": "course", "fused_adam": False}),
+    ("course model, fused layer norm", {"attention": "course", "norm": "fused", "fused_adam": False}),
+    ("course model, fused Adam", {"attention": "course", "norm": "course", "fused_adam": True}),
+    ("course model, fused layer norm + Adam", {"attention": "course", "norm": "fused", "fused_adam": True}),
+    ("nn.Transformer", NN_TRANSFORMER),
+)
+
+
+def variants(base: T.TrainConfig) -> dict[str, T.TrainConfig]:
+    """Each of :data:`VARIANTS` applied to ``base``."""
+    return {name: dataclasses.replace(base, **overrides) for name, overrides in VARIANTS}
 
 
 def tokens_a_second(stepper: Stepper, first: int, steps: int) -> float:
@@ -177,26 +192,27 @@ def main() -> None:
     if not args.skip_cpu_training:
         print(f"\n2. CPU preset, {args.seconds:.0f} s of training each; test split (stress removed)")
         print(f"   {'model':34s} {'steps':>6s} {'greedy WER':>11s} {'PER':>7s} {'beam 4 WER':>11s} {'PER':>7s}")
-        for name, implementation in (("course model", "course"), ("nn.Transformer, same size", "torch")):
+        for name, folder, overrides in (("course model", "cpu-course", {}),
+                                        ("nn.Transformer, same size", "cpu-torch", NN_TRANSFORMER)):
             config = dataclasses.replace(T.PRESETS["cpu"], device="cpu", time_limit=args.seconds, threads=best_threads,
-                                         implementation=implementation, eval_every=10**9, checkpoint_every=10**9)
-            r = trained(config, scratch / f"cpu-{implementation}", args.test_words, beam=4)
+                                         eval_every=10**9, checkpoint_every=10**9, **overrides)
+            r = trained(config, scratch / folder, args.test_words, beam=4)
             greedy, beam = r["decodings"]["greedy"], r["decodings"]["beam 4, alpha 0.6"]
             print(f"   {name:34s} {r['steps']:6d} {greedy['wer']:10.1f}% {greedy['per']:6.2f}% "
                   f"{beam['wer']:10.1f}% {beam['per']:6.2f}%   ({r['words']:,} words)")
 
     print(f"\n3. training throughput at the CPU preset's configuration (tokens/s, median of {args.rounds} interleaved rounds)")
     base = dataclasses.replace(T.PRESETS["cpu"], device="cpu", threads=best_threads)
-    for name, speed in throughputs({name: Stepper(dataclasses.replace(base, **overrides), cpu, g2p)
-                                    for name, overrides in VARIANTS}, args.steps, args.rounds).items():
+    for name, speed in throughputs({name: Stepper(config, cpu, g2p) for name, config in variants(base).items()},
+                                   args.steps, args.rounds).items():
         print(f"   {name:34s} {speed:10,.0f}")
 
     if torch.cuda.is_available():
         gpu = torch.device("cuda")
         print("\n   the same on the GPU, GPU preset configuration (bf16)")
         gpu_preset = dataclasses.replace(T.PRESETS["gpu"], device="cuda", attention="course")
-        for name, speed in throughputs({name: Stepper(dataclasses.replace(gpu_preset, **overrides), gpu, g2p)
-                                        for name, overrides in VARIANTS}, args.steps, args.rounds).items():
+        for name, speed in throughputs({name: Stepper(config, gpu, g2p) for name, config in variants(gpu_preset).items()},
+                                       args.steps, args.rounds).items():
             print(f"   {name:34s} {speed:10,.0f}")
         print(f"\n4. GPU preset, {args.seconds:.0f} s of training; test split (stress removed)")
         config = dataclasses.replace(T.PRESETS["gpu"], device="cuda", time_limit=args.seconds, attention="fused")

@@ -69,6 +69,21 @@ def test_a_stepper_trains_on_the_loops_own_batches_and_counts_their_real_tokens(
     assert sum(stepper.task.make_batch(b, torch.device("cpu")).tokens for b in stepper.batches[:3]) == real
 
 
+def test_every_timed_variant_is_a_valid_setting_of_each_preset():
+    """Section 3 times each kernel path against both presets; a preset that already takes a fused path must not
+    make a variant invalid (nn.Transformer refuses the course's fused paths) or leave a path switched on where
+    the variant's name says it is off."""
+    from transformer.g2p import train as T
+
+    for preset in ("cpu", "gpu"):
+        timed = capstone.variants(T.PRESETS[preset])
+        assert len(timed) == len(capstone.VARIANTS)
+        paths = {name: (c.attention, c.norm, c.fused_adam) for name, c in timed.items() if c.implementation == "course"}
+        assert paths["course model, the chapters' code"] == ("course", "course", False)
+        assert len(set(paths.values())) == len(paths), "two variants time the same thing"
+    assert T.TrainConfig(**{**T.PRESETS["cpu"].__dict__, **capstone.NN_TRANSFORMER}).implementation == "torch"
+
+
 def test_a_sweep_attempt_scores_the_folder_it_trained_in(tmp_path, monkeypatch):
     """A run_dir among an attempt's settings is where it trains and what is scored (it once trained in the
     named folder and then scored another, which did not exist)."""

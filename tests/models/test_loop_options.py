@@ -1,7 +1,7 @@
-"""Three settings of the training loop that the presets rely on: the cool-down that ends a fixed budget (the
+"""Four settings of the training loop that the presets rely on: the cool-down that ends a fixed budget (the
 rate of equation 3 scaled to zero over the budget's last fraction, by steps or by seconds, whichever runs
-out first), ``precision=auto`` (bf16 only where the hardware computes it natively), and weight decay
-(AdamW's, decoupled from the gradient)."""
+out first), ``precision=auto`` (bf16 only where the hardware computes it natively), weight decay
+(AdamW's, decoupled from the gradient), and Adam's fused kernel (the same update in fewer operations)."""
 from __future__ import annotations
 
 import dataclasses
@@ -66,11 +66,11 @@ def test_an_unknown_precision_is_refused():
         LoopConfig(precision="fp16")
 
 
-def _one_step(weight_decay, gradient):
+def _one_step(weight_decay, gradient, fused=False):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 2)
     before = [p.detach().clone() for p in model.parameters()]
-    optimizer = loop.make_optimizer(model, weight_decay)
+    optimizer = loop.make_optimizer(model, weight_decay, fused=fused)
     for group in optimizer.param_groups:
         group["lr"] = 0.5
     for p in model.parameters():
@@ -79,17 +79,18 @@ def _one_step(weight_decay, gradient):
     return before, [p.detach() for p in model.parameters()]
 
 
-def test_weight_decay_shrinks_every_weight_apart_from_the_gradient():
-    before, decayed = _one_step(0.1, gradient=0.0)
+@pytest.mark.parametrize("fused", [False, True])
+def test_weight_decay_shrinks_every_weight_apart_from_the_gradient(fused):
+    before, decayed = _one_step(0.1, gradient=0.0, fused=fused)
     for old, new in zip(before, decayed):
         torch.testing.assert_close(new, old * (1 - 0.5 * 0.1))  # no gradient: only the decay moves a weight
-    _, still = _one_step(0.0, gradient=0.0)
+    _, still = _one_step(0.0, gradient=0.0, fused=fused)
     for old, new in zip(before, still):
         torch.testing.assert_close(new, old)  # the paper's Adam: nothing moves without a gradient
     # With a gradient, the decay adds to Adam's step instead of passing through its normalisation, as an
     # L2 penalty in the loss would: decayed minus plain is -lr * decay * weight.
-    _, plain = _one_step(0.0, gradient=0.3)
-    _, both = _one_step(0.1, gradient=0.3)
+    _, plain = _one_step(0.0, gradient=0.3, fused=fused)
+    _, both = _one_step(0.1, gradient=0.3, fused=fused)
     for old, p, b in zip(before, plain, both):
         torch.testing.assert_close(b - p, -0.5 * 0.1 * old)
 
@@ -108,3 +109,45 @@ def test_the_loop_steps_with_the_configured_decay(tmp_path):
     saved = torch.load(tmp_path / "run" / "checkpoint.pt", weights_only=False)
     assert {group["weight_decay"] for group in saved["optimizer"]["param_groups"]} == {0.1}
     assert T.PRESETS["cpu"].weight_decay > 0 and T.PRESETS["tiny"].weight_decay == 0  # the preset measured with it
+
+
+def _trajectory(weight_decay, fused, steps=20):
+    """The weights of a small model after ``steps`` updates with the same gradients, rates and decay."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(5, 7), torch.nn.ReLU(), torch.nn.Linear(7, 3))
+    optimizer = loop.make_optimizer(model, weight_decay, fused=fused)
+    draws = torch.Generator().manual_seed(1)
+    for step in range(1, steps + 1):
+        for group in optimizer.param_groups:
+            group["lr"] = 1e-2 / step ** 0.5  # the rate changes at every step, as the loop's schedule does
+        for p in model.parameters():
+            p.grad = torch.randn(p.shape, generator=draws) * 10 ** torch.randint(-3, 2, (), generator=draws)
+        optimizer.step()
+    return optimizer, [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.05])
+def test_the_fused_kernel_makes_the_same_updates(weight_decay):
+    optimizer, fused = _trajectory(weight_decay, fused=True)
+    assert all(group["fused"] for group in optimizer.param_groups)  # the kernel was asked for, not ignored
+    _, plain = _trajectory(weight_decay, fused=False)
+    moved = max((f - p).abs().max().item() for f, p in zip(fused, plain))
+    for f, p in zip(fused, plain):
+        torch.testing.assert_close(f, p, rtol=1e-5, atol=1e-6)  # up to rounding
+    assert moved < 1e-5
+    # the comparison can tell two different updates apart: without the decay the weights end elsewhere
+    _, other = _trajectory(0.05 if not weight_decay else 0.0, fused=True)
+    assert max((f - o).abs().max().item() for f, o in zip(fused, other)) > 1e-4
+
+
+def test_the_loop_asks_for_the_fused_kernel_when_configured(tmp_path):
+    from transformer.g2p import train as T
+
+    for fused in (False, True):
+        run = tmp_path / f"fused-{fused}"
+        config = dataclasses.replace(T.PRESETS["tiny"], run_dir=str(run), device="cpu", max_steps=2, eval_every=2,
+                                     eval_words=5, checkpoint_every=2, fused_adam=fused)
+        T.train(config, progress=False)
+        saved = torch.load(run / "checkpoint.pt", weights_only=False)
+        assert {bool(group["fused"]) for group in saved["optimizer"]["param_groups"]} == {fused}
+    assert T.PRESETS["cpu"].fused_adam and T.PRESETS["cpu"].norm == "fused"  # the preset measured faster with both

@@ -107,6 +107,25 @@ def test_training_with_my_parts(completed, tmp_path):
         dataclasses.replace(config, attention="fused")
 
 
+
+def test_a_presets_fused_kernels_give_way_to_my_parts(tmp_path):
+    """The CPU presets take fused kernels in place of the course's LayerNorm (G2P) and attention (GPT); with
+    --parts mine the parts are the learner's and run as written, so the preset's command works unchanged, and
+    a fused path asked for by name is refused with the reason."""
+    from transformer.gpt import train as G
+
+    assert T.PRESETS["cpu"].norm == "fused" and G.PRESETS["cpu"].attention == "fused"  # what this test is about
+    config, _, _ = T.config_from_args(["--preset", "cpu", "--parts", "mine", "--run-dir", str(tmp_path / "g2p")])
+    assert (config.parts, config.attention, config.norm) == ("mine", "course", "course")
+    assert config.fused_adam and config.d_model == T.PRESETS["cpu"].d_model  # the rest of the preset is kept
+    config, _, _ = G.config_from_args(["--preset", "cpu", "--parts", "mine", "--run-dir", str(tmp_path / "gpt")])
+    assert (config.parts, config.attention) == ("mine", "course")
+    torch_model, _, _ = T.config_from_args(["--preset", "cpu", "--implementation", "torch"])
+    assert (torch_model.attention, torch_model.norm) == ("course", "course")  # nn.Transformer has its own kernels
+    assert T.config_from_args(["--preset", "cpu"])[0].norm == "fused"  # the course's own parts keep the preset's
+    with pytest.raises(SystemExit):
+        T.config_from_args(["--preset", "cpu", "--parts", "mine", "--norm", "fused"])
+
 # ---------------------------------------------------------------------------------------------
 # Chapter 8's parts, the list of whose part is whose, and the checks before training
 # ---------------------------------------------------------------------------------------------

@@ -81,6 +81,12 @@ class TrainConfig(LoopConfig):
     eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
 
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_words"}
+    KERNEL_PATHS = ("attention", "norm")
+
+    @classmethod
+    def fused_kernels_apply(cls, settings: dict) -> bool:
+        """Not for the learner's parts, nor for PyTorch's nn.Transformer, which has its own kernels."""
+        return super().fused_kernels_apply(settings) and settings.get("implementation", "course") == "course"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -88,7 +94,7 @@ class TrainConfig(LoopConfig):
             raise ValueError(f"max_tokens must be at least 1, got {self.max_tokens}")
         if self.bucket < 0:
             raise ValueError(f"bucket must be 0 (no buckets) or a length, got {self.bucket}")
-        for path in ("attention", "norm"):
+        for path in self.KERNEL_PATHS:
             if getattr(self, path) not in PATHS:
                 raise ValueError(f"{path} must be one of {', '.join(PATHS)}, got {getattr(self, path)!r}")
         if self.implementation not in ("course", "torch"):
@@ -117,14 +123,18 @@ PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
                         max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15),
-    # ten minutes on two CPU cores; two threads trained 1.7 times faster than one on an idle 2-core
+    # ten minutes on two CPU cores; two threads trained 1.4 to 1.7 times faster than one on an idle 2-core
     # machine. Chosen by measurement (benchmarks/RESULTS.md): 2,048-token batches, the matrix products in
-    # bf16 where the CPU computes it natively (AVX-512 BF16 or AMX: 1.3 times the steps of fp32), and the
-    # rate cooled down to zero over the last 30 % of the ten minutes, and AdamW's weight decay 0.05, with which
+    # bf16 where the CPU computes it natively (AVX-512 BF16 or AMX: 1.3 times the steps of fp32), the
+    # rate cooled down to zero over the last 30 % of the ten minutes, and AdamW's weight decay, with which
     # the same steps got both the training words and the dev words right more often (dropout, at 1.5 times
-    # the cost of a step, only slowed training down)
+    # the cost of a step, only slowed training down); 0.1 did best at the 7,000 steps of ten minutes on the
+    # machine the shipped model was trained on. The layer norm and Adam run as fused kernels (the same
+    # computation): a step of this small model waits on launching operations, and the two made it 1.3 times
+    # as fast; with --parts mine the learner's LayerNorm runs instead
     "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=2048, peak_lr=4e-3, warmup=300, threads=2,
-                       time_limit=600.0, cooldown=0.3, precision="auto", weight_decay=0.05, eval_every=1000,
+                       norm="fused", fused_adam=True,
+                       time_limit=600.0, cooldown=0.3, precision="auto", weight_decay=0.1, eval_every=1000,
                        eval_words=500, checkpoint_every=500, average_last=5, average_every=200),
     # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
     # A step is small (about 0.5 TFLOP) and would wait on kernel launches: compiled, and replayed as CUDA

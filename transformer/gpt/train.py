@@ -85,6 +85,7 @@ class GPTTrainConfig(LoopConfig):
     sample_bytes: int = 400  # bytes of each sample written to samples.txt at the end
 
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"}
+    KERNEL_PATHS = ("attention",)
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -49,11 +49,11 @@ def test_a_tiny_run_learns_and_fills_its_folder(tmp_path, g2p):
     assert result.step == 30
 
 
-@pytest.mark.parametrize("average_last", [0, 3])
-def test_resumed_equals_uninterrupted(tmp_path, g2p, average_last):
+@pytest.mark.parametrize(("average_last", "fused_adam"), [(0, False), (3, False), (3, True)])
+def test_resumed_equals_uninterrupted(tmp_path, g2p, average_last, fused_adam):
     # Dropout on, so that the random state must be carried across the interruption too; with
-    # averaging, the snapshots taken before it too.
-    settings = {"dropout": 0.1, "average_last": average_last, "average_every": 4}
+    # averaging, the snapshots taken before it too; with the fused kernel, its saved state.
+    settings = {"dropout": 0.1, "average_last": average_last, "average_every": 4, "fused_adam": fused_adam}
     straight = T.train(tiny(tmp_path / "straight", **settings), data=g2p, progress=False)
     T.train(tiny(tmp_path / "halves", max_steps=17, **settings), data=g2p, progress=False)  # stops mid-epoch
     resumed = T.train(tiny(tmp_path / "halves", **settings), resume=True, data=g2p, progress=False)
