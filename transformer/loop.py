@@ -68,6 +68,7 @@ from . import checkpoint
 from .checkpoint import atomic_write
 from .cli import Parser, field_comments
 from .flops import peak_flops
+from .kernel_paths import PATHS
 from .model import ModelShape
 from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_parts
 
@@ -148,9 +149,10 @@ class LoopConfig(ModelShape):
         {"max_steps", "time_limit", "eval_every", "checkpoint_every", "device", "threads", "run_dir", "parts_dir",
          "allow_failing_parts"}
     )
-    #: settings that choose a fused kernel in place of a course part (course or fused); a preset's choice is
-    #: dropped where the model has no course part to replace (see :meth:`fused_kernels_apply`)
-    KERNEL_PATHS: ClassVar[tuple[str, ...]] = ()
+    #: settings that choose a fused kernel in place of a course part (course or fused), each with the part it
+    #: replaces; a preset's choice is dropped where the model has no course part to replace (see
+    #: :meth:`fused_kernels_apply`), and asked for by name with --parts mine it is refused
+    KERNEL_PATHS: ClassVar[dict[str, str]] = {}
 
     @classmethod
     def fused_kernels_apply(cls, settings: dict[str, Any]) -> bool:
@@ -181,6 +183,11 @@ class LoopConfig(ModelShape):
             raise ValueError(f"compile_mode must be one of {', '.join(COMPILE_MODES)}, got {self.compile_mode!r}")
         if self.compile_backend not in COMPILE_BACKENDS:
             raise ValueError(f"compile_backend must be one of {', '.join(COMPILE_BACKENDS)}, got {self.compile_backend!r}")
+        for path, replaced in self.KERNEL_PATHS.items():
+            if getattr(self, path) not in PATHS:
+                raise ValueError(f"{path} must be one of {', '.join(PATHS)}, got {getattr(self, path)!r}")
+            if self.parts == "mine" and getattr(self, path) != "course":
+                raise ValueError(f"{path}=fused replaces {replaced}; with parts=mine use {path}=course")
 
     def bf16(self, device: torch.device) -> bool:
         """Whether the matrix products run in bf16 (autocast) on ``device``. ``auto`` asks for it only where

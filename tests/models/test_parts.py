@@ -107,7 +107,6 @@ def test_training_with_my_parts(completed, tmp_path):
         dataclasses.replace(config, attention="fused")
 
 
-
 def test_a_presets_fused_kernels_give_way_to_my_parts(tmp_path):
     """The CPU presets take fused kernels in place of the course's LayerNorm (G2P) and attention (GPT); with
     --parts mine the parts are the learner's and run as written, so the preset's command works unchanged, and
@@ -125,6 +124,7 @@ def test_a_presets_fused_kernels_give_way_to_my_parts(tmp_path):
     assert T.config_from_args(["--preset", "cpu"])[0].norm == "fused"  # the course's own parts keep the preset's
     with pytest.raises(SystemExit):
         T.config_from_args(["--preset", "cpu", "--parts", "mine", "--norm", "fused"])
+
 
 # ---------------------------------------------------------------------------------------------
 # Chapter 8's parts, the list of whose part is whose, and the checks before training

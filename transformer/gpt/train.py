@@ -39,7 +39,6 @@ import torch
 from reference.bert_gpt import sample_next
 
 from ..checkpoint import final_weights
-from ..kernel_paths import PATHS
 from ..loop import (
     Batch,
     LoopConfig,
@@ -85,7 +84,7 @@ class GPTTrainConfig(LoopConfig):
     sample_bytes: int = 400  # bytes of each sample written to samples.txt at the end
 
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"}
-    KERNEL_PATHS = ("attention",)
+    KERNEL_PATHS = {"attention": "the attention of the blocks"}
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -93,10 +92,6 @@ class GPTTrainConfig(LoopConfig):
         for name in ("train_chars", "eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.attention not in PATHS:
-            raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
-        if self.parts == "mine" and self.attention != "course":
-            raise ValueError("attention=fused replaces the attention of the blocks; with parts=mine use attention=course")
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
