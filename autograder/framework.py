@@ -182,6 +182,17 @@ class Check:
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         """Properties that span several calls (e.g. a masked value changes nothing); valid cases only."""
 
+    @staticmethod
+    def explaining_mistake(cases: Sequence[Case], results: Sequence[Any],
+                           mistakes: Sequence[tuple[Callable[..., Any], str]]) -> str | None:
+        """The message of the first catalogued mistake that gives every one of ``results`` on its case, or None.
+        On one case several mistakes can give the same value, so a mistake is named only when it explains
+        all of them."""
+        for mistaken, message in mistakes:
+            if all(mistaken(*c.args) == r for c, r in zip(cases, results)):
+                return message
+        return None
+
     def wrong_argument(self, case: Case) -> str:
         """The argument an invalid case gets wrong (``invalid_argument`` unless the cases differ)."""
         return self.invalid_argument

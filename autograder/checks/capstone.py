@@ -147,8 +147,6 @@ class EditDistanceCheck(Check):
             )
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        # Judged together: on one pair of sequences several mistakes can give the same number, but a
-        # mistake is named only when it explains every result.
         results = [_as_int(r) for r in results]
         wrong = [(c, r) for c, r in zip(cases, results) if r != levenshtein(*c.args)]
         if not wrong:
@@ -171,9 +169,9 @@ class EditDistanceCheck(Check):
         ]
         case, result = wrong[0]
         expected = levenshtein(*case.args)
-        for mistaken, message in diagnoses:
-            if all(mistaken(*c.args) == r for c, r in zip(cases, results)):
-                raise CheckFailed(f"`edit_distance` returned {result} on the case {case.label}: {message}")
+        message = self.explaining_mistake(cases, results, diagnoses)
+        if message:
+            raise CheckFailed(f"`edit_distance` returned {result} on the case {case.label}: {message}")
         if case.tag == "empty":
             raise CheckFailed(
                 f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: turning a "

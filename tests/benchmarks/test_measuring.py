@@ -1,6 +1,7 @@
 """The benchmarks' shared measuring helpers: which CPU, and settings timed in interleaved rounds."""
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -81,7 +82,7 @@ def test_every_timed_variant_is_a_valid_setting_of_each_preset():
         paths = {name: (c.attention, c.norm, c.fused_adam) for name, c in timed.items() if c.implementation == "course"}
         assert paths["course model, the chapters' code"] == ("course", "course", False)
         assert len(set(paths.values())) == len(paths), "two variants time the same thing"
-    assert T.TrainConfig(**{**T.PRESETS["cpu"].__dict__, **capstone.NN_TRANSFORMER}).implementation == "torch"
+    assert dataclasses.replace(T.PRESETS["cpu"], **capstone.NN_TRANSFORMER).implementation == "torch"
 
 
 def test_a_sweep_attempt_scores_the_folder_it_trained_in(tmp_path, monkeypatch):

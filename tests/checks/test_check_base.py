@@ -112,3 +112,15 @@ def test_an_invalid_case_must_raise_the_declared_exception_naming_the_argument()
     assert "right, but say which argument is wrong" in _message(says_nothing)
     # a wrong value on a valid case is the bigger news, so it is reported first
     assert _message(lambda x: x) == "`halve` returned 4.0 on the case x=4.0"
+
+
+def test_a_catalogued_mistake_is_named_only_when_it_explains_every_result():
+    """Several mistakes can give the same value on one case: the one named must give every result, and the
+    first such in the catalogue is named."""
+    cases = [Case("x=2", (2,)), Case("x=3", (3,))]
+    doubled, squared, plus_two = (lambda x: 2 * x, "doubled"), (lambda x: x * x, "squared"), (lambda x: x + 2, "plus two")
+    # On x=2 all three give 4; only x=3 tells them apart.
+    assert Check.explaining_mistake(cases, [4, 9], [doubled, plus_two, squared]) == "squared"
+    assert Check.explaining_mistake(cases, [4, 5], [doubled, squared, plus_two]) == "plus two"
+    assert Check.explaining_mistake(cases, [4, 7], [doubled, squared, plus_two]) is None
+    assert Check.explaining_mistake(cases[:1], [4], [doubled, squared]) == "doubled"

@@ -142,8 +142,6 @@ class BpeTrainCheck(Check):
         _as_pairs(result, "bpe_train", case)
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        # Judged together: on one short text several mistakes give the same merges, but a mistake is
-        # named only when it explains every result.
         judged = [(c, _as_pairs(r, "bpe_train", c)) for c, r in zip(cases, results)]
         wrong = [(c, mine) for c, mine in judged if mine != bpe_merges(*c.args)]
         if not wrong:
@@ -183,9 +181,9 @@ class BpeTrainCheck(Check):
              "you made one merge too many: make at most num_merges merges."),
         ]
         case, mine = wrong[0]
-        for mistaken, message in diagnoses:
-            if all(mistaken(*c.args) == m for c, m in judged):
-                raise CheckFailed(f"`bpe_train`'s merges are wrong on the case {case.label}: {message}")
+        message = self.explaining_mistake([c for c, _ in judged], [m for _, m in judged], diagnoses)
+        if message:
+            raise CheckFailed(f"`bpe_train`'s merges are wrong on the case {case.label}: {message}")
         text, num_merges = case.args
         rounds = bpe_rounds(text, num_merges)
         expected = [m for m, _, _ in rounds]
@@ -276,7 +274,6 @@ class BpeEncodeCheck(Check):
         _as_ids(result, "bpe_encode", case)
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        # As for training: a mistake is named only when it explains every result.
         judged = [(c, _as_ids(r, "bpe_encode", c)) for c, r in zip(cases, results)]
         wrong = [(c, mine) for c, mine in judged if mine != bpe_apply(*c.args)]
         if not wrong:
@@ -301,9 +298,9 @@ class BpeEncodeCheck(Check):
              "makes 256), which is how the merges name the tokens they join: (256, 99) joins merge 0's token and 'c'."),
         ]
         case, mine = wrong[0]
-        for mistaken, message in diagnoses:
-            if all(mistaken(*c.args) == m for c, m in judged):
-                raise CheckFailed(f"`bpe_encode`'s ids are wrong on the case {case.label}: {message}")
+        message = self.explaining_mistake([c for c, _ in judged], [m for _, m in judged], diagnoses)
+        if message:
+            raise CheckFailed(f"`bpe_encode`'s ids are wrong on the case {case.label}: {message}")
         text, merges = case.args
         table = vocabulary(merges)
         strange = [i for i in mine if i not in table]
