@@ -10,6 +10,7 @@ import torch
 from course.layout import REPO
 from transformer.g2p import train as T
 from transformer.g2p.encoding import Vocabularies, predict
+from transformer.g2p.evaluate import beam_predict
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 import g2p_ensemble  # noqa: E402  (benchmarks/g2p_ensemble.py)
@@ -43,3 +44,15 @@ def test_an_ensemble_of_one_decodes_as_its_model_and_an_empty_one_is_refused():
     assert predict(g2p_ensemble.Ensemble([model]), words, vocabs) == predict(model, words, vocabs)
     with pytest.raises(ValueError, match="at least one"):
         g2p_ensemble.Ensemble([])
+
+
+def test_the_batched_beam_search_decodes_an_ensemble():
+    """The beam search repeats each member's memory for its hypotheses (it once took only one model's named
+    tuple and failed on an ensemble's list): a model ensembled with itself decodes as the model alone, and
+    two members decode as neither of them."""
+    (a, b), vocabs = _models(2)
+    words = ["cat", "zebra", "onomatopoeia", "a"]
+    alone = beam_predict(a, words, vocabs, beam_size=3, alpha=0.6)
+    assert beam_predict(g2p_ensemble.Ensemble([a, a]), words, vocabs, beam_size=3, alpha=0.6) == alone
+    both = beam_predict(g2p_ensemble.Ensemble([a, b]), words, vocabs, beam_size=3, alpha=0.6)
+    assert len(both) == len(words) and both != alone

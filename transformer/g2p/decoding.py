@@ -15,10 +15,13 @@ import torch
 
 
 def _repeat(memory: Any, k: int) -> Any:
-    """Each source's memory k times over, whether it is a tensor or a tuple of tensors (B, ...) -> (B k, ...)."""
+    """Each source's memory k times over (B, ...) -> (B k, ...): a tensor, one model's named tuple of them, or
+    a list of such memories (an ensemble's, one per member)."""
     if isinstance(memory, torch.Tensor):
         return memory.repeat_interleave(k, dim=0)
-    return type(memory)(*(m.repeat_interleave(k, dim=0) for m in memory))
+    if isinstance(memory, list):
+        return [_repeat(m, k) for m in memory]
+    return type(memory)(*(_repeat(m, k) for m in memory))
 
 
 def length_penalty(generated: int, alpha: float) -> float:
