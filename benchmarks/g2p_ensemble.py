@@ -15,6 +15,7 @@ minutes of training. Trained at once, one thread each, two models share the ten 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import math
 import sys
 from collections.abc import Sequence
@@ -61,6 +62,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--beam must be at least 1 (1 decodes greedily only), got {args.beam}")
     torch.set_num_threads(args.threads)
     split = getattr(load(), args.split)
+    if args.limit:  # the first N words, for the greedy and the beam decodings alike
+        split = dataclasses.replace(split, words=split.words[: args.limit], references=split.references[: args.limit])
     models, vocabs = [], None
     for run in args.runs:
         model, config, run_vocabs = load_trained(run, device="cpu")
@@ -70,12 +73,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         vocabs = run_vocabs
 
     def line(name: str, model: torch.nn.Module) -> str:
-        measured = evaluate(model, split, vocabs, torch.device("cpu"), args.limit)
+        measured = evaluate(model, split, vocabs, torch.device("cpu"))
         shown = f"{name}: WER {measured['wer']:.2f} %, PER {measured['per']:.2f} % ({measured['words']} {args.split} words)"
         if args.beam > 1:
-            words = list(split.words[: args.limit] if args.limit else split.words)
-            counts = count_errors(beam_predict(model, words, vocabs, args.beam, args.alpha),
-                                  list(split.references[: len(words)]))
+            counts = count_errors(beam_predict(model, split.words, vocabs, args.beam, args.alpha), split.references)
             shown += f"; beam {args.beam}, alpha {args.alpha}: WER {counts.wer:.2f} %, PER {counts.per:.2f} %"
         return shown
 

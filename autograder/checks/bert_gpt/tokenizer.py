@@ -181,7 +181,7 @@ class BpeTrainCheck(Check):
              "you made one merge too many: make at most num_merges merges."),
         ]
         case, mine = wrong[0]
-        message = self.explaining_mistake([c for c, _ in judged], [m for _, m in judged], diagnoses)
+        message = self.explaining_mistake(cases, [m for _, m in judged], diagnoses)
         if message:
             raise CheckFailed(f"`bpe_train`'s merges are wrong on the case {case.label}: {message}")
         text, num_merges = case.args
@@ -298,7 +298,7 @@ class BpeEncodeCheck(Check):
              "makes 256), which is how the merges name the tokens they join: (256, 99) joins merge 0's token and 'c'."),
         ]
         case, mine = wrong[0]
-        message = self.explaining_mistake([c for c, _ in judged], [m for _, m in judged], diagnoses)
+        message = self.explaining_mistake(cases, [m for _, m in judged], diagnoses)
         if message:
             raise CheckFailed(f"`bpe_encode`'s ids are wrong on the case {case.label}: {message}")
         text, merges = case.args
