@@ -33,10 +33,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from course.layout import REPO  # noqa: E402
 
 SWEEP = REPO / "runs" / "sweep"
-#: training steps of the CPU preset in 600 s on two idle cores, evaluations included, rounded down: 6,958 measured
-#: on 2026-12-02 on the Intel Xeon the course's machines now are (RESULTS.md, attempt 27; the AMD EPYC before it
-#: trained 9,339 with the preset of the time)
-PRESET_STEPS = 6_950
+#: training steps of one of the CPU preset's two models in 600 s on two idle cores (the two side by side, one
+#: thread each), evaluations included, rounded down: 5,898 and 5,894 measured on 2026-12-02 on the Intel Xeon the
+#: course's machines now are (RESULTS.md, attempt 44; one model on two threads trained 6,958 there, attempt 27)
+PRESET_STEPS = 5_890
 
 
 def parse(settings: str) -> list[list[str]]:
@@ -54,7 +54,7 @@ def budgets(candidates: list[str], preset: str, steps: int, rounds: int) -> None
     from transformer.g2p import train as T
     from transformer.g2p.data import load
 
-    base = T.PRESETS[preset]
+    base = dataclasses.replace(T.PRESETS[preset], members=1)  # one member's steps, on its own threads
     torch.set_num_threads(base.threads)
     g2p = load()
     configs = {"(the preset)": base}

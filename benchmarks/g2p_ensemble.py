@@ -10,13 +10,13 @@ through ``encode`` and ``decode``. Each line gives WER and PER on all the split'
 ``--split`` says otherwise).
 The ensemble costs its members' training together: two runs of ten minutes one after the other are twenty
 minutes of training. Trained at once, one thread each, two models share the ten minutes of the two cores
-(benchmarks/RESULTS.md, attempts 17 and 36); the CPU preset is still one model.
+(benchmarks/RESULTS.md, attempts 17 and 36), which is what the CPU preset does (``members=2``); this script
+ensembles any runs, trained apart or together.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import math
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,27 +26,10 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from transformer.g2p.data import load  # noqa: E402
+from transformer.g2p.ensemble import Ensemble  # noqa: E402
 from transformer.g2p.evaluate import beam_predict  # noqa: E402
 from transformer.g2p.metrics import count_errors  # noqa: E402
 from transformer.g2p.train import evaluate, load_trained  # noqa: E402
-
-
-class Ensemble(torch.nn.Module):
-    """Models that read the same vocabularies, decoded as one: the mean of their next-token probabilities."""
-
-    def __init__(self, members: Sequence[torch.nn.Module]) -> None:
-        super().__init__()
-        if not members:
-            raise ValueError("an ensemble needs at least one model")
-        self.members = torch.nn.ModuleList(members)
-
-    def encode(self, src: torch.Tensor) -> list:
-        return [m.encode(src) for m in self.members]
-
-    def decode(self, memories: list, ys: torch.Tensor) -> torch.Tensor:
-        """ys (B, T) -> log of the members' mean probabilities (B, T, V), which greedy decoding reads as logits."""
-        log_probs = torch.stack([m.decode(memory, ys).float().log_softmax(-1) for m, memory in zip(self.members, memories)])
-        return torch.logsumexp(log_probs, dim=0) - math.log(len(self.members))  # (B, T, V)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

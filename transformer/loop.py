@@ -74,7 +74,7 @@ from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_par
 
 __all__ = [
     "Batch", "LoopConfig", "Processes", "RunResult", "StopRequest", "Task", "TrainingError",
-    "average_weights", "check_same_run", "choose_device", "command_line", "export_run", "identity", "launch",
+    "average_weights", "check_same_run", "choose_device", "command_line", "draw_curves", "export_run", "identity", "launch",
     "read_checkpoint", "run_training", "save_json", "snapshot",
 ]
 
@@ -402,21 +402,30 @@ def export_command(argv: Sequence[str], export: Callable[[str, str], Path], prog
     return 0
 
 
-def draw_curves(metrics: dict[str, list[dict[str, float]]], path: Path, task: Task) -> None:
+def draw_curves(metrics: dict[str, list[dict[str, float]]] | Sequence[dict[str, list[dict[str, float]]]], path: Path,
+                task: Task, labels: Sequence[str] = ()) -> None:
+    """A run's training loss, learning rate and measurements against the step; given a list of runs' metrics
+    (the models of an ensemble), each run's curves, named by ``labels``."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    runs = [metrics] if isinstance(metrics, dict) else list(metrics)
+    names = list(labels) or [""] * len(runs)
     fig, axes = plt.subplots(1, 3, figsize=(12, 3.2))
-    train, dev = metrics["train"], metrics["dev"]
-    if train:
-        axes[0].plot([r["step"] for r in train], [r["loss"] for r in train])
-        axes[1].plot([r["step"] for r in train], [r["lr"] for r in train])
-    if dev and task.curves:
-        for (key, label), style in zip(task.curves, ("o-", "s-", "^-", "v-", "d-")):
-            axes[2].plot([r["step"] for r in dev if key in r], [r[key] for r in dev if key in r], style, label=label)
-        axes[2].legend()
+    for run, name in zip(runs, names):
+        train, dev = run["train"], run["dev"]
+        if train:
+            axes[0].plot([r["step"] for r in train], [r["loss"] for r in train], label=name or None)
+            axes[1].plot([r["step"] for r in train], [r["lr"] for r in train], label=name or None)
+        if dev and task.curves:
+            for (key, label), style in zip(task.curves, ("o-", "s-", "^-", "v-", "d-")):
+                axes[2].plot([r["step"] for r in dev if key in r], [r[key] for r in dev if key in r], style,
+                             label=f"{name} {label}".strip())
+            axes[2].legend()
+    if any(names):
+        axes[0].legend()
     axes[0].set(xlabel="step", ylabel=task.loss_axis)
     axes[1].set(xlabel="step", ylabel="learning rate")
     axes[2].set(xlabel="step", ylabel=task.curves_axis)

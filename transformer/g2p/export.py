@@ -10,11 +10,14 @@ averaging snapshots it is a third of the run's checkpoint; it cannot be resumed.
 """
 from __future__ import annotations
 
+import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..loop import export_command, export_run
+from .. import checkpoint
+from ..loop import TrainingError, export_command, export_run
+from .ensemble import member_dir
 from .train import TrainConfig, load_trained
 
 COPIED = ("config.json", "metrics.json", "curves.png", "attention.png")
@@ -22,8 +25,22 @@ COPIED = ("config.json", "metrics.json", "curves.png", "attention.png")
 
 def export(run: str | Path, destination: str | Path) -> Path:
     """Write the shippable form of ``run`` (a run folder) into ``destination``; return the checkpoint's path."""
-    load_trained(run, device="cpu")  # refuses a checkpoint this code cannot load before anything is written
+    _, config, _ = load_trained(run, device="cpu")  # refuses a checkpoint this code cannot load before anything is written
+    if config.members > 1:
+        return export_ensemble(checkpoint.file_of(run).parent, Path(destination))
     return export_run(run, destination, TrainConfig, COPIED)
+
+
+def export_ensemble(run: Path, destination: Path) -> Path:
+    """An ensemble's run folder already holds its exported form (every member's final weights in one file, see
+    :func:`transformer.g2p.train.finish_ensemble`): it is copied without the members' folders."""
+    if not member_dir(run, 0).is_dir():
+        raise TrainingError(f"{run / checkpoint.FILE} is already an exported model")
+    destination.mkdir(parents=True, exist_ok=True)
+    for name in (checkpoint.FILE, *COPIED):
+        if (run / name).is_file():
+            shutil.copyfile(run / name, destination / name)
+    return destination / checkpoint.FILE
 
 
 def main(argv: Sequence[str] | None = None) -> int:

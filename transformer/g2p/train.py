@@ -7,8 +7,9 @@
 The recipe is the paper's (section 5): Adam with beta = (0.9, 0.98) and eps = 1e-9, the
 warm-up schedule of equation 3, label smoothing 0.1, dropout, shared embeddings, and batches by
 length under a token budget. The CPU preset adds what measurement chose for a ten-minute budget
-(benchmarks/RESULTS.md): a cool-down, bf16 matrix products, checkpoint averaging and AdamW's
-weight decay. The schedule, the loss and the batching are the chapter 8
+(benchmarks/RESULTS.md): a cool-down, bf16 matrix products, checkpoint averaging, AdamW's
+weight decay, and two models trained at once and decoded as one (``members``, see
+:mod:`transformer.g2p.ensemble`). The schedule, the loss and the batching are the chapter 8
 exercises' reference versions, and the model is built from chapters 2 to 6; with ``--parts mine``
 all of them are the learner's (see :mod:`transformer.parts`).
 
@@ -21,12 +22,15 @@ words) and ``checkpoint.pt``, written atomically, which ``--resume`` continues f
 """
 from __future__ import annotations
 
+import signal
+import sys
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
+from .. import checkpoint
 from ..attention_paths import attention_path, use_attention
 from ..checkpoint import atomic_write, final_weights
 from ..flops import training_flops
@@ -39,9 +43,11 @@ from ..loop import (
     TrainingError,
     choose_device,
     command_line,
+    draw_curves,
     launch,
     read_checkpoint,
     run_training,
+    save_json,
 )
 from ..model import Transformer, TransformerConfig, count_parameters
 from ..norm_paths import use_norm
@@ -49,6 +55,7 @@ from ..parts import EXERCISES, G2P_PARTS, NEEDED, LearnerTransformer, PartsError
 from .baseline import TorchTransformer
 from .data import G2PData, Split, Vocabulary, load
 from .encoding import EncodedPairs, Vocabularies, bucket_length, encode_pairs, predict, resident_examples
+from .ensemble import Ensemble, Members, member_config, member_dir
 from .metrics import count_errors
 
 
@@ -78,6 +85,10 @@ class TrainConfig(LoopConfig):
     label_smoothing: float = 0.1  # the label smoothing epsilon of the loss (the paper's 0.1)
     # measuring
     eval_words: int = 1000  # dev words decoded at each evaluation (0: the whole dev split)
+    # models trained at once from seeds seed, seed + 1, ..., one process each with `threads` threads, and
+    # decoded as one (the mean of their probabilities): on a small CPU two processes of one thread train
+    # 1.6 times the steps of one process of two (see transformer/g2p/ensemble.py)
+    members: int = 1  # models in the ensemble (1: one model)
 
     RESUMABLE = LoopConfig.RESUMABLE | {"eval_words"}
     KERNEL_PATHS = {"attention": "the reference attention layer", "norm": "the reference LayerNorm"}
@@ -101,6 +112,8 @@ class TrainConfig(LoopConfig):
                              "--attention nor --norm")
         if not 0.0 <= self.label_smoothing < 1.0:
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
+        if self.members < 1:
+            raise ValueError(f"members must be at least 1, got {self.members}")
 
     def model_config(self, vocab_size: int, target_vocab_size: int | None = None) -> TransformerConfig:
         return TransformerConfig(
@@ -116,8 +129,10 @@ PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
                         max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15),
-    # ten minutes on two CPU cores; two threads trained 1.4 to 1.7 times faster than one on an idle 2-core
-    # machine. Chosen by measurement (benchmarks/RESULTS.md): 2,048-token batches, the matrix products in
+    # ten minutes on two CPU cores, two models at once (members=2), one process of one thread each: a second
+    # thread made one model 1.4 to 1.7 times faster, a second process trains a second model at 0.8 times the
+    # speed of one model on both threads, and the two decoded as one beat one model trained alone.
+    # Chosen by measurement (benchmarks/RESULTS.md): 2,048-token batches, the matrix products in
     # bf16 where the CPU computes it natively (AVX-512 BF16 or AMX: 1.3 times the steps of fp32), the
     # rate cooled down to zero over the last 30 % of the ten minutes, and AdamW's weight decay, with which
     # the same steps got both the training words and the dev words right more often (dropout, at 1.5 times
@@ -125,8 +140,8 @@ PRESETS: dict[str, TrainConfig] = {
     # machine the shipped model was trained on. The layer norm and Adam run as fused kernels (the same
     # computation): a step of this small model waits on launching operations, and the two made it 1.3 times
     # as fast; with --parts mine the learner's LayerNorm runs instead
-    "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=2048, peak_lr=4e-3, warmup=300, threads=2,
-                       norm="fused", fused_adam=True,
+    "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=2048, peak_lr=4e-3, warmup=300, threads=1,
+                       members=2, norm="fused", fused_adam=True,
                        time_limit=600.0, cooldown=0.3, precision="auto", weight_decay=0.1, eval_every=1000,
                        eval_words=500, checkpoint_every=500, average_last=5, average_every=200),
     # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
@@ -164,6 +179,8 @@ def draw_attention(model: Transformer, words: Sequence[str], vocabs: Vocabularie
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    if isinstance(model, Ensemble):
+        model = model.members[0]  # each model attends on its own: the first one's, on its own predictions
     if not hasattr(getattr(model, "decoder", None), "layers"):
         return  # nn.Transformer keeps no attention weights to draw
     predictions = predict(model, words, vocabs, device)
@@ -198,6 +215,8 @@ def build_model(config: TrainConfig, vocabs: Vocabularies, parts: dict | None = 
     """The model a config describes; with parts=mine, made of ``parts`` (the learner's modules, loaded when
     not given)."""
     model_config = config.model_config(len(vocabs.source), len(vocabs.target))
+    if config.members > 1:
+        return Ensemble([build_model(member_config(config, i), vocabs, parts) for i in range(config.members)])
     if config.implementation == "torch":
         return TorchTransformer(model_config)
     if config.parts == "mine":
@@ -216,6 +235,9 @@ class G2PTask(Task):
     loss_axis = "training loss (label-smoothed)"
 
     def __init__(self, config: TrainConfig, data: G2PData | None = None) -> None:
+        if config.members > 1:
+            raise TrainingError(f"a task trains one model; members={config.members} trains each in its own process: "
+                                "use train(), or member_config(config, i) for one of them")
         super().__init__(config)
         self.data = data
         self.vocabs = Vocabularies.make(config.share_embeddings, config.stress)
@@ -323,11 +345,82 @@ def _device_of(model: torch.nn.Module) -> torch.device:
 def train(config: TrainConfig, resume: bool = False, data: G2PData | None = None,
           progress: bool = True) -> RunResult:
     """Train (or, with ``resume``, continue) the run described by ``config`` in ``config.run_dir``."""
+    if config.members > 1:
+        return train_ensemble(config, resume, progress)
     return run_training(G2PTask(config, data), resume=resume, progress=progress)
 
 
+def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = True) -> RunResult:
+    """Train ``config.members`` models at once, one process each, then measure and save them as one
+    (:mod:`transformer.g2p.ensemble`). Raises KeyboardInterrupt when stopped, after every member has saved."""
+    if not config.run_dir:
+        raise TrainingError("no run folder: set run_dir (--run-dir)")
+    if Processes().distributed:
+        raise TrainingError("members > 1 starts one process for each model; torchrun's processes train one model "
+                            "together (DDP): use members=1 under torchrun")
+    run_dir = Path(config.run_dir)
+    folders = [member_dir(run_dir, i) for i in range(config.members)]
+    started = [(folder / checkpoint.FILE).exists() for folder in folders]
+    if resume and not any(started) and (run_dir / checkpoint.FILE).exists():
+        raise TrainingError(f"{run_dir} holds an exported model, not a run: it cannot be resumed")
+    if not resume and (any(started) or (run_dir / checkpoint.FILE).exists()):
+        raise TrainingError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another "
+                            "--run-dir")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save_json(run_dir / "config.json", asdict(config))
+    if progress:
+        print(f"{config.members} models at once (seeds {config.seed} to {config.seed + config.members - 1}), one "
+              f"process of {config.threads} thread(s) each; {folders[0]} shows its progress here, the others write "
+              "train.log in their folders", flush=True)
+    codes = Members(config, resume, quiet=not progress).run()
+    if any(code in (None, 130, -signal.SIGINT, -signal.SIGTERM) for code in codes):
+        print(f"interrupted: `--resume {run_dir}` continues every model from its last checkpoint", file=sys.stderr)
+        raise KeyboardInterrupt
+    failed = [f"{folder} stopped with exit code {code}" + (f" (its output: {folder / 'train.log'})" if i else "")
+              for i, (folder, code) in enumerate(zip(folders, codes)) if code != 0]
+    if failed:
+        raise TrainingError("; ".join(failed))
+    return finish_ensemble(config)
+
+
+def finish_ensemble(config: TrainConfig) -> RunResult:
+    """The trained members as one model: measured on the whole dev split beside each member alone, saved as the
+    run folder's checkpoint (in the exported form: the final weights of every member), with the members' curves
+    and the first one's attention."""
+    task = G2PTask(member_config(config, 0))  # the members' task: its vocabularies, measurement and pictures
+    run_dir, device = Path(config.run_dir), choose_device(config.device)
+    model = build_model(config, task.vocabs).to(device)
+    steps, elapsed, metrics = [], [], []
+    for i, member in enumerate(model.members):
+        saved, _, file = read_checkpoint(member_dir(run_dir, i), TrainConfig)
+        if saved["vocabulary"] != task.checkpoint_extra()["vocabulary"]:
+            raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
+        member.load_state_dict(final_weights(saved))
+        steps.append(saved[checkpoint.STEP])
+        elapsed.append(saved[checkpoint.ELAPSED])
+        metrics.append(saved[checkpoint.METRICS])
+    model.eval()
+    # The whole dev split, each model alone and the models as one: the comparison that says what the ensemble adds
+    # (the few hundred words measured during training move by points from one run to the next)
+    task.data = load(stress=config.stress)
+    dev, distance = task.data.dev, task.parts["edit_distance"]
+    alone = [evaluate(member, dev, task.vocabs, device, distance=distance) for member in model.members]
+    measured = evaluate(model, dev, task.vocabs, device, distance=distance)
+    record = {"step": max(steps), "elapsed_s": max(elapsed), **measured, "member_steps": steps, "alone": alone}
+    ensemble_metrics = {"train": [], "dev": [record], "members": metrics}
+    checkpoint.write(run_dir / checkpoint.FILE, {
+        **task.checkpoint_extra(), checkpoint.CONFIG: asdict(config), checkpoint.MODEL: model.state_dict(),
+        checkpoint.AVERAGED: None, checkpoint.STEP: max(steps), checkpoint.ELAPSED: max(elapsed),
+    })
+    save_json(run_dir / "metrics.json", ensemble_metrics)
+    draw_curves(metrics, run_dir / "curves.png", task, labels=[f"model {i + 1}" for i in range(config.members)])
+    task.finish(model, run_dir)
+    return RunResult(run_dir, model, max(steps), ensemble_metrics)
+
+
 def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
-    """A trained model from a run folder or its checkpoint file, in eval mode."""
+    """A trained model from a run folder or its checkpoint file, in eval mode: an :class:`Ensemble` when the run
+    trained several (``members``)."""
     saved, config, file = read_checkpoint(path, TrainConfig)
     vocabs = Vocabularies.make(config.share_embeddings, config.stress)
     if list(vocabs.target.tokens) != saved["vocabulary"] or list(vocabs.source.tokens) != saved["source_vocabulary"]:
@@ -355,11 +448,28 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bo
 
 def main(argv: Sequence[str] | None = None) -> int:
     config, resume, quiet = config_from_args(argv)
-    result = launch(G2PTask(config), resume, quiet, errors=(PartsError,))
+    if config.members > 1:
+        try:
+            result: RunResult | int = train_ensemble(config, resume, progress=not quiet)
+        except (TrainingError, PartsError) as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            return 130
+    else:
+        result = launch(G2PTask(config), resume, quiet, errors=(PartsError,))
     if isinstance(result, int):
         return result
     dev = result.metrics["dev"][-1] if result.metrics["dev"] else None
-    print(f"{count_parameters(result.model):,} parameters, {result.step} steps; run folder: {result.run_dir}")
+    if isinstance(result.model, Ensemble):
+        steps = " and ".join(f"{n:,}" for n in dev["member_steps"])
+        print(f"{config.members} models of {count_parameters(result.model.members[0]):,} parameters, {steps} steps; "
+              f"run folder: {result.run_dir}")
+        for i, measured in enumerate(dev["alone"]):
+            print(f"model {i + 1} alone, {measured['words']} words: {dev_line(measured)}")
+        print(f"the {config.members} as one, ", end="")
+    else:
+        print(f"{count_parameters(result.model):,} parameters, {result.step} steps; run folder: {result.run_dir}")
     if dev:
         print(f"{dev['words']} words: {dev_line(dev)}")
     return 0
