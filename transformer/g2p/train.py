@@ -89,8 +89,11 @@ class TrainConfig(LoopConfig):
     # decoded as one (the mean of their probabilities): on a small CPU two processes of one thread train
     # 1.6 times the steps of one process of two (see transformer/g2p/ensemble.py)
     members: int = 1  # models in the ensemble (1: one model)
+    # at the end of an ensemble's run, each model alone and the models as one decode the same dev words: the
+    # comparison that says what the ensemble adds, on more words than the evaluations during training
+    compare_words: int = 0  # with members > 1: dev words of that final comparison (0: the whole dev split)
 
-    RESUMABLE = LoopConfig.RESUMABLE | {"eval_words"}
+    RESUMABLE = LoopConfig.RESUMABLE | {"eval_words", "compare_words"}
     KERNEL_PATHS = {"attention": "the reference attention layer", "norm": "the reference LayerNorm"}
 
     @classmethod
@@ -114,6 +117,8 @@ class TrainConfig(LoopConfig):
             raise ValueError(f"label_smoothing must be in [0, 1), got {self.label_smoothing}")
         if self.members < 1:
             raise ValueError(f"members must be at least 1, got {self.members}")
+        if self.compare_words < 0:
+            raise ValueError(f"compare_words must be 0 (the whole dev split) or more, got {self.compare_words}")
 
     def model_config(self, vocab_size: int, target_vocab_size: int | None = None) -> TransformerConfig:
         return TransformerConfig(
@@ -128,7 +133,7 @@ RESUMABLE = TrainConfig.RESUMABLE
 PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
-                        max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15),
+                        max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15, compare_words=40),
     # ten minutes on two CPU cores, two models at once (members=2), one process of one thread each: a second
     # thread made one model 1.4 to 1.7 times faster, a second process trains a second model at 0.8 times the
     # speed of one model on both threads, and the two decoded as one beat one model trained alone.
@@ -384,7 +389,7 @@ def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = T
 
 
 def finish_ensemble(config: TrainConfig) -> RunResult:
-    """The trained members as one model: measured on the whole dev split beside each member alone, saved as the
+    """The trained members as one model: measured on the dev split beside each member alone, saved as the
     run folder's checkpoint (in the exported form: the final weights of every member), with the members' curves
     and the first one's attention."""
     task = G2PTask(member_config(config, 0))  # the members' task: its vocabularies, measurement and pictures
@@ -400,12 +405,13 @@ def finish_ensemble(config: TrainConfig) -> RunResult:
         elapsed.append(saved[checkpoint.ELAPSED])
         metrics.append(saved[checkpoint.METRICS])
     model.eval()
-    # The whole dev split, each model alone and the models as one: the comparison that says what the ensemble adds
-    # (the few hundred words measured during training move by points from one run to the next)
+    # Each model alone and the models as one, on compare_words dev words (the whole split unless it says fewer):
+    # the few hundred words measured during training move by points from one run to the next
     task.data = load(stress=config.stress)
     dev, distance = task.data.dev, task.parts["edit_distance"]
-    alone = [evaluate(member, dev, task.vocabs, device, distance=distance) for member in model.members]
-    measured = evaluate(model, dev, task.vocabs, device, distance=distance)
+    words = config.compare_words
+    alone = [evaluate(member, dev, task.vocabs, device, words, distance) for member in model.members]
+    measured = evaluate(model, dev, task.vocabs, device, words, distance)
     record = {"step": max(steps), "elapsed_s": max(elapsed), **measured, "member_steps": steps, "alone": alone}
     ensemble_metrics = {"train": [], "dev": [record], "members": metrics}
     checkpoint.write(run_dir / checkpoint.FILE, {
