@@ -427,6 +427,10 @@ def finish_ensemble(config: TrainConfig) -> RunResult:
 def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
     """A trained model from a run folder or its checkpoint file, in eval mode: an :class:`Ensemble` when the run
     trained several (``members``)."""
+    if Path(path).is_dir() and not (Path(path) / checkpoint.FILE).exists() and member_dir(path, 0).is_dir():
+        raise TrainingError(f"{path} is the run of several models that has not finished: each model's checkpoint is "
+                            f"in {member_dir(path, 0)} and beside it; when all have finished (--resume {path} "
+                            f"continues them), {Path(path) / checkpoint.FILE} holds them as one")
     saved, config, file = read_checkpoint(path, TrainConfig)
     vocabs = Vocabularies.make(config.share_embeddings, config.stress)
     if list(vocabs.target.tokens) != saved["vocabulary"] or list(vocabs.source.tokens) != saved["source_vocabulary"]:

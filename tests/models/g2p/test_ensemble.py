@@ -127,6 +127,8 @@ def test_ctrl_c_stops_every_member_saved_and_resume_finishes_them(tmp_path):
     assert f"--resume {run}" in err
     stopped = [torch.load(run / f"member-{i}" / "checkpoint.pt", weights_only=False)["step"] for i in (0, 1)]
     assert all(0 < step < 100000 for step in stopped), stopped
+    with pytest.raises(loop.TrainingError, match="has not finished"):
+        T.load_trained(run, device="cpu")  # nothing holds the models as one yet: the message says where they are
     resumed = subprocess.run([sys.executable, "-m", "transformer.g2p", "train", "--resume", str(run), "--max-steps",
                               str(max(stopped) + 3), "--quiet"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert resumed.returncode == 0, resumed.stderr
