@@ -18,6 +18,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -59,7 +60,7 @@ def member_config(config: Any, index: int) -> Any:
 
 
 def _train_member(settings: dict[str, Any], index: int, resume: bool, quiet: bool, log: str) -> None:
-    """One member's training, in its own process (the target of :func:`train_members`)."""
+    """One member's training, in its own process (started by :class:`Members`)."""
     os.setpgrp()  # the terminal's Ctrl-C reaches the parent alone, which passes on exactly one request
     if log:  # every member but the first writes its output to its folder instead of the terminal
         Path(log).parent.mkdir(parents=True, exist_ok=True)
@@ -95,7 +96,9 @@ class Members:
         """Start every member, pass Ctrl-C and SIGTERM on to them, and wait; their exit codes (None: never
         started, since a stop came first)."""
         self.stopped = False
-        previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {}
+        if threading.current_thread() is threading.main_thread():  # only there can signals be caught
+            previous = {s: signal.signal(s, self._forward) for s in (signal.SIGINT, signal.SIGTERM)}
         try:
             for process in self.processes:
                 if not self.stopped:
