@@ -74,7 +74,8 @@ from .parts import EXERCISES, PartsError, check_parts, course_parts, learner_par
 
 __all__ = [
     "Batch", "LoopConfig", "Processes", "RunResult", "StopRequest", "Task", "TrainingError",
-    "average_weights", "check_same_run", "choose_device", "command_line", "draw_curves", "export_run", "identity", "launch",
+    "average_weights", "check_same_run", "choose_device", "command_line", "draw_curves", "exit_status", "export_run", "identity",
+    "launch",
     "read_checkpoint", "run_training", "save_json", "snapshot",
 ]
 
@@ -890,8 +891,14 @@ def launch(task: Task, resume: bool, quiet: bool, errors: tuple[type[Exception],
     """Run a task from a command line: the result, or the exit status after a clear error (2) or an
     interruption (130)."""
     torch.set_num_threads(task.config.threads)
+    return exit_status(lambda: run_training(task, resume=resume, progress=not quiet), errors)
+
+
+def exit_status(train: Callable[[], RunResult], errors: tuple[type[Exception], ...] = ()) -> RunResult | int:
+    """What ``train`` returns, or the exit status of a command after a clear error (2), the message printed, or
+    an interruption (130)."""
     try:
-        return run_training(task, resume=resume, progress=not quiet)
+        return train()
     except (TrainingError, PartsError, *errors) as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

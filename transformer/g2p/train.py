@@ -44,6 +44,7 @@ from ..loop import (
     choose_device,
     command_line,
     draw_curves,
+    exit_status,
     launch,
     read_checkpoint,
     run_training,
@@ -398,8 +399,7 @@ def finish_ensemble(config: TrainConfig) -> RunResult:
     steps, elapsed, metrics = [], [], []
     for i, member in enumerate(model.members):
         saved, _, file = read_checkpoint(member_dir(run_dir, i), TrainConfig)
-        if saved["vocabulary"] != task.checkpoint_extra()["vocabulary"]:
-            raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
+        _check_vocabularies(saved, task.vocabs, file)
         member.load_state_dict(final_weights(saved))
         steps.append(saved[checkpoint.STEP])
         elapsed.append(saved[checkpoint.ELAPSED])
@@ -424,6 +424,11 @@ def finish_ensemble(config: TrainConfig) -> RunResult:
     return RunResult(run_dir, model, max(steps), ensemble_metrics)
 
 
+def _check_vocabularies(saved: dict, vocabs: Vocabularies, file: Path) -> None:
+    if list(vocabs.target.tokens) != saved["vocabulary"] or list(vocabs.source.tokens) != saved["source_vocabulary"]:
+        raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
+
+
 def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, TrainConfig, Vocabularies]:
     """A trained model from a run folder or its checkpoint file, in eval mode: an :class:`Ensemble` when the run
     trained several (``members``)."""
@@ -433,8 +438,7 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[Transformer, T
                             f"continues them), {Path(path) / checkpoint.FILE} holds them as one")
     saved, config, file = read_checkpoint(path, TrainConfig)
     vocabs = Vocabularies.make(config.share_embeddings, config.stress)
-    if list(vocabs.target.tokens) != saved["vocabulary"] or list(vocabs.source.tokens) != saved["source_vocabulary"]:
-        raise TrainingError(f"{file} was trained with other vocabularies than this code builds")
+    _check_vocabularies(saved, vocabs, file)
     target = choose_device(device)
     model = build_model(config, vocabs)
     model.load_state_dict(final_weights(saved))
@@ -459,13 +463,7 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[TrainConfig, bo
 def main(argv: Sequence[str] | None = None) -> int:
     config, resume, quiet = config_from_args(argv)
     if config.members > 1:
-        try:
-            result: RunResult | int = train_ensemble(config, resume, progress=not quiet)
-        except (TrainingError, PartsError) as exc:
-            print(f"error: {exc}", file=sys.stderr)
-            return 2
-        except KeyboardInterrupt:
-            return 130
+        result = exit_status(lambda: train_ensemble(config, resume, progress=not quiet))
     else:
         result = launch(G2PTask(config), resume, quiet, errors=(PartsError,))
     if isinstance(result, int):
