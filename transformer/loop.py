@@ -598,6 +598,20 @@ def compiled(module: torch.nn.Module, config: LoopConfig) -> torch.nn.Module:
     return torch.compile(module, mode=None if config.compile_mode == "default" else config.compile_mode)
 
 
+def refuse_compiled_bf16_course_attention(config: LoopConfig, device: torch.device, bf16: bool) -> None:
+    """torch.compile's inductor, on a CPU, with bf16 autocast, computes NaN gradients through the chapters'
+    attention (measured with torch 2.13: the backward of the max that the course's softmax subtracts), so
+    such a run would train nothing for its whole budget. F.scaled_dot_product_attention compiles correctly,
+    and fp32 does too."""
+    if (config.compile and config.compile_backend == "inductor" and bf16 and device.type == "cpu"
+            and getattr(config, "attention", "course") == "course"):
+        offers_fused = "attention" in getattr(config, "KERNEL_PATHS", {}) and config.parts != "mine"
+        fused = ", or --attention fused" if offers_fused else ""
+        raise TrainingError("torch.compile with bf16 on the CPU computes NaN gradients through the chapters' "
+                            f"attention (a fault of the compiler's CPU code): use --precision fp32{fused}, "
+                            "or train uncompiled, which on a CPU is as fast")
+
+
 def uses_cuda_graphs(config: LoopConfig, device: torch.device) -> bool:
     """Whether the compiled steps are replayed as CUDA graphs (inductor captures them on CUDA only)."""
     return (config.compile and device.type == "cuda" and config.compile_backend == "inductor"
@@ -622,6 +636,8 @@ class Run:
         self.device = choose_device(config.device)
         if self.processes.distributed and self.device.type == "cuda":
             self.device = torch.device("cuda", self.processes.local_rank)  # one GPU per process
+        self.bf16 = config.bf16(self.device)
+        refuse_compiled_bf16_course_attention(config, self.device, self.bf16)
         saved = self._saved_run() if resume else self._no_run_yet()
         if config.parts == "mine":
             task.use_learner_parts(print if self.processes.main else lambda line: None)
@@ -639,7 +655,7 @@ class Run:
             save_json(self.run_dir / "config.json", asdict(config))
         self.forward = self._forward()
         self.graphs = uses_cuda_graphs(config, self.device)
-        self.bf16 = config.bf16(self.device)
+        self.saved_step = self.progress.step if saved is not None else None  # what the run folder holds
 
     def _saved_run(self) -> dict[str, Any]:
         if not self.checkpoint_path.is_file():
@@ -736,6 +752,8 @@ class Run:
         out_of_time = bool(config.time_limit and progress.elapsed >= config.time_limit)
         loss_sum, stop, interrupted = processes.total(loss.item() * batch.count, float(out_of_time),
                                                       float(stop_request.requested), device=device)
+        if not math.isfinite(loss_sum):  # the same total in every process: they all stop here
+            raise TrainingError(self.diverged(loss_sum / all_count))
         window.add(loss_sum / all_count, all_tokens, all_flops)
         record = window.close(progress.step, lr, progress.elapsed)
         if record is not None:
@@ -748,6 +766,14 @@ class Run:
         if progress.step % config.checkpoint_every == 0:
             self.save_checkpoint()
         return stop > 0, interrupted > 0  # every process stops at the same step
+
+    def diverged(self, loss: float) -> str:
+        """Why the run stops when its loss is no longer a number: the weights that gave it are not saved."""
+        kept = (f"{self.checkpoint_path} keeps step {self.saved_step}" if self.saved_step is not None
+                else "nothing was saved before it")
+        return (f"the training loss became {loss} at step {self.progress.step}, so the weights are no longer "
+                f"numbers and training stops without saving them ({kept}). The usual causes: a rate too high "
+                f"(--peak-lr), or a part that computes inf or NaN (with --parts mine, check your parts)")
 
     def measure(self, which: torch.nn.Module) -> dict[str, float]:
         measured = self.task.evaluate(which)
@@ -769,6 +795,7 @@ class Run:
             checkpoint.CUDA_RNG: torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None,
         })
         save_json(self.run_dir / "metrics.json", progress.metrics)
+        self.saved_step = progress.step
 
     # -- the end -------------------------------------------------------------------------------
 

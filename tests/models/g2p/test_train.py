@@ -166,6 +166,28 @@ def test_clear_errors(tmp_path, g2p):
         tiny(tmp_path, d_model=30, h=4)
 
 
+def test_a_loss_that_is_no_longer_a_number_stops_the_run_and_keeps_the_last_checkpoint(tmp_path, g2p, monkeypatch):
+    """Without the stop, a run whose weights turned NaN trained on for its whole budget and saved them."""
+    loss = T.G2PTask.loss
+
+    def poisoned(task, output, batch):
+        value = loss(task, output, batch)
+        return value * float("nan") if len(steps) >= 5 else value
+
+    steps: list[int] = []
+    monkeypatch.setattr(T.G2PTask, "make_batch", lambda task, indices, device, make=T.G2PTask.make_batch: (
+        steps.append(1), make(task, indices, device))[1])
+    monkeypatch.setattr(T.G2PTask, "loss", poisoned)
+    run = tmp_path / "nan"
+    with pytest.raises(loop.TrainingError, match=r"became nan at step 5.*checkpoint.pt keeps step 4"):
+        T.train(tiny(run, max_steps=20, checkpoint_every=2, eval_every=20), data=g2p, progress=False)
+    saved = torch.load(run / "checkpoint.pt", weights_only=False)
+    assert saved["step"] == 4 and all(torch.isfinite(w).all() for w in saved["model"].values())
+    steps.clear()
+    with pytest.raises(loop.TrainingError, match="nothing was saved before it"):
+        T.train(tiny(tmp_path / "early", max_steps=20, checkpoint_every=10, eval_every=20), data=g2p, progress=False)
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer.g2p", "train", *args], cwd=REPO, capture_output=True, text=True)
 
