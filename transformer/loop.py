@@ -842,11 +842,17 @@ class Run:
 
 
 def run_training(task: Task, resume: bool = False, progress: bool = True) -> RunResult:
-    """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``."""
-    run = Run(task, resume)
-    if run.train(show_progress=progress):
-        run.stop_interrupted()
-    return run.finish()
+    """Train (or, with ``resume``, continue) ``task``'s run in ``task.config.run_dir``, on ``threads`` CPU
+    threads (the caller's count is restored afterwards)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(task.config.threads)
+    try:
+        run = Run(task, resume)
+        if run.train(show_progress=progress):
+            run.stop_interrupted()
+        return run.finish()
+    finally:
+        torch.set_num_threads(before)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -917,7 +923,6 @@ def command_line(config_class: type[LoopConfig], presets: dict[str, LoopConfig],
 def launch(task: Task, resume: bool, quiet: bool, errors: tuple[type[Exception], ...] = ()) -> RunResult | int:
     """Run a task from a command line: the result, or the exit status after a clear error (2) or an
     interruption (130)."""
-    torch.set_num_threads(task.config.threads)
     return exit_status(lambda: run_training(task, resume=resume, progress=not quiet), errors)
 
 

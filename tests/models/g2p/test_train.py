@@ -188,6 +188,17 @@ def test_a_loss_that_is_no_longer_a_number_stops_the_run_and_keeps_the_last_chec
         T.train(tiny(tmp_path / "early", max_steps=20, checkpoint_every=10, eval_every=20), data=g2p, progress=False)
 
 
+def test_training_from_python_takes_its_thread_count_and_gives_the_callers_back(tmp_path, g2p, monkeypatch):
+    """Only the command line set it before, so a run started from Python trained on torch's default count."""
+    seen = set()
+    monkeypatch.setattr(T.G2PTask, "make_batch", lambda task, indices, device, make=T.G2PTask.make_batch: (
+        seen.add(torch.get_num_threads()), make(task, indices, device))[1])
+    before = torch.get_num_threads()
+    T.train(tiny(tmp_path / "threads", threads=before + 1, max_steps=2, eval_every=2, eval_words=5), data=g2p,
+            progress=False)
+    assert seen == {before + 1} and torch.get_num_threads() == before
+
+
 def _cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transformer.g2p", "train", *args], cwd=REPO, capture_output=True, text=True)
 
