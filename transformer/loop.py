@@ -609,7 +609,7 @@ def refuse_compiled_bf16_course_attention(config: LoopConfig, device: torch.devi
         fused = ", or --attention fused" if offers_fused else ""
         raise TrainingError("torch.compile with bf16 on the CPU computes NaN gradients through the chapters' "
                             f"attention (a fault of the compiler's CPU code): use --precision fp32{fused}, "
-                            "or train uncompiled, which on a CPU is as fast")
+                            "or train uncompiled")
 
 
 def uses_cuda_graphs(config: LoopConfig, device: torch.device) -> bool:
