@@ -381,10 +381,15 @@ def export_run(run: str | Path, destination: str | Path, config_class: type[Loop
     destination.mkdir(parents=True, exist_ok=True)
     target = destination / checkpoint.FILE
     checkpoint.write(target, checkpoint.slim(saved))
-    for name in files:
-        if (source.parent / name).is_file():
-            shutil.copyfile(source.parent / name, destination / name)
+    copy_present(files, source.parent, destination)
     return target
+
+
+def copy_present(files: Sequence[str], source: Path, destination: Path) -> None:
+    """Copy those of ``files`` that ``source`` holds into ``destination`` (a run may lack a picture)."""
+    for name in files:
+        if (source / name).is_file():
+            shutil.copyfile(source / name, destination / name)
 
 
 def export_command(argv: Sequence[str], export: Callable[[str, str], Path], prog: str) -> int:
@@ -598,6 +603,16 @@ def compiled(module: torch.nn.Module, config: LoopConfig) -> torch.nn.Module:
     return torch.compile(module, mode=None if config.compile_mode == "default" else config.compile_mode)
 
 
+def run_folder(config: LoopConfig) -> Path:
+    if not config.run_dir:
+        raise TrainingError("no run folder: set run_dir (--run-dir)")
+    return Path(config.run_dir)
+
+
+def already_holds_a_run(run_dir: Path) -> TrainingError:
+    return TrainingError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another --run-dir")
+
+
 def refuse_compiled_bf16_course_attention(config: LoopConfig, device: torch.device, bf16: bool) -> None:
     """torch.compile's inductor, on a CPU, with bf16 autocast, computes NaN gradients through the chapters'
     attention (measured with torch 2.13: the backward of the max that the course's softmax subtracts), so
@@ -605,7 +620,7 @@ def refuse_compiled_bf16_course_attention(config: LoopConfig, device: torch.devi
     and fp32 does too."""
     if (config.compile and config.compile_backend == "inductor" and bf16 and device.type == "cpu"
             and getattr(config, "attention", "course") == "course"):
-        offers_fused = "attention" in getattr(config, "KERNEL_PATHS", {}) and config.parts != "mine"
+        offers_fused = "attention" in config.KERNEL_PATHS and config.parts != "mine"
         fused = ", or --attention fused" if offers_fused else ""
         raise TrainingError("torch.compile with bf16 on the CPU computes NaN gradients through the chapters' "
                             f"attention (a fault of the compiler's CPU code): use --precision fp32{fused}, "
@@ -628,9 +643,7 @@ class Run:
     def __init__(self, task: Task, resume: bool) -> None:
         config = self.config = task.config
         self.task = task
-        if not config.run_dir:
-            raise TrainingError("no run folder: set run_dir (--run-dir)")
-        self.run_dir = Path(config.run_dir)
+        self.run_dir = run_folder(config)
         self.checkpoint_path = self.run_dir / checkpoint.FILE
         self.processes = Processes()
         self.device = choose_device(config.device)
@@ -669,9 +682,7 @@ class Run:
 
     def _no_run_yet(self) -> None:
         if self.checkpoint_path.exists():
-            raise TrainingError(
-                f"{self.run_dir} already holds a run: continue it with --resume {self.run_dir}, or choose another --run-dir"
-            )
+            raise already_holds_a_run(self.run_dir)
 
     def _restore(self, saved: dict[str, Any]) -> None:
         if not checkpoint.resumable(saved):

@@ -10,13 +10,12 @@ averaging snapshots it is a third of the run's checkpoint; it cannot be resumed.
 """
 from __future__ import annotations
 
-import shutil
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
 from .. import checkpoint
-from ..loop import TrainingError, export_command, export_run
+from ..loop import TrainingError, copy_present, export_command, export_run
 from .ensemble import member_dir
 from .train import TrainConfig, load_trained
 
@@ -37,9 +36,7 @@ def export_ensemble(run: Path, destination: Path) -> Path:
     if not member_dir(run, 0).is_dir():
         raise TrainingError(f"{run / checkpoint.FILE} is already an exported model")
     destination.mkdir(parents=True, exist_ok=True)
-    for name in (checkpoint.FILE, *COPIED):
-        if (run / name).is_file():
-            shutil.copyfile(run / name, destination / name)
+    copy_present((checkpoint.FILE, *COPIED), run, destination)
     return destination / checkpoint.FILE
 
 

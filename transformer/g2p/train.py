@@ -41,12 +41,14 @@ from ..loop import (
     RunResult,
     Task,
     TrainingError,
+    already_holds_a_run,
     choose_device,
     command_line,
     draw_curves,
     exit_status,
     launch,
     read_checkpoint,
+    run_folder,
     run_training,
     save_json,
 )
@@ -359,19 +361,16 @@ def train(config: TrainConfig, resume: bool = False, data: G2PData | None = None
 def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = True) -> RunResult:
     """Train ``config.members`` models at once, one process each, then measure and save them as one
     (:mod:`transformer.g2p.ensemble`). Raises KeyboardInterrupt when stopped, after every member has saved."""
-    if not config.run_dir:
-        raise TrainingError("no run folder: set run_dir (--run-dir)")
+    run_dir = run_folder(config)
     if Processes().distributed:
         raise TrainingError("members > 1 starts one process for each model; torchrun's processes train one model "
                             "together (DDP): use members=1 under torchrun")
-    run_dir = Path(config.run_dir)
     folders = [member_dir(run_dir, i) for i in range(config.members)]
     started = [(folder / checkpoint.FILE).exists() for folder in folders]
     if resume and not any(started) and (run_dir / checkpoint.FILE).exists():
         raise TrainingError(f"{run_dir} holds an exported model, not a run: it cannot be resumed")
     if not resume and (any(started) or (run_dir / checkpoint.FILE).exists()):
-        raise TrainingError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another "
-                            "--run-dir")
+        raise already_holds_a_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_json(run_dir / "config.json", asdict(config))
     if progress:
