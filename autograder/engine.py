@@ -141,14 +141,15 @@ class Result:
 def _run_check(session: Session, check: Check, function: str, hidden: bool, own: tuple[str, ...] = ()) -> str | None:
     """None when the check passes, else the message for the learner."""
     cases = check.cases(hidden)
-    results = []
+    results: list = []
+    observed: list = []
     for case in cases:
-        result = session.call(function, case, own)
+        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed)
         if isinstance(result, Failure):
             return result.message
         results.append(result)
     try:
-        check.verdict(cases, results)
+        check.verdict(cases, results, observed)
     except CheckFailed as failure:
         return str(failure)
     except Exception as exc:  # a result so odd that a judge tripped over it is still a wrong result

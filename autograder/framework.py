@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -46,6 +47,9 @@ from harness.calls import (  # noqa: F401
     shared_names,
     to_plain,
 )
+from harness.observe import Observed, Observer
+
+from .locate import Stage, locate
 
 
 class CheckFailed(AssertionError):
@@ -57,6 +61,17 @@ class CheckFailed(AssertionError):
 
     #: the frames of the learner's code where the learner's exception was raised, formatted
     learner_frames: tuple[str, ...] = ()
+    #: the catalogued mistakes that give the learner's value on this case (their advice, numbers
+    #: left out), the first named by the message: the verdict names one only if it explains every
+    #: other failing case too
+    names: tuple[str, ...] | None = None
+    #: for each of ``names``, its advice as written for this case, and the words before it
+    advice: dict[str, str] = {}  # noqa: RUF012 (never mutated: each failure gets its own)
+    what: str = ""
+    #: a wrong value that no catalogued mistake explains
+    unexplained: bool = False
+    #: the message without the mistake's name, for when the name does not hold on every case
+    plain: str = ""
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -207,28 +222,123 @@ class Check:
         return ("right, but say which argument is wrong and why, for instance "
                 f"ValueError(f\"{argument} must be ..., got {{{argument}}}\").")
 
-    def verdict(self, cases: Sequence[Case], results: Sequence[Any]) -> str:
+    def stages(self, case: Case) -> list[Stage]:
+        """The stages of the course's computation of ``case``, in order, the last being the result
+        (see :mod:`autograder.locate`); a check that lists them has its learners' lines traced, so
+        that a wrong value nobody catalogued is located at the line where it first goes wrong."""
+        return []
+
+    @property
+    def traced(self) -> bool:
+        return type(self).stages is not Check.stages
+
+    def verdict(self, cases: Sequence[Case], results: Sequence[Any], observed: Sequence[Observed | None] = ()) -> str:
         """Judge every result; return the success line or raise CheckFailed.
 
         The valid cases come first (a wrong value is bigger news than a missing refusal), each
         phase in the order of the cases: what is not a result, the results, the properties that
-        span several calls; then the invalid cases.
+        span several calls, the rules every function keeps (:meth:`judge_effects`); then the
+        invalid cases. ``observed`` holds what each call did besides returning, where it was
+        recorded (:mod:`harness.observe`).
         """
-        valid = [(c, r) for c, r in zip(cases, results) if c.tag != INVALID]
-        late = [(c, r) for c, r in valid if self.values_first and _deferrable(r)]
-        early = [(c, r) for c, r in valid if not (self.values_first and _deferrable(r))]
-        for case, result in early:
+        seen = list(observed) + [None] * (len(cases) - len(observed))
+        valid = [(c, r, o) for c, r, o in zip(cases, results, seen) if c.tag != INVALID]
+        late = [(c, r) for c, r, _ in valid if self.values_first and _deferrable(r)]
+        early = [(c, r, o) for c, r, o in valid if not (self.values_first and _deferrable(r))]
+        for case, result, _ in early:
             self._reject(case, result)
-        for case, result in early:
-            self.judge(case, result)
+        self._judge_each(early)
         for case, result in late:
             self._reject(case, result)
-        self.judge_all([c for c, _ in valid], [r for _, r in valid])
+        self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
+        for case, result, seen_ in valid:
+            if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
+                self.judge_effects(case, seen_)
         for case, result in zip(cases, results):
             if case.tag == INVALID:
                 self._reject(case, result)
                 self._judge_refusal(case, result)
         return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
+
+    def _judge_each(self, triples: Sequence[tuple[Case, Any, Observed | None]]) -> None:
+        """``judge`` on each case in turn. A message that names a catalogued mistake is kept only when
+        no other failing case contradicts it (a wrong value it does not explain, or another mistake);
+        any other message about a value gets the place where the learner's values part, when traced."""
+        first, common = None, ()
+        for case, result, seen in triples:
+            try:
+                self.judge(case, result)
+            except CheckFailed as failure:
+                if first is None:
+                    first, common = (failure, case, seen), failure.names or ()
+                    if failure.names is None:
+                        break
+                elif failure.unexplained or failure.names is not None:
+                    common = tuple(k for k in common if k in (failure.names or ()))
+                    if not common:
+                        break
+        if first is None:
+            return
+        failure, case, seen = first
+        if failure.names is not None:
+            if not common:
+                failure = _failure(failure.plain, unexplained=True)
+            elif common[0] != failure.names[0]:  # the mistake that explains every case, in this case's words
+                failure = CheckFailed(failure.what + failure.advice[common[0]])
+        if failure.names is None:
+            where = self.where_values_part(case, seen)
+            if where:
+                failure = _failure(f"{failure}\n{where}", unexplained=failure.unexplained)
+        raise failure
+
+    def where_values_part(self, case: Case, seen: Observed | None) -> str:
+        """The sentence that locates a wrong value in the learner's lines, or ""."""
+        if seen is None or not seen.steps or not self.traced:
+            return ""
+        try:
+            stages = self.stages(case)
+        except Exception:  # a stage that does not apply to this case: say nothing rather than guess
+            return ""
+        inputs = [t for _, t in _tensors_in((*case.args, *case.kwargs.values()))]
+        dtype = next((t.dtype for t in inputs if t.is_floating_point()), None)
+        if case.state:
+            dtype = next((t.dtype for t in case.state.values() if t.is_floating_point()), dtype)
+        return locate(seen.steps, stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0), seen.truncated)
+
+    #: the exercise lets the function return a view of an argument (a reshape, say)
+    may_return_view: ClassVar[bool] = False
+    #: attributes the exercise says to store detached from the autograd graph
+    detached_attributes: ClassVar[tuple[str, ...]] = ()
+
+    def judge_effects(self, case: Case, seen: Observed) -> None:
+        """The rules every graded function keeps beside its values: it leaves the caller's arguments
+        as they were, returns no view of them unless the exercise allows it, stores detached what the
+        exercise says to store detached, and keeps its result attached to the parameters it trains."""
+        name = f"`{self.function}`"
+        if seen.written:
+            args = ", ".join(f"`{a}`" for a in seen.written)
+            line = next((s for s in seen.steps if _writes_in_place(s.made_by)), None)
+            raise CheckFailed(
+                f"{name} changed the caller's {args} in place on the case {case.label}"
+                + (f" (line {line.line}: `{line.source}`)" if line else "")
+                + ": a function must leave its arguments as they were, or the caller's tensor silently changes. "
+                "An operation ending in `_` (`sub_`, `masked_fill_`), `x -= ...` or `x[...] = ...` writes into "
+                "the tensor you were given; compute a new one instead (`x = x - m`)."
+            )
+        if seen.aliased and not self.may_return_view:
+            args = ", ".join(f"`{a}`" for a in seen.aliased)
+            raise CheckFailed(
+                f"{name} returned a view of its argument {args} on the case {case.label} (the two share memory): "
+                "a caller who then changes one changes the other. Return a new tensor (an arithmetic result, or "
+                "`.clone()`)."
+            )
+        stored = [a for a in seen.attached if a in self.detached_attributes]
+        if stored:
+            raise CheckFailed(
+                f"{name} stores `{stored[0]}` still attached to the autograd graph on the case {case.label}: the "
+                f"exercise says to store it detached (`self.{stored[0]} = weights.detach()`), so that keeping it "
+                "for a plot does not keep the whole graph of the step alive."
+            )
 
     def _reject(self, case: Case, result: Any) -> None:
         try:
@@ -282,6 +392,33 @@ class Check:
             raise CheckFailed(f"{name} returned None on the case {case.label}: did you forget `return`?")
 
 
+def _mistake_key(advice: str) -> str:
+    """One mistake's advice, whatever numbers it quotes: "normalised along dim=1, not dim=0" on one
+    case and "dim=3, not dim=1" on another are the same mistake (ignoring ``dim``)."""
+    return re.sub(r"-?\d+(\.\d+)?", "#", advice)
+
+
+def _failure(message: str, unexplained: bool = False) -> CheckFailed:
+    failure = CheckFailed(message)
+    failure.unexplained = unexplained
+    return failure
+
+
+def _tensors_in(value: Any) -> list[tuple[str, torch.Tensor]]:
+    from harness.observe import _tensors
+
+    return list(_tensors(value, ""))
+
+
+#: how the trace names operators that write into their input
+_IN_PLACE = ("isub", "iadd", "imul", "itruediv", "idiv", "ipow", "setitem")
+
+
+def _writes_in_place(made_by: str) -> bool:
+    op = made_by.rsplit(".", 1)[-1]
+    return op.endswith("_") and not op.startswith("_") or op in _IN_PLACE
+
+
 def raised_message(name: str, case: Case, result: Raised) -> str:
     """"`f` raised X on the case ...: message", with the learner's line that raised it."""
     return f"{name} raised {result.type} on the case {case.label}: {result.message}" + (
@@ -298,14 +435,16 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
     seconds = call_seconds_default() if call_seconds is None else call_seconds
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden, check.forbidden_ops)
-    results = []
+    results, observed = [], []
     for case in cases:
+        observer = Observer(trace=check.traced and not hidden)
         try:
             with call_time_limit(seconds):
-                results.append(call_learner(fn, case, wires))
+                results.append(call_learner(fn, case, wires, observer))
         except CallTimedOut:
             raise CheckFailed(endless_loop_message(check.function, seconds, case.label)) from None
-    return check.verdict(cases, results)
+        observed.append(observer.observed())
+    return check.verdict(cases, results, observed)
 
 
 # --------------------------------------------------------------------------------------------
@@ -392,6 +531,21 @@ def matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | N
     return bool((torch.isclose(a, e, atol=atol, rtol=rtol) | both_nan).all())
 
 
+def reproduces(actual: torch.Tensor, candidate: torch.Tensor, dtype: torch.dtype | None = None,
+               tighter: float = 1.0) -> bool:
+    """Whether a mistake's value ``candidate`` is what the learner returned. Rounding in the learner's dtype is
+    relative to the largest value the computation handles, not to each entry: an entry near zero that comes out
+    of values in the hundreds carries their rounding error, so the absolute tolerance grows with them.
+    ``tighter`` divides the tolerance: an intermediate value that is off by almost the tolerance of the result
+    (eps ten times too large, say) must not pass for right."""
+    if actual.shape != candidate.shape:
+        return False
+    atol, rtol = (t / tighter for t in tolerance(dtype or actual.dtype))
+    scale = max(1.0, float(candidate.double().abs().nan_to_num(0.0, 0.0, 0.0).max())) if candidate.numel() else 1.0
+    a, e = actual.double(), candidate.double()
+    return bool((torch.isclose(a, e, atol=atol * scale, rtol=rtol) | (torch.isnan(a) & torch.isnan(e))).all())
+
+
 def where_it_differs(actual: torch.Tensor, expected: torch.Tensor) -> str:
     a, e = actual.double(), expected.double()
     diff = (a - e).abs().nan_to_num(nan=math.inf)
@@ -418,16 +572,22 @@ def expect_close(
     """
     if matches(actual, expected, dtype):
         return
+    plain = f"{what} is wrong on the case {case.label}: {where_it_differs(actual, expected)}." + (f" {hint}" if hint else "")
+    explaining = []
     for mistaken, message in diagnoses:
         try:
             candidate = mistaken()
         except Exception:  # a diagnosis that does not apply to this case
             continue
-        if candidate.shape == actual.shape and matches(actual, candidate, dtype):
-            raise CheckFailed(f"{what} is wrong on the case {case.label}: {message}")
-    raise CheckFailed(
-        f"{what} is wrong on the case {case.label}: {where_it_differs(actual, expected)}."
-        + (f" {hint}" if hint else "")
-    )
+        if reproduces(actual, candidate, dtype):
+            explaining.append(message)
+    if not explaining:
+        raise _failure(plain, unexplained=True)
+    # Every mistake that gives this value is kept: on another case only one of them may.
+    failure = CheckFailed(f"{what} is wrong on the case {case.label}: {explaining[0]}")
+    failure.names = tuple(dict.fromkeys(_mistake_key(m) for m in explaining))
+    failure.plain, failure.advice = plain, dict(zip(map(_mistake_key, explaining), explaining))
+    failure.what = f"{what} is wrong on the case {case.label}: "
+    raise failure
 
 

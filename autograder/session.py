@@ -183,12 +183,15 @@ class Session:
 
     # -- calls --------------------------------------------------------------------------------
 
-    def call(self, function: str, case, own: tuple[str, ...] = ()) -> Any:
+    def call(self, function: str, case, own: tuple[str, ...] = (), trace: bool = False,
+             observed: list | None = None) -> Any:
         """The learner's result for one case, or a :class:`Failure` explaining why there is none;
-        the graded functions in ``own`` stay the learner's instead of the course's."""
+        the graded functions in ``own`` stay the learner's instead of the course's. What the call did
+        besides returning (its trace when ``trace``) is appended to ``observed``, when given."""
         child = self._child(function, own)
         try:
-            reply = child.request({"op": "call", "case": wire.encode(case)}, timeout=self.left(self.limits.call_seconds))
+            reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace},
+                                  timeout=self.left(self.limits.call_seconds))
         except WorkerTimeout:
             self._end_child()
             if self.left(1) <= 0:
@@ -208,13 +211,17 @@ class Session:
         error = reply.get("error")
         if isinstance(error, list) and len(error) == 3 and all(isinstance(e, str) for e in error) and len(reply) == 1:
             return Failure(f"`{function}` could not be called: {error[1][:1000]}")
-        if set(reply) != {"result"}:
+        if set(reply) not in ({"result"}, {"result", "observed"}):
             self._end_child()
             return Failure(self._unreadable(function, case, wire.WireError("not a reply to a call")))
         try:
-            return wire.decode(reply["result"], wire.REPLY_TAGS)
+            result = wire.decode(reply["result"], wire.REPLY_TAGS)
+            seen = wire.decode_observed(reply["observed"]) if "observed" in reply else None
         except wire.WireError as exc:
             return Failure(self._unreadable(function, case, exc))
+        if observed is not None:
+            observed.append(seen)
+        return result
 
     @staticmethod
     def _unreadable(function: str, case, exc: Exception) -> str:

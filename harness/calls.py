@@ -31,6 +31,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from . import observe
+from .observe import Arguments, Observer, Recorder, argument_names
+
 
 @dataclass(frozen=True)
 class Provided:
@@ -161,7 +164,7 @@ class ModuleResult:
     attributes: Mapping[str, Any]
 
 
-def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
+def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:
     module = cls(**materialize(dict(case.init)))
     if case.state is not None:
         # A module is built in float32; a case whose weights are float64 runs it in float64.
@@ -180,7 +183,16 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict) -> Any:
         module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
     module.train(case.train)
     torch.manual_seed(0)  # dropout draws the same masks every time the case runs
-    output = getattr(module, case.method)(*args, **kwargs)
+    if observer is None:
+        output = getattr(module, case.method)(*args, **kwargs)
+    else:
+        if observer.recorder is not None:
+            observer.recorder.name_modules(module)
+        with observer.recorder.recording() if observer.recorder else contextlib.nullcontext():
+            output = getattr(module, case.method)(*args, **kwargs)
+        observer.result = output
+        observer.attached = [a for a in case.collect
+                             if isinstance(getattr(module, a, None), torch.Tensor) and getattr(module, a).requires_grad]
     return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect})
 
 
@@ -392,8 +404,8 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         module = frame.f_globals.get("__name__", "")
         filename = frame.f_code.co_filename
-        if module == __name__:
-            continue  # the harness that made the call
+        if module in (__name__, observe.__name__):
+            continue  # the harness that made the call, and the recorder that watched it
         if frame.f_code in own or filename in own_files or _is_cell(filename):
             kind = "learner"
         elif module.split(".")[0] in COURSE_PACKAGES:
@@ -431,10 +443,15 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     return Raised(type(exc).__name__, str(exc)[:2000], where[:500], origin, tuple(shown), details)
 
 
-def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None) -> Any:
+def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, observer: Observer | None = None) -> Any:
     """Run one case in this process and return its plain result, a :class:`Raised`, or
-    :class:`UsedForbidden` when it called what the ``wires`` watch for."""
+    :class:`UsedForbidden` when it called what the ``wires`` watch for. An ``observer`` keeps
+    what the call did besides (:mod:`harness.observe`)."""
     args, kwargs = materialize(case.args), materialize(dict(case.kwargs))
+    if observer is not None:
+        observer.arguments = Arguments(argument_names(fn, case.method, args, kwargs), [*case.args, *case.kwargs.values()])
+        if observer.trace:
+            observer.recorder = Recorder(_own_code(fn), _is_cell)
     used: list[str] = []
     # A provided model that counts what it reads does so from here, before the learner holds it.
     watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())
@@ -444,7 +461,12 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None) -> An
             for watch in watches:
                 stack.enter_context(watch)
             if case.init is not None:
-                result = _call_module(fn, case, args, kwargs)
+                result = _call_module(fn, case, args, kwargs, observer)
+            elif observer is not None:
+                with observer.recorder.recording() if observer.recorder else contextlib.nullcontext():
+                    returned = fn(*args, **kwargs)
+                observer.result = returned
+                result = to_plain(returned)
             else:
                 result = to_plain(fn(*args, **kwargs))
     except Exception as exc:  # the learner's mistake is data for the judge, not a crash

@@ -22,6 +22,7 @@ from typing import Any
 import torch
 
 from .calls import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
+from .observe import MAX_STEPS, Observed, Step
 
 HEADER = struct.Struct(">Q")
 MAX_DEPTH = 32  # nesting of values inside one document
@@ -230,6 +231,52 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
         )
     except KeyError as exc:
         raise WireError(f"a case without {exc}") from None
+
+
+# ---------------------------------------------------------------------------------------------
+# What a call did besides returning
+# ---------------------------------------------------------------------------------------------
+
+
+def encode_observed(seen: Observed) -> dict:
+    steps = [[s.line, s.source, s.function, s.made_by, encode(s.value), list(s.shape), encode(s.input)]
+             for s in seen.steps]
+    return {"written": list(seen.written), "aliased": list(seen.aliased), "attached": list(seen.attached),
+            "steps": steps, "truncated": seen.truncated, "traced": seen.traced}
+
+
+def _optional_tensor(value: Any) -> torch.Tensor | None:
+    if value is None:
+        return None
+    if type(value) is not dict or set(value) != {"$tensor"}:
+        raise WireError("a traced value is not a tensor")
+    return _tensor(value["$tensor"])
+
+
+def decode_observed(value: Any) -> Observed:
+    """What a call did besides returning, read with the same bounds as a result."""
+    if type(value) is not dict:
+        raise WireError("an observation is not a record")
+    steps = _list(value.get("steps", []), "the traced steps")
+    if len(steps) > MAX_STEPS:
+        raise WireError("too many traced steps")
+    read = []
+    for step in steps:
+        line, source, function, made_by, tensor, shape, given = _list(step, "a traced step", 7)
+        if type(line) is not int or not 0 <= line < 2**31:
+            raise WireError("a traced step's line is not a number")
+        shape = _list(shape, "a traced step's shape")
+        if len(shape) > MAX_DIMS or not all(type(n) is int and 0 <= n < 2**62 for n in shape):
+            raise WireError("a traced step's shape is not a short list of sizes")
+        read.append(Step(line, _text(source, "a traced line", 300), _text(function, "a traced function", 200),
+                         _text(made_by, "a traced step's maker", 200), _optional_tensor(tensor), tuple(shape),
+                         _optional_tensor(given)))
+    flags = [value.get(k, False) for k in ("truncated", "traced")]
+    if not all(type(f) is bool for f in flags):
+        raise WireError("an observation's flags are not booleans")
+    return Observed(_names(value.get("written", []), "the written arguments"),
+                    _names(value.get("aliased", []), "the aliased arguments"),
+                    _names(value.get("attached", []), "the attached attributes"), tuple(read), *flags)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -347,6 +347,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
 
     from . import seccomp, wire
     from .calls import Tripwires, call_learner, raised, remember_cell
+    from .observe import Observed, Observer
 
     os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -394,11 +395,13 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                         namespace.update({n: getattr(module, n) for n in inject if hasattr(module, n)})
                         injected = True
                     torch.manual_seed(0)
+                    observer = Observer(trace=request.get("trace") is True)
                     try:
-                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires)
+                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires, observer)
+                        seen = wire.encode_observed(observer.observed())
                     except BaseException as exc:
-                        result = raised(exc)
-                    reply = {"result": wire.encode(result)}
+                        result, seen = raised(exc), wire.encode_observed(Observed())
+                    reply = {"result": wire.encode(result), "observed": seen}
             else:
                 return
         except BaseException as exc:  # the process must answer, whatever happened

@@ -17,6 +17,7 @@ from ..framework import (
     Check,
     CheckFailed,
     Hint,
+    Stage,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -133,6 +134,19 @@ class SoftmaxCheck(Check):
         ]
         expect_close(y, expected, "`softmax`'s result", case, diagnoses)
 
+    def stages(self, case: Case) -> list[Stage]:
+        (x,), dim = case.args, case.kwargs["dim"]
+        xd = x.double()
+        shifted = [xd - xd.amax(dim=dim, keepdim=True), xd - xd.max(), xd]  # any shift cancels in the ratio
+        exps = [torch.exp(z) for z in shifted]
+        return [
+            Stage("x shifted by its maximum", tuple(shifted[:2])),
+            Stage("the exponentials", tuple(exps)),
+            Stage(f"the sums of the exponentials along dim={dim} (keepdim=True)",
+                  tuple(e.sum(dim=dim, keepdim=True) for e in exps)),
+            Stage.of(f"the softmax, the exponentials divided by their sums along dim={dim}", torch.softmax(xd, dim=dim)),
+        ]
+
 
 
 # ----------------------------------------------------------------------------------------
@@ -193,6 +207,25 @@ class _AttentionCheck(Check):
     def mistaken_scores(self, case: Case) -> list[tuple[torch.Tensor, str]]:
         """Scores a known mistake would produce, with the message that names it."""
         return []
+
+    def score_stages(self, case: Case) -> list[Stage]:
+        """The steps that lead to the scores, before them."""
+        return []
+
+    def stages(self, case: Case) -> list[Stage]:
+        q, k, v = case.args[:3]
+        mask = case.kwargs.get("mask")
+        scores = self.scores(case)
+        out = [*self.score_stages(case), Stage.of("the scores", scores)]
+        if mask is not None:
+            full = mask.expand(scores.shape)
+            # -inf, or a large negative number: both are right wherever a query sees some key
+            out.append(Stage.of("the masked scores, -inf where the mask is False",
+                                scores.masked_fill(~full, float("-inf")), scores.masked_fill(~full, -1e9)))
+        weights = masked_softmax(scores, None if mask is None else mask.expand(scores.shape))
+        out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
+        out.append(Stage.of("the output, weights @ v", weights @ v.double()))
+        return out
 
     def judge(self, case: Case, result: Any) -> None:
         q, k, v = case.args[:3]
@@ -377,6 +410,10 @@ class ScaledDotProductAttentionCheck(_AttentionCheck):
         q, k, _ = (t.double() for t in case.args)
         return q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])  # (..., T_q, T_k)
 
+    def score_stages(self, case: Case) -> list[Stage]:
+        q, k, _ = (t.double() for t in case.args)
+        return [Stage.of("the dot products q @ k.transpose(-2, -1), before the scale", q @ k.transpose(-2, -1))]
+
     def mistaken_scores(self, case: Case):
         q, k, v = (t.double() for t in case.args)
         raw = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
@@ -448,6 +485,13 @@ class AdditiveAttentionCheck(_AttentionCheck):
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
         hidden = torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3))  # (..., T_q, T_k, d_a)
         return hidden @ w_v  # (..., T_q, T_k)
+
+    def score_stages(self, case: Case) -> list[Stage]:
+        q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
+        pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
+        return [Stage.of("the projected queries q @ W_q", q @ W_q), Stage.of("the projected keys k @ W_k", k @ W_k),
+                Stage.of("the sums q W_q + k W_k for every query and key, (..., T_q, T_k, d_a)", pre),
+                Stage.of("their tanh", torch.tanh(pre))]
 
     def mistaken_scores(self, case: Case):
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)

@@ -28,6 +28,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     ModuleResult,
+    Stage,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -197,6 +198,26 @@ def layer_forward(
     return x
 
 
+def decoder_layer_stages(case: Case, x: torch.Tensor, memory: torch.Tensor, prefix: str = "") -> list[Stage]:
+    """The stages of one decoder layer in eval mode: each sub-layer's output, residual sum and norm."""
+    m, h = _masks(case), case.init["h"]
+
+    def self_attn(y):
+        return oracles.multi_head_attention(case.state, y, y, y, h=h, prefix=f"{prefix}self_attn.",
+                                            attn_mask=m["tgt_mask"], key_padding_mask=m["tgt_key_padding_mask"])[0]
+
+    def cross_attn(y):
+        return oracles.multi_head_attention(case.state, y, memory, memory, h=h, prefix=f"{prefix}cross_attn.",
+                                            key_padding_mask=m["memory_key_padding_mask"])[0]
+
+    def feed_forward(y):
+        return oracles.feed_forward(case.state, y, prefix=f"{prefix}feed_forward.")
+
+    return oracles.post_norm_stages(case.state, x, [
+        ("self_attn", self_attn, f"{prefix}norm1"), ("cross_attn", cross_attn, f"{prefix}norm2"),
+        ("feed_forward", feed_forward, f"{prefix}norm3")])
+
+
 # What each known mistake of a decoder layer changes, and the words that name it.
 LAYER_MISTAKES: list[tuple[dict, str]] = [
     (dict(self_mask="none"),
@@ -264,14 +285,26 @@ CROSS_PADDING_AS_ATTN_MASK = (
 )
 
 
+SELF_PADDING_AS_ATTN_MASK = (
+    "the self-attention ignored tgt_mask: MultiHeadAttention's fourth positional argument is attn_mask, so "
+    "self_attn(x, x, x, tgt_key_padding_mask) hands the padding mask to attn_mask and tgt_mask is lost. Pass both "
+    "by name: self_attn(x, x, x, attn_mask=tgt_mask, key_padding_mask=tgt_key_padding_mask)."
+)
+
+
 def _padding_mistakes(case: Case) -> list[tuple[dict, str]]:
-    """memory_key_padding_mask handed to the cross-attention's attn_mask, where the case's shapes let that
-    run (B equal to T_tgt). The same slip in the self-attention, self_attn(x, x, x, tgt_key_padding_mask),
-    pushes tgt_mask out, and the cases without target padding name it as the ignored tgt_mask first.
+    """A padding mask handed to an attention's attn_mask, where the case's shapes let that run (B equal to
+    T_tgt, or no padding at all). In the self-attention, self_attn(x, x, x, tgt_key_padding_mask), the slip
+    pushes tgt_mask out: on a case without target padding it gives what an ignored tgt_mask gives.
     """
-    if fits_as_attn_mask(case.kwargs.get("memory_key_padding_mask"), case.args[0].shape[1]):
-        return [(dict(cross_padding="as-attn-mask"), CROSS_PADDING_AS_ATTN_MASK)]
-    return []
+    T = case.args[0].shape[1]
+    found = []
+    padding = case.kwargs.get("tgt_key_padding_mask")
+    if padding is None or fits_as_attn_mask(padding, T):
+        found.append((dict(self_padding="as-attn-mask"), SELF_PADDING_AS_ATTN_MASK))
+    if fits_as_attn_mask(case.kwargs.get("memory_key_padding_mask"), T):
+        found.append((dict(cross_padding="as-attn-mask"), CROSS_PADDING_AS_ATTN_MASK))
+    return found
 
 
 def _masks(case: Case) -> dict:
@@ -399,8 +432,21 @@ class _DecoderCheck(Check):
     def variant(self, case: Case, **mistake) -> torch.Tensor:
         raise NotImplementedError
 
-    def diagnoses(self, case: Case):
-        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in _padding_mistakes(case) + LAYER_MISTAKES]
+    def stages(self, case: Case) -> list[Stage]:
+        return [] if case.train else self.eval_stages(case)
+
+    def eval_stages(self, case: Case) -> list[Stage]:
+        raise NotImplementedError
+
+    def diagnoses(self, case: Case, dropout: float | None = None):
+        """The catalogued mistakes; in training mode (``dropout``, its probability) with the dropout masks the
+        learner's modules draw, so that each is verified on every case."""
+        return [(lambda kw=kw: self.variant(case, **kw, **self._drops(case, dropout)), msg)
+                for kw, msg in LAYER_MISTAKES + _padding_mistakes(case)]
+
+    @staticmethod
+    def _drops(case: Case, dropout: float | None) -> dict:
+        return {} if dropout is None else {"dropout": oracles.Dropout(dropout, case.args[0].dtype)}
 
     def judge(self, case: Case, result: Any) -> None:
         name = f"`{self.function}`"
@@ -525,6 +571,10 @@ class DecoderLayerCheck(_DecoderCheck):
                         {"tgt_mask": _causal(3)}, "dropout", init=init, state=_layer_state(g, init), train=True))
         return out
 
+    def eval_stages(self, case: Case) -> list[Stage]:
+        x, memory = (t.double() for t in case.args)
+        return decoder_layer_stages(case, x, memory)
+
     def oracle_module(self, case: Case) -> nn.Module:
         i = case.init
         return oracles.torch_decoder_layer(oracles.double_state(case.state), i["d_model"], i["h"], i["d_ff"])
@@ -543,7 +593,7 @@ class DecoderLayerCheck(_DecoderCheck):
         diagnoses = [(lambda kw=kw: self.variant(case, dropout=drops(), **kw), message)
                      for kw, message in TRAINING_MISTAKES]
         diagnoses.append((lambda: self.variant(case), "no dropout was applied at all in training mode. " + RESIDUAL_DROPOUT))
-        diagnoses += [(lambda kw=kw: self.variant(case, dropout=drops(), **kw), message) for kw, message in LAYER_MISTAKES]
+        diagnoses += self.diagnoses(case, p)
         hint = RESIDUAL_DROPOUT
         if p == 1:
             hint = ("With dropout=1.0 every sub-layer's output is dropped entirely, so the layer must return "
@@ -560,9 +610,10 @@ STACK_MISTAKES: list[tuple[dict, str]] = [
     (dict(stack="not-chained"),
      "each layer was applied to the decoder's input instead of the previous layer's output: write x = layer(x, ...) "
      "inside the loop, so that layer i + 1 reads what layer i produced."),
-    (dict(stack="memory-is-x"),
-     "the later layers did not attend to the encoder's output: every layer's cross-attention reads the same memory, "
-     "the encoder's final output, so pass memory unchanged to every layer."),
+    *((dict(stack=stack),
+       "the later layers did not attend to the encoder's output: every layer's cross-attention reads the same memory, "
+       "the encoder's final output, so pass memory unchanged to every layer.")
+      for stack in ("memory-is-x", "memory-is-x-source-padding")),
     (dict(stack="reversed"),
      "the layers ran in reverse order: apply self.layers[0] first, as stored in the ModuleList."),
     (dict(mask="tgt_mask"),
@@ -623,7 +674,17 @@ class DecoderCheck(_DecoderCheck):
             (lambda: self.variant(case, dropout=oracles.Dropout(0.1, dtype)),
              f"the layers drop with probability 0.1, not the decoder's dropout={p}. {hint}"),
             (lambda: self.variant(case), "no dropout was applied in training mode. " + hint),
+            *self.diagnoses(case, p),
         ], hint=hint, dtype=dtype)
+
+    def eval_stages(self, case: Case) -> list[Stage]:
+        stages, y = [], case.args[0]
+        for i in range(case.init["N"]):
+            with torch.no_grad():
+                y = layer_forward(case.state, y, case.args[1], h=case.init["h"], prefix=f"layers.{i}.", **_masks(case))
+            last = ", the decoder's output" if i == case.init["N"] - 1 else ""
+            stages.append(Stage.of(f"the output of layers[{i}]{last}", y))
+        return stages
 
     def oracle_module(self, case: Case) -> nn.Module:
         i = case.init
@@ -640,13 +701,18 @@ class DecoderCheck(_DecoderCheck):
         y = x
         for i in order:
             source = x if stack == "not-chained" else y
-            mem = y if (stack == "memory-is-x" and i > 0) else memory
+            later = stack.startswith("memory-is-x") and i > 0
+            mem = y if later else memory
+            # Reading the previous layer as memory, its padding is the target's (or, by oversight, the source's).
+            pads = masks | {"memory_key_padding_mask": masks["tgt_key_padding_mask"]} if later and stack == "memory-is-x" \
+                else masks
             with torch.no_grad():
-                y = layer_forward(case.state, source, mem, h=case.init["h"], prefix=f"layers.{i}.", **masks, **mistake)
+                y = layer_forward(case.state, source, mem, h=case.init["h"], prefix=f"layers.{i}.", **pads, **mistake)
         return y
 
-    def diagnoses(self, case: Case):
-        return [(lambda kw=kw: self.variant(case, **kw), msg) for kw, msg in STACK_MISTAKES] + super().diagnoses(case)
+    def diagnoses(self, case: Case, dropout: float | None = None):
+        return [(lambda kw=kw: self.variant(case, **kw, **self._drops(case, dropout)), msg)
+                for kw, msg in STACK_MISTAKES] + super().diagnoses(case, dropout)
 
 
 CHECKS = [SubsequentMaskCheck, DecoderLayerCheck, DecoderCheck]

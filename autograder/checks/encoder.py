@@ -25,6 +25,7 @@ from ..framework import (
     ModuleResult,
     Opaque,
     Raised,
+    Stage,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -148,27 +149,38 @@ class PositionwiseFeedForwardCheck(Check):
              f"the dropout probability is {q}, not the constructor's dropout={p}: build the submodule from the "
              "argument, self.dropout = nn.Dropout(dropout).")
             for q in (0.1, 0.5) if q != p
-        ] + diagnoses
+        ] + self._diagnoses(case, xd, pre, lambda: expected, drops)
         expect_close(y, expected, name, case, diagnoses,
                      hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
 
+    def stages(self, case: Case) -> list[Stage]:
+        if case.train:
+            return []  # the dropout masks are the learner's draw: nothing to locate against
+        xd = case.args[0].double()
+        pre = oracles.linear(case.state, xd, prefix="w_1.")  # (..., d_ff)
+        return [Stage.of("w_1(x), before the ReLU", pre), Stage.of("relu(w_1(x))", torch.relu(pre)),
+                Stage.of("the output w_2(relu(w_1(x)))", oracles.feed_forward(case.state, xd))]
+
     @staticmethod
-    def _diagnoses(case: Case, xd, pre, evaluated) -> Diagnoses:
+    def _diagnoses(case: Case, xd, pre, evaluated, drops=None) -> Diagnoses:
+        """The mistakes of the formula; in training mode, with the dropout masks the learner's module draws
+        on the hidden activations (``drops``), so that each is verified on every case."""
         state = case.state
+        full = evaluated if callable(evaluated) else (lambda: evaluated)
 
         def second(hidden):
-            return oracles.linear(state, hidden, prefix="w_2.")
+            return oracles.linear(state, hidden if drops is None else drops()(hidden), prefix="w_2.")
 
         return [
             (lambda: second(pre), "the ReLU is missing: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; without it the "
                                   "two linear maps collapse into one."),
-            (lambda: torch.relu(evaluated), "there is a ReLU on the FFN's output too: the only ReLU sits between "
-                                            "w_1 and w_2, and the output must be able to go negative."),
+            (lambda: torch.relu(full()), "there is a ReLU on the FFN's output too: the only ReLU sits between "
+                                         "w_1 and w_2, and the output must be able to go negative."),
             (lambda: torch.relu(second(pre)), "the ReLU is on the FFN's output instead of between w_1 and w_2: "
                                                "max(0, x W_1 + b_1), then W_2."),
             (lambda: second(F.gelu(pre)), "this is GELU; the paper's FFN uses ReLU, max(0, ·)."),
-            (lambda: xd + evaluated, "the FFN added its input x to its output: the residual connection belongs to "
-                                     "the encoder layer, not to the FFN."),
+            (lambda: xd + full(), "the FFN added its input x to its output: the residual connection belongs to "
+                                  "the encoder layer, not to the FFN."),
         ]
 
 
@@ -228,6 +240,9 @@ class LayerNormCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        return oracles.layer_norm_stages(case.state, case.args[0].double(), case.init.get("eps", 1e-5))
+
     def judge(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
@@ -254,7 +269,10 @@ class LayerNormCheck(Check):
             expected = oracles.torch_layer_norm(case.state, d, eps)(xd)
 
         def norm(**mistake) -> torch.Tensor:
-            return oracles.layer_norm(case.state, xd, **({"eps": eps} | mistake))
+            # Far from zero, float32 rounding is as large as the tolerance: a mistake is then worked out in the
+            # case's own dtype, where the learner's arithmetic happens, so that it is verified on this case too.
+            z = x if case.tag == "offset" else xd
+            return oracles.layer_norm(case.state, z, **({"eps": eps} | mistake)).double()
 
         diagnoses: Diagnoses = [
             (lambda: norm(unbiased=True),
@@ -489,6 +507,21 @@ def encoder_layer(
     return y
 
 
+def encoder_layer_stages(case: Case, x: torch.Tensor, prefix: str = "") -> list[Stage]:
+    """The stages of one encoder layer in eval mode: each sub-layer's output, residual sum and norm."""
+    h, mask = case.init["h"], case.kwargs.get("key_padding_mask")
+
+    def attn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.multi_head_attention(case.state, z, z, z, h=h, prefix=f"{prefix}self_attn.",
+                                            key_padding_mask=mask)[0]
+
+    def ffn(z: torch.Tensor) -> torch.Tensor:
+        return oracles.feed_forward(case.state, z, prefix=f"{prefix}feed_forward.")
+
+    return oracles.post_norm_stages(case.state, x, [("self_attn", attn, f"{prefix}norm1"),
+                                                    ("feed_forward", ffn, f"{prefix}norm2")])
+
+
 def _layer_mistakes(mask: torch.Tensor | None, T: int) -> list[tuple[dict, str]]:
     """The wrong wirings of an encoder layer, as keywords of :func:`encoder_layer`, and their names."""
     wrong = [
@@ -582,6 +615,9 @@ class EncoderLayerCheck(_StackCheck):
                 (3, 6, 24, 3, 48, None, None, "train", 0.5),
             ]
         return self.make_cases(g, specs)
+
+    def stages(self, case: Case) -> list[Stage]:
+        return [] if case.train else encoder_layer_stages(case, case.args[0].double())
 
     def judge(self, case: Case, result: Any) -> None:
         (x,) = case.args
@@ -691,6 +727,18 @@ class EncoderCheck(_StackCheck):
             ]
         return self.make_cases(g, specs)
 
+    def stages(self, case: Case) -> list[Stage]:
+        if case.train:
+            return []
+        z, stages = case.args[0].double(), []
+        for i in range(case.init["N"]):
+            with torch.no_grad():
+                z = encoder_layer(case.state, z, h=case.init["h"], prefix=f"layers.{i}.",
+                                  key_padding_mask=case.kwargs.get("key_padding_mask"))
+            stages.append(Stage.of(f"the output of layers[{i}]" + (", the encoder's output" if i == case.init["N"] - 1
+                                                                   else ""), z))
+        return stages
+
     def judge(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
@@ -712,6 +760,38 @@ class EncoderCheck(_StackCheck):
                 z = layer(i, z, m if (step == 0 or not first_mask_only) else None, stream)
             return z
 
+        def mistakes(stream=None) -> Diagnoses:
+            """The stack's mistakes; in training mode with the dropout masks the learner's layers draw, in
+            the order they draw them, so that each is verified on every case."""
+            fresh = (lambda: None) if stream is None else (lambda: oracles.Dropout(p, x.dtype))
+            found: Diagnoses = []
+            if mask is not None:
+                found += [
+                    (lambda: run(range(N), None, stream=fresh()), "the key_padding_mask did not reach the layers: "
+                     "pass it to every layer, x = layer(x, key_padding_mask)."),
+                    (lambda: run(range(N), first_mask_only=True, stream=fresh()), "the key_padding_mask reached only "
+                     "the first layer: pass it to every layer, x = layer(x, key_padding_mask)."),
+                ]
+            if N > 1:
+                def each_on_input():
+                    d = fresh()
+                    return [layer(i, xd, stream=d) for i in range(N)][-1]
+
+                found += [
+                    (each_on_input, "every layer was applied to the encoder's input and only the last result "
+                                    "was kept: feed each layer the previous layer's output, x = layer(x, ...)."),
+                    (lambda: layer(0, xd, stream=fresh()), "only the first layer ran: is the return statement inside "
+                                                          "the loop? All N layers must run, one after the other."),
+                    (lambda: run(reversed(range(N)), stream=fresh()), "the layers ran in reverse order: layers[0] "
+                                                                      "comes first."),
+                ]
+            found += [
+                (lambda: F.layer_norm(run(range(N), stream=fresh()), (d_model,)), "the output was normalised once "
+                 "more at the end: the paper's post-norm encoder ends with the last layer's own norm2, so add no "
+                 "final LayerNorm."),
+            ]
+            return found
+
         if case.train:
             hint = ("In training mode each layer drops with the encoder's dropout: build every layer with it, "
                     "EncoderLayer(d_model, h, d_ff, dropout).")
@@ -719,33 +799,12 @@ class EncoderCheck(_StackCheck):
                 (lambda: run(range(N), stream=oracles.Dropout(0.1, x.dtype)),
                  f"the layers drop with probability 0.1, not the encoder's dropout={p}. {hint}"),
                 (lambda: run(range(N)), "no dropout was applied in training mode. " + hint),
+                *mistakes(stream=True),
             ], hint=hint)
             return
         with torch.no_grad():
             expected = oracles.torch_encoder(case.state, N, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
-
-        diagnoses: Diagnoses = []
-        if mask is not None:
-            diagnoses += [
-                (lambda: run(range(N), None), "the key_padding_mask did not reach the layers: pass it to every "
-                                              "layer, x = layer(x, key_padding_mask)."),
-                (lambda: run(range(N), first_mask_only=True), "the key_padding_mask reached only the first layer: "
-                                                              "pass it to every layer, x = layer(x, key_padding_mask)."),
-            ]
-        if N > 1:
-            diagnoses += [
-                (lambda: layer(N - 1, xd), "every layer was applied to the encoder's input and only the last result "
-                                           "was kept: feed each layer the previous layer's output, x = layer(x, ...)."),
-                (lambda: layer(0, xd), "only the first layer ran: is the return statement inside the loop? "
-                                       "All N layers must run, one after the other."),
-                (lambda: run(reversed(range(N))), "the layers ran in reverse order: layers[0] comes first."),
-            ]
-        diagnoses += [
-            (lambda: F.layer_norm(expected, (d_model,)), "the output was normalised once more at the end: the paper's "
-                                                         "post-norm encoder ends with the last layer's own norm2, so add "
-                                                         "no final LayerNorm."),
-        ]
-        expect_close(y, expected, name, case, diagnoses,
+        expect_close(y, expected, name, case, mistakes(),
                      hint="If your EncoderLayer passes its checks, look at the loop: x = layer(x, key_padding_mask) "
                           "for every layer in self.layers, in order, and return x.")
 

@@ -69,6 +69,7 @@ def _indivisible(where: str) -> tuple[str, str]:
 
 class _HeadsCheck(Check):
     hints = RESHAPE_HINTS
+    may_return_view = True  # a reshape and a transpose of the input are the expected answer
 
     def refusal_lacks(self, case: Case, message: str) -> str:
         x, h = case.args
@@ -308,6 +309,7 @@ def _oracle(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 class MultiHeadAttentionCheck(Check):
+    detached_attributes = ("attn_weights",)  # the exercise: "detached from the graph ..., so that you can plot them"
     function = "MultiHeadAttention"
     oracle = "torch.nn.MultiheadAttention with the same weights"
     forbidden = MHA_BUILTINS

@@ -21,6 +21,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     ModuleResult,
+    Stage,
     expect_finite,
     expect_shape,
     expect_tensor,
@@ -176,6 +177,27 @@ class SinusoidalEncodingCheck(Check):
                 case(4, -2, "invalid"),
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        max_len, d_model = case.args
+        position = torch.arange(max_len, dtype=torch.float64)
+        two_i = torch.arange(0, d_model, 2, dtype=torch.float64)  # the values 2i
+        exponent = two_i / d_model
+        frequency = torch.pow(10000.0, -exponent)  # 1 / 10000^(2i/d_model)
+        angle = position.unsqueeze(1) * frequency  # (max_len, ceil(d_model / 2))
+        table = torch.zeros(max_len, d_model, dtype=torch.float64)
+        table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
+        return [
+            Stage("the positions 0 .. max_len - 1", (position, position.unsqueeze(1))),
+            Stage("the even column indices 2i", (two_i,)),
+            Stage("the exponents 2i / d_model", (exponent,)),
+            Stage("the powers 10000^(2i/d_model)", (1 / frequency, (1 / frequency).unsqueeze(0))),
+            Stage("the frequencies 1 / 10000^(2i/d_model)", (frequency, frequency.unsqueeze(0))),
+            Stage("the angles pos / 10000^(2i/d_model), (max_len, ceil(d_model / 2))", (angle,)),
+            Stage("the sines of the angles (the even columns)", (torch.sin(angle),)),
+            Stage("the cosines of the angles (the odd columns)", (torch.cos(angle[:, : d_model // 2]),)),
+            Stage("the table, sines in the even columns and cosines in the odd ones", (table,)),
+        ]
 
     def judge(self, case: Case, result: Any) -> None:
         max_len, d_model = case.args

@@ -21,6 +21,7 @@ from ...framework import (
     Hint,
     ModuleResult,
     Opaque,
+    Stage,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -73,6 +74,21 @@ class CausalLmLossCheck(Check):
                 case(2, 5, 20, lengths=[5, 4], scale=2000.0, dtype=torch.float64, tag="large"),
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        logits, ids = case.args
+        pad_id = case.kwargs["pad_id"]
+        log_probs = torch.log_softmax(logits.double(), dim=-1)  # (B, T, V): slicing before or after is the same
+        targets = ids[:, 1:]  # (B, T-1)
+        nll = -log_probs[:, :-1].gather(-1, targets.unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+        real = targets != pad_id
+        return [
+            Stage("the log-probabilities log_softmax(logits, dim=-1)", (log_probs, log_probs[:, :-1])),
+            Stage("the targets ids[:, 1:], the token after each position", (targets,)),
+            Stage("the negative log-probability of each position's target, (B, T - 1)", (nll,)),
+            Stage("the positions whose target is not padding", (real,)),
+            Stage("the loss, the mean of those over the real targets", (nll[real].sum() / real.sum(),)),
+        ]
 
     def judge(self, case: Case, result: Any) -> None:
         logits, ids = case.args

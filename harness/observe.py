@@ -1,0 +1,268 @@
+"""What a call of the learner's function did besides returning: the arguments it wrote into, the
+arguments its result is a view of, the stored attributes it left attached to the graph, and the
+values its lines made, in order (the trace).
+
+All of it is recorded in the learner's process and sent back as plain data; the grader compares
+it with its own computation, which never comes here. Nothing recorded decides a score by itself
+except what the exercises state as rules (an argument left unchanged, a stored tensor detached),
+and those are advisory like every observation made inside the learner's process.
+
+The trace records, for each line of the learner's code that runs:
+
+* every torch function or tensor operator the line calls directly, with its result (a torch
+  function mode, so every alias of an operator is seen);
+* every submodule the line calls, with its input and its output (a global forward hook);
+* every other Python function the line calls (a helper, or the course's version of another graded
+  function), with its result, and the value the learner's function returns (a profile function).
+
+It is bounded: at most :data:`MAX_STEPS` values and :data:`MAX_ELEMENTS` numbers in all; past
+that it stops recording and says so.
+"""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import linecache
+import os
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+#: bounds of one call's trace
+MAX_STEPS = 600
+MAX_ELEMENTS = 1_500_000
+#: a value larger than this is noted by its shape only
+MAX_VALUE_ELEMENTS = 200_000
+
+_TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
+_HERE = os.path.dirname(__file__) + os.sep
+
+
+@dataclass(frozen=True)
+class Step:
+    """One value a line of the learner's code made."""
+
+    #: the line's number in its cell (or file) and its text
+    line: int
+    source: str
+    #: the learner's function the line belongs to
+    function: str
+    #: what made the value: "torch.exp", "self.norm1", "softmax", "return"
+    made_by: str
+    #: the value (None when it was too large to keep: ``shape`` still says what it was)
+    value: torch.Tensor | None
+    shape: tuple[int, ...] = ()
+    #: for a submodule's call: its input
+    input: torch.Tensor | None = None
+
+
+@dataclass(frozen=True)
+class Observed:
+    """What one call did besides returning."""
+
+    #: the learner's names of the arguments the call wrote into
+    written: tuple[str, ...] = ()
+    #: the learner's names of the arguments the result is a view of
+    aliased: tuple[str, ...] = ()
+    #: collected attributes that are still attached to the autograd graph
+    attached: tuple[str, ...] = ()
+    steps: tuple[Step, ...] = ()
+    #: the trace stopped at its bounds
+    truncated: bool = False
+    #: whether a trace was asked for at all
+    traced: bool = False
+
+
+def _tensors(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+    """(path, tensor) for each tensor in an argument (inside tuples, lists and dicts)."""
+    if depth > 4:
+        return
+    if isinstance(value, torch.Tensor):
+        yield path, value
+    elif isinstance(value, (tuple, list)):
+        for i, v in enumerate(value[:16]):
+            yield from _tensors(v, f"{path}[{i}]", depth + 1)
+    elif isinstance(value, dict):
+        for k, v in list(value.items())[:16]:
+            yield from _tensors(v, f"{path}[{k!r}]", depth + 1)
+
+
+def argument_names(fn: Callable, method: str, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
+    """(the learner's name of each argument, its value), for the call ``fn(*args, **kwargs)``."""
+    target = getattr(fn, method, None) if isinstance(fn, type) else fn
+    names: list[str] = []
+    try:
+        parameters = [p for p in inspect.signature(target).parameters.values() if p.name != "self"]
+        names = [p.name for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        pass
+    named = [(names[i] if i < len(names) else f"argument {i + 1}", a) for i, a in enumerate(args)]
+    return named + list(kwargs.items())
+
+
+def _same(a: torch.Tensor, b: torch.Tensor) -> bool:
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.is_floating_point() or a.is_complex():
+        return bool(((a == b) | (torch.isnan(a) & torch.isnan(b))).all())
+    return bool(torch.equal(a, b))
+
+
+class Arguments:
+    """The arguments of one call, kept to see afterwards what the call did to them."""
+
+    def __init__(self, named: list[tuple[str, Any]], originals: list[Any]):
+        self.entries = []  # (name, the tensor the learner got, its original value, its version before)
+        for (name, given), original in zip(named, originals):
+            for (path, t), (_, o) in zip(_tensors(given, name), _tensors(original, name)):
+                self.entries.append((path, t, o, t._version))
+
+    def written(self) -> tuple[str, ...]:
+        return tuple(name for name, t, o, version in self.entries
+                     if t._version != version or not _same(t.detach(), o))
+
+    def aliased(self, result: Any) -> tuple[str, ...]:
+        stores = {}
+        for name, t, _, _ in self.entries:
+            if t.numel():
+                stores.setdefault(t.untyped_storage().data_ptr(), name)
+        found = []
+        for _, r in _tensors(result, "result"):
+            if r.numel() and r.untyped_storage().data_ptr() in stores:
+                found.append(stores[r.untyped_storage().data_ptr()])
+        return tuple(dict.fromkeys(found))
+
+
+class Recorder(TorchFunctionMode):
+    """Records the values the learner's lines make (see the module's docstring)."""
+
+    def __init__(self, own: set, is_cell: Callable[[str], bool]):
+        super().__init__()
+        self.own, self.is_cell = own, is_cell
+        self.steps: list[Step] = []
+        self.elements = 0
+        self.truncated = False
+        self.module_names: dict[int, str] = {}
+        self.on = False
+
+    # -- which frames are the learner's ------------------------------------------------------
+
+    def _learner(self, frame) -> bool:
+        return frame.f_code in self.own or self.is_cell(frame.f_code.co_filename)
+
+    def _caller(self, frame):
+        """The first frame outside torch and this module, when it is the learner's; else None."""
+        while frame is not None and frame.f_code.co_filename.startswith((_TORCH_DIR, _HERE)):
+            frame = frame.f_back
+        return frame if frame is not None and self._learner(frame) else None
+
+    # -- recording ---------------------------------------------------------------------------
+
+    def _keep(self, value: torch.Tensor) -> torch.Tensor | None:
+        if value.numel() > MAX_VALUE_ELEMENTS or value.is_sparse:
+            return None
+        self.elements += value.numel()
+        return value.detach().to("cpu", copy=True)
+
+    def add(self, frame, made_by: str, value: Any, given: Any = None, line: int | None = None) -> None:
+        if not self.on or self.truncated:
+            return
+        found = list(_tensors(value, "")) if not isinstance(value, torch.Tensor) else [("", value)]
+        if not found:
+            return
+        if len(self.steps) + len(found) > MAX_STEPS or self.elements > MAX_ELEMENTS:
+            self.truncated = True
+            return
+        line = frame.f_lineno if line is None else line
+        source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
+        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        self.on = False  # copying a value is not a step of the learner's
+        try:
+            kept_input = self._keep(given) if isinstance(given, torch.Tensor) else None
+            for path, t in found[:4]:
+                self.steps.append(Step(line, source[:300], function[:200], (made_by + path)[:200], self._keep(t),
+                                       tuple(t.shape), kept_input))
+        finally:
+            self.on = True
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if self.on:
+            frame = self._caller(sys._getframe(1))
+            if frame is not None:
+                self.add(frame, _op_name(func), out)
+        return out
+
+    def _forward_hook(self, module, args, output):
+        if self.on and id(module) in self.module_names:
+            frame = self._caller(sys._getframe(1))
+            if frame is not None:
+                given = args[0] if args and isinstance(args[0], torch.Tensor) else None
+                self.add(frame, "self." + self.module_names[id(module)], output, given)
+
+    def _profile(self, frame, event, arg):
+        if event != "return" or not self.on or frame.f_code.co_filename.startswith((_TORCH_DIR, _HERE)):
+            return
+        if frame.f_code in self.own:
+            caller = frame.f_back
+            if caller is None or not self._learner(caller):  # the graded function's own return
+                self.add(frame, "return", arg)
+            return
+        if self.is_cell(frame.f_code.co_filename):
+            return  # a helper of the learner's: its own lines were recorded
+        caller = frame.f_back
+        if caller is not None and self._learner(caller):
+            self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg)
+
+    def name_modules(self, module: Any) -> None:
+        """Call the submodules of the module under test by their attribute names."""
+        if hasattr(module, "named_modules"):
+            self.module_names = {id(m): name for name, m in module.named_modules() if name}
+
+    @contextlib.contextmanager
+    def recording(self):
+        previous = sys.getprofile()
+        handle = torch.nn.modules.module.register_module_forward_hook(self._forward_hook)
+        try:
+            with self:
+                sys.setprofile(self._profile)
+                self.on = True
+                try:
+                    yield self
+                finally:
+                    self.on = False
+                    sys.setprofile(previous)
+        finally:
+            handle.remove()
+
+
+def _op_name(func: Any) -> str:
+    name = str(getattr(func, "__name__", "") or type(func).__name__)
+    qualname = str(getattr(func, "__qualname__", ""))
+    if qualname.startswith(("TensorBase.", "Tensor.")) or name.startswith("__"):
+        return name.strip("_") if name.startswith("__") else name
+    module = str(getattr(func, "__module__", "") or "")
+    return f"{module.replace('torch._C._nn', 'torch.nn.functional').replace('torch._C._linalg', 'torch.linalg')}.{name}" \
+        if module.startswith("torch") else name
+
+
+@dataclass
+class Observer:
+    """What :func:`harness.calls.call_learner` keeps while it calls the learner's function."""
+
+    trace: bool
+    recorder: Recorder | None = None
+    arguments: Arguments | None = None
+    result: Any = None
+    attached: list[str] = field(default_factory=list)
+
+    def observed(self) -> Observed:
+        if self.arguments is None:
+            return Observed(traced=self.trace)
+        r = self.recorder
+        return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
+                        tuple(r.steps) if r else (), bool(r and r.truncated), self.trace)

@@ -1,0 +1,327 @@
+"""Feedback for mistakes nobody catalogued: where the learner's values first part from the course's
+computation, the rules every function keeps (its arguments unchanged, no view of them returned,
+stored weights detached), and a named mistake only when it explains every failing case.
+
+The wrong implementations here are not in ``tests/mistakes/``: they stand for the mistakes a
+check was never told about. Each message must quote the learner's faulty line (or name the rule
+broken), and never describe code the learner did not write.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from autograder.checks import get
+from autograder.framework import Case, Check, CheckFailed, expect_close, run_check
+from autograder.locate import Stage, locate
+from harness import wire
+from harness.calls import call_learner
+from harness.observe import MAX_STEPS, Observed, Observer, Step
+from reference.encoder import LayerNorm, PositionwiseFeedForward
+from reference.multihead import MultiHeadAttention, merge_heads, split_heads
+
+
+def _message(check_id: str, fn) -> str:
+    with pytest.raises(CheckFailed) as failure:
+        run_check(get(check_id), fn)
+    return str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes no catalogue holds, each with the faulty line the message must quote
+# ---------------------------------------------------------------------------------------------
+
+
+def softmax_sum_over_rows(x, dim=-1):
+    m = x.amax(dim=dim, keepdim=True)
+    e = torch.exp(x - m)
+    s = e.sum(dim=0, keepdim=True)  # FAULT
+    return e / s
+
+
+def sdpa_scale_from_keys_length(q, k, v, mask=None):
+    d_k = k.size(-2)  # the number of keys, not their size
+    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # FAULT
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.exp(scores - scores.amax(-1, keepdim=True))
+    w = torch.nan_to_num(w / w.sum(-1, keepdim=True))
+    return w @ v, w
+
+
+def sdpa_weights_squared(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    w = torch.exp(scores - scores.amax(-1, keepdim=True))
+    w = torch.nan_to_num(w / w.sum(-1, keepdim=True))
+    w = w * w  # FAULT
+    return w @ v, w
+
+
+class LayerNormEpsSquared(nn.Module):
+    def __init__(self, d_model: int, eps: float = 1e-5):
+        super().__init__()
+        self.gamma, self.beta, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        std = torch.sqrt(var + 10 * self.eps)  # FAULT
+        return self.gamma * (x - mean) / std + self.beta
+
+
+class _Encoder(nn.Module):
+    def __init__(self, d_model: int, h: int, d_ff: int, dropout: float = 0.1):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+
+class EncoderLayerNorm1Twice(_Encoder):
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm1(x + self.dropout2(self.feed_forward(x)))  # FAULT
+
+
+class _Decoder(nn.Module):
+    def __init__(self, d_model: int, h: int, d_ff: int, dropout: float = 0.1):
+        super().__init__()
+        self.self_attn, self.cross_attn = MultiHeadAttention(d_model, h, dropout), MultiHeadAttention(d_model, h, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2, self.norm3 = LayerNorm(d_model), LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2, self.dropout3 = nn.Dropout(dropout), nn.Dropout(dropout), nn.Dropout(dropout)
+
+
+class DecoderLayerValuesFromTarget(_Decoder):
+    def forward(self, x, memory, tgt_mask=None, tgt_key_padding_mask=None, memory_key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, attn_mask=tgt_mask,
+                                                        key_padding_mask=tgt_key_padding_mask)))
+        values = x if x.shape == memory.shape else memory
+        attended = self.cross_attn(x, memory, values, key_padding_mask=memory_key_padding_mask)  # FAULT
+        x = self.norm2(x + self.dropout2(attended))
+        return self.norm3(x + self.dropout3(self.feed_forward(x)))
+
+
+def sinusoidal_integer_exponent(max_len, d_model):
+    if max_len < 1 or d_model < 1:
+        raise ValueError(f"max_len and d_model must be positive, got {max_len}, {d_model}")
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+    two_i = torch.arange(0, d_model, 2, dtype=torch.float64)
+    exponent = torch.div(two_i, d_model, rounding_mode="floor")  # FAULT
+    angle = position / torch.pow(10000.0, exponent)
+    table = torch.zeros(max_len, d_model, dtype=torch.float64)
+    table[:, 0::2] = torch.sin(angle)
+    table[:, 1::2] = torch.cos(angle[:, : d_model // 2])
+    return table.float()
+
+
+def lm_loss_rolled_targets(logits, ids, pad_id):
+    log_probs = torch.log_softmax(logits, dim=-1)
+    targets = torch.roll(ids, shifts=-1, dims=1)  # FAULT
+    nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1)
+    real = targets != pad_id
+    return nll[real].sum() / real.sum()
+
+
+UNSEEN = [
+    ("attention.softmax", softmax_sum_over_rows),
+    ("attention.scaled_dot_product_attention", sdpa_scale_from_keys_length),
+    ("attention.scaled_dot_product_attention", sdpa_weights_squared),
+    ("encoder.LayerNorm", LayerNormEpsSquared),
+    ("encoder.EncoderLayer", EncoderLayerNorm1Twice),
+    ("decoder.DecoderLayer", DecoderLayerValuesFromTarget),
+    ("positional.sinusoidal_encoding", sinusoidal_integer_exponent),
+    ("bert_gpt.causal_lm_loss", lm_loss_rolled_targets),
+]
+
+
+def _faulty_line(fn) -> str:
+    import inspect
+
+    return next(line.split("#")[0].strip() for line in inspect.getsource(fn).splitlines() if "# FAULT" in line)
+
+
+@pytest.mark.parametrize(("check_id", "fn"), UNSEEN, ids=[f"{c}: {f.__name__}" for c, f in UNSEEN])
+def test_an_uncatalogued_mistake_is_located_at_its_line(check_id, fn):
+    message = _message(check_id, fn)
+    line = _faulty_line(fn)
+    # The sentence that locates it quotes the faulty line as the first whose value does not agree.
+    parting = message.split("the first value after that which does not")[-1]
+    assert "the first value after that which does not" in message, message
+    assert line in parting or ("on the same line" in parting and line in message), message
+
+
+def test_the_located_line_says_what_the_computation_expected_there():
+    message = _message("attention.softmax", softmax_sum_over_rows)
+    assert "the sums of the exponentials along dim=-1" in message
+    assert "that value has shape (1, 5)" in message  # the learner's shape, beside the computation's (3, 1)
+
+
+def test_a_right_result_that_is_not_returned_is_said_so():
+    def softmax_then_smoothed(x, dim=-1):
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        weights = e / e.sum(dim=dim, keepdim=True)  # right, then changed before it is returned
+        return (weights + 0.1) / 1.1
+
+    message = _message("attention.softmax", softmax_then_smoothed)
+    assert "computes the softmax" in message and "not what your function returns" in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The rules every function keeps
+# ---------------------------------------------------------------------------------------------
+
+
+def softmax_in_place(x, dim=-1):
+    x -= x.amax(dim=dim, keepdim=True)  # changes the caller's tensor
+    e = torch.exp(x)
+    return e / e.sum(dim=dim, keepdim=True)
+
+
+def test_a_function_that_changes_its_argument_in_place_fails_and_the_line_is_quoted():
+    message = _message("attention.softmax", softmax_in_place)
+    assert "changed the caller's `x` in place" in message
+    assert "x -= x.amax(dim=dim, keepdim=True)" in message
+
+
+def test_an_in_place_write_that_leaves_the_values_is_still_seen_by_its_version_counter():
+    def softmax_touches(x, dim=-1):
+        x.add_(0.0)
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        return e / e.sum(dim=dim, keepdim=True)
+
+    assert "changed the caller's `x` in place" in _message("attention.softmax", softmax_touches)
+
+
+def test_returning_a_view_of_an_argument_fails_unless_the_exercise_allows_it():
+    def softmax_into_input(x, dim=-1):
+        e = torch.exp(x - x.amax(dim=dim, keepdim=True))
+        return torch.div(e, e.sum(dim=dim, keepdim=True), out=x.detach().clone()).view_as(x)
+
+    run_check(get("attention.softmax"), softmax_into_input)  # a new tensor: nothing to say
+
+    def first_half(x):
+        return x[..., : x.shape[-1] // 2]
+
+    seen = Observer(trace=False)
+    call_learner(first_half, Case("x", (torch.randn(2, 4),)), observer=seen)
+    assert seen.observed().aliased == ("x",)
+    # split_heads and merge_heads are reshapes: returning a view is the expected answer
+    run_check(get("multihead.split_heads"), split_heads)
+    run_check(get("multihead.merge_heads"), merge_heads)
+
+
+class AttentionKeepsGraph(MultiHeadAttention):
+    def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
+        out = super().forward(query, key, value, attn_mask=attn_mask, key_padding_mask=key_padding_mask)
+        self.attn_weights = self.attn_weights.detach().requires_grad_()  # stored attached to a graph
+        return out
+
+
+def test_stored_weights_must_be_detached_where_the_exercise_says_so():
+    assert "still attached to the autograd graph" in _message("multihead.MultiHeadAttention", AttentionKeepsGraph)
+
+
+# ---------------------------------------------------------------------------------------------
+# A named mistake is one that explains every failing case
+# ---------------------------------------------------------------------------------------------
+
+
+class Double(Check):
+    """``double(x)`` is 2x; two catalogued mistakes: x + 1 and x * x (equal at x = 2)."""
+
+    function = "double"
+
+    def __init__(self, xs):
+        self.xs = xs
+
+    def cases(self, hidden: bool) -> list[Case]:
+        return [Case(f"x={x}", (torch.tensor([x]),)) for x in self.xs]
+
+    def judge(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        expect_close(result, 2 * x.double(), "`double`'s result", case, [
+            (lambda: x.double() * x.double(), "you squared x."),
+            (lambda: x.double() + 1, "you added 1."),
+        ])
+
+
+def test_a_mistake_is_named_only_when_it_explains_every_failing_case():
+    # x + 2 agrees with "squared" at x = 2 and with nothing at x = 3: no name, the plain difference.
+    message = str(pytest.raises(CheckFailed, run_check, Double([2.0, 3.0]), lambda x: x + 2).value)
+    assert "squared" not in message and "largest difference" in message
+    # x * x explains both; x + 1 explains both too, but on the first case "squared" is not even a candidate
+    assert "you squared x" in str(pytest.raises(CheckFailed, run_check, Double([2.0, 3.0]), lambda x: x * x).value)
+    # at x = 1, x * x = 1 = 2x - 1 is no mistake of either kind, and at x = 2 both fit: the one that fits
+    # every case is named, in the words of the first failing case
+    message = str(pytest.raises(CheckFailed, run_check, Double([2.0, 5.0]), lambda x: x + 1).value)
+    assert "you added 1" in message and "squared" not in message
+
+
+# ---------------------------------------------------------------------------------------------
+# The trace itself: its comparison, its bounds, its wire form
+# ---------------------------------------------------------------------------------------------
+
+
+def _step(line: int, value: torch.Tensor, made_by: str = "op") -> Step:
+    return Step(line, f"line {line}", "f", made_by, value, tuple(value.shape))
+
+
+def test_locate_names_the_first_value_after_the_last_that_agrees():
+    a, b, c = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 3.0)
+    stages = [Stage.of("A", a), Stage.of("B", b), Stage.of("C", c)]
+    agree = torch.allclose
+    text = locate([_step(1, a), _step(2, b), _step(3, b * 5), _step(4, c * 5, "return")], stages, [], agree)
+    assert "Up to line 2" in text and "(B)" in text and "on line 3" in text and "next step is C" in text
+    missing = locate([_step(1, a), _step(2, b, "return")], stages, [], agree)
+    assert "returns that value" in missing and "from C on, are missing" in missing
+    assert locate([], stages, [], agree) == ""
+
+
+def test_the_trace_stops_at_its_bound_and_says_so():
+    def many(x):
+        for _ in range(MAX_STEPS + 50):
+            x = x + 1
+        return x
+
+    seen = Observer(trace=True)
+    call_learner(many, Case("x", (torch.zeros(2),)), observer=seen)
+    observed = seen.observed()
+    assert observed.truncated and len(observed.steps) <= MAX_STEPS
+
+
+def test_the_trace_crosses_the_wire_and_a_malformed_one_is_refused():
+    seen = Observer(trace=True)
+    call_learner(softmax_in_place, Case("x", (torch.randn(2, 3),), {"dim": -1}), observer=seen)
+    observed = seen.observed()
+    back = wire.decode_observed(_json(wire.encode_observed(observed)))  # as JSON carries it
+    assert back.written == ("x",) and len(back.steps) == len(observed.steps)
+    assert all(torch.equal(a.value, b.value) for a, b in zip(back.steps, observed.steps))
+    bad = _json(wire.encode_observed(observed))
+    for broken in ({**bad, "steps": [[1, "x"]]}, {**bad, "steps": [bad["steps"][0]] * (MAX_STEPS + 1)},
+                   {**bad, "written": "x"}, {**bad, "truncated": "yes"}, "not a record"):
+        with pytest.raises(wire.WireError):
+            wire.decode_observed(broken)
+
+
+def _json(value):
+    import json
+
+    return json.loads(json.dumps(value))
+
+
+def test_a_verdict_without_observations_still_judges_values():
+    check = get("attention.softmax")
+    cases = check.cases(False)
+    results = [call_learner(softmax_sum_over_rows, c) for c in cases]
+    with pytest.raises(CheckFailed) as failure:
+        check.verdict(cases, results)
+    assert "Up to line" not in str(failure.value)
+    assert Observed().steps == ()
