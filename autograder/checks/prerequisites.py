@@ -200,10 +200,12 @@ class ReceptiveFieldCheck(Check):
 # rnn_forward
 # ----------------------------------------------------------------------------------------
 
-RNN_SHAPES_HINT = (
-    "Mind the shapes: x is (B, T, d_in), so the input at step t is x[:, t] (B, d_in); x_t @ W_xh needs "
-    "W_xh (d_in, d_h) and h_{t-1} @ W_hh needs W_hh (d_h, d_h): check which weight goes with which input."
+# A product whose shapes do not fit points at the weights; any other shape error at the input's axes.
+RNN_WEIGHTS_HINT = (
+    "Mind the shapes: x_t @ W_xh needs W_xh (d_in, d_h) and h_{t-1} @ W_hh needs W_hh (d_h, d_h): "
+    "check which weight goes with which input."
 )
+RNN_STEP_HINT = "Mind the shapes: x is (B, T, d_in), so the input at step t is x[:, t], shape (B, d_in)."
 
 
 def _torch_rnn(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor):
@@ -234,7 +236,8 @@ class RnnForwardCheck(Check):
     oracle = "torch.nn.RNN (tanh, batch_first) with the same weights"
     forbidden = ("torch.nn.RNN", "torch.nn.RNNCell", "torch.rnn_tanh", "torch.rnn_tanh_cell")
     forbidden_ops = ("rnn_tanh", "rnn_relu")  # what nn.RNN and nn.RNNCell run
-    hints = (Hint(("RuntimeError", "IndexError"), RNN_SHAPES_HINT),)
+    hints = (Hint("RuntimeError", RNN_WEIGHTS_HINT, containing="cannot be multiplied"),
+             Hint(("RuntimeError", "IndexError"), RNN_STEP_HINT))
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)

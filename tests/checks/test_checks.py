@@ -80,6 +80,33 @@ def test_catalogued_mistake_is_caught_and_diagnosed(mistake):
         assert mistake.diagnosis in str(failure.value), (
             f"{mistake.name}: expected the diagnosis {mistake.diagnosis!r}, got:\n{failure.value}"
         )
+        for other in _named_besides(mistake, str(failure.value)):
+            assert _indistinguishable(check, mistake.fn, other.fn), (
+                f"{mistake.name}: the message also names another mistake, {other.name!r} "
+                f"({other.diagnosis!r}), which returns other values:\n{failure.value}"
+            )
+
+
+def _named_besides(mistake, message: str) -> list:
+    """The other catalogued mistakes of the same function whose diagnosis ``message`` quotes (one
+    diagnosis held in the other is the same mistake, said more or less precisely)."""
+    return [o for o in MISTAKES if o.check_id == mistake.check_id and o.diagnosis in message
+            and o.diagnosis not in mistake.diagnosis and mistake.diagnosis not in o.diagnosis]
+
+
+def _indistinguishable(check, fn, other) -> bool:
+    """Two functions no case of the check tells apart: a message may then name both."""
+    return all(_same(call_learner(fn, case), call_learner(other, case)) for case in check.cases(hidden=True))
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a.nan_to_num(), b.nan_to_num())
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))
+    if isinstance(a, Raised) and isinstance(b, Raised):
+        return a.type == b.type
+    return type(a) is type(b) and a == b
 
 
 @pytest.mark.parametrize("notebook, function", GRADED)

@@ -350,7 +350,7 @@ class StackNoTgtPadding(_Stack):
 
 MISTAKES = [
     # subsequent_mask
-    Mistake(MASK, "float mask of ones and zeros", mask_float, "a float tensor"),
+    Mistake(MASK, "float mask of ones and zeros", mask_float, "returned a float tensor (torch.float32)"),
     Mistake(MASK, "integer mask", mask_int, "an integer tensor"),
     Mistake(MASK, "PyTorch's additive -inf mask", mask_additive, "additive mask"),
     Mistake(MASK, "upper triangle (transposed)", mask_upper, "upper triangle"),

@@ -304,9 +304,9 @@ MISTAKES = [
     Mistake(TABLE, "positions start at 1", table_positions_from_1, "positions start at 1"),
     Mistake(TABLE, "sines and cosines concatenated", table_concatenated_halves, "interleaves them"),
     Mistake(TABLE, "multiplies pos by the divisor", table_multiplies, "pos was multiplied by 10000^(2i/d_model)"),
-    Mistake(TABLE, "crashes on odd d_model", table_crashes_on_odd_width, "d_model // 2"),
+    Mistake(TABLE, "crashes on odd d_model", table_crashes_on_odd_width, "one more sin column than cos columns"),
     Mistake(TABLE, "returns float64", table_float64, "return float32"),
-    Mistake(TABLE, "no validation", table_no_validation, "raise ValueError"),
+    Mistake(TABLE, "no validation", table_no_validation, "so raise ValueError instead"),
     Mistake(TABLE, "assert instead of ValueError", table_assert_instead_of_error, "not an assert"),
     Mistake(TABLE, "returns the angles", table_returns_angles, "not the angles"),
     # PositionalEmbedding
@@ -323,7 +323,7 @@ MISTAKES = [
     Mistake(LAYER, "table as a parameter", LayerTableAsParameter, "register it with self.register_buffer"),
     Mistake(LAYER, "table stored as (1, max_len, d_model)", LayerBatchedTable,
             "keep the table as sinusoidal_encoding returns it"),
-    Mistake(LAYER, "table registered as a persistent buffer", LayerPersistentTable, "persistent=False"),
+    Mistake(LAYER, "table registered as a persistent buffer", LayerPersistentTable, "registered as a persistent buffer"),
     Mistake(LAYER, "table kept as a plain tensor attribute", LayerTableAsAttribute, "`pe` is not a buffer"),
-    Mistake(LAYER, "float64 table", LayerFloat64Table, "float32"),
+    Mistake(LAYER, "float64 table", LayerFloat64Table, "the table pe must be float32 too"),
 ]
