@@ -77,6 +77,29 @@ def _parting(value: torch.Tensor, expected: torch.Tensor, agree: Agree) -> str:
             f"(you have {a[index].item():.6g}, the computation {e[index].item():.6g})")
 
 
+def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, stages: Sequence[Stage]) -> int | None:
+    """The step that stands for the computation's next stage, among the values after the last that
+    agrees which agree with nothing: the first made from a value that agrees with the furthest stage
+    (the learner's next step from there), else the first of either stage's shape, else the first of
+    the next stage's kind. In each, one made by the graded function itself comes first (a sub-module
+    it calls counts as one step, not its insides). A value of another shape may be a correct
+    intermediate the computation does not name (``gamma * centred`` before the division), and a mask
+    or an index made on the way (``~mask``) is no candidate for a wrong number."""
+    following = stages[-1]
+    floating = following.values[0].is_floating_point()
+    shapes = {tuple(v.shape) for stage in stages for v in stage.values}
+    agreeing = {i for i, k in enumerate(found) if k == furthest and furthest >= 0}
+    last = max(agreeing, default=-1)
+    after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
+             and steps[i].value.is_floating_point() == floating]
+    outer = steps[-1].function if steps[-1].made_by == "return" else None
+    for group in ([i for i in after if agreeing & set(steps[i].uses)],
+                  [i for i in after if tuple(steps[i].value.shape) in shapes], after):
+        if group:
+            return next((i for i in group if steps[i].function == outer), group[0])
+    return None
+
+
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
            truncated: bool = False) -> str:
     """The sentence that says where the values first part, or "" when the trace cannot say."""
@@ -91,12 +114,9 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         return (f"Your {_where(step)} computes {stages[final].name} correctly, but that value is not what your "
                 "function returns: look at what happens to it after that line.")
     following = stages[furthest + 1]
-    floating = following.values[0].is_floating_point()
-    # A mask or an index made on the way (``~mask``) is no candidate for a wrong number.
-    culprit = next((i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
-                    and steps[i].value.is_floating_point() == floating), None)
+    culprit = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2])
     head = (f"Up to {_where(steps[last])}, your values agree with the computation ({stages[furthest].name})"
-            if last >= 0 else "None of the values your lines make agrees with the computation beyond your inputs")
+            if last >= 0 else "Beyond your inputs, none of your values agrees with a step of the computation")
     if culprit is None:
         returned = next((s for s in reversed(steps) if s.made_by.startswith("return")), None)
         if returned is None or furthest < 0:
@@ -105,10 +125,14 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
                 "are missing.")
     step = steps[culprit]
     same = last >= 0 and (steps[last].line, steps[last].function) == (step.line, step.function)
-    text = f"{head}; the first value after that which does not is {_maker(step)} " + (
-        "on the same line" if same else f"on {_where(step)}")
+    first = "the first value after that which does not is" if last >= 0 else "the first that should is"
+    text = f"{head}; {first} {_maker(step)} " + ("on the same line" if same else f"on {_where(step)}")
     shapes = {tuple(v.shape) for v in following.values}
-    if step.value is not None and tuple(step.value.shape) in shapes:
+    agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
+    if step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed:
+        text += (f": it changes {stages[furthest].name}, which the computation's next step, {following.name}, "
+                 f"takes as it is{_parting(step.value, agreed[tuple(step.value.shape)], agree)}.")
+    elif step.value is not None and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's next step is {following.name}{_parting(step.value, expected, agree)}."
     else:

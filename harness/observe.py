@@ -25,6 +25,7 @@ import inspect
 import linecache
 import os
 import sys
+import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -58,6 +59,8 @@ class Step:
     shape: tuple[int, ...] = ()
     #: for a submodule's call: its input
     input: torch.Tensor | None = None
+    #: the earlier steps whose values this one was made from (the tensors the call was given)
+    uses: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -148,6 +151,8 @@ class Recorder(TorchFunctionMode):
         self.truncated = False
         self.module_names: dict[int, str] = {}
         self.on = False
+        #: id of a tensor a step made -> (that step's index, a weak reference that proves the id is still it)
+        self.made: dict[int, tuple[int, weakref.ref]] = {}
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -168,7 +173,16 @@ class Recorder(TorchFunctionMode):
         self.elements += value.numel()
         return value.detach().to("cpu", copy=True)
 
-    def add(self, frame, made_by: str, value: Any, given: Any = None, line: int | None = None) -> None:
+    def _uses(self, given: Any) -> tuple[int, ...]:
+        found = []
+        for _, t in _tensors(given, ""):
+            index, ref = self.made.get(id(t), (None, None))
+            if index is not None and ref() is t and index not in found:
+                found.append(index)
+        return tuple(found[:8])
+
+    def add(self, frame, made_by: str, value: Any, given: Any = None, line: int | None = None,
+            inputs: Any = None) -> None:
         if not self.on or self.truncated:
             return
         found = list(_tensors(value, "")) if not isinstance(value, torch.Tensor) else [("", value)]
@@ -183,9 +197,11 @@ class Recorder(TorchFunctionMode):
         self.on = False  # copying a value is not a step of the learner's
         try:
             kept_input = self._keep(given) if isinstance(given, torch.Tensor) else None
+            uses = self._uses(given if inputs is None else inputs)
             for path, t in found[:4]:
+                self.made[id(t)] = (len(self.steps), weakref.ref(t))
                 self.steps.append(Step(line, source[:300], function[:200], (made_by + path)[:200], self._keep(t),
-                                       tuple(t.shape), kept_input))
+                                       tuple(t.shape), kept_input, uses))
         finally:
             self.on = True
 
@@ -194,7 +210,7 @@ class Recorder(TorchFunctionMode):
         if self.on:
             frame = self._caller(sys._getframe(1))
             if frame is not None:
-                self.add(frame, _op_name(func), out)
+                self.add(frame, _op_name(func), out, inputs=(args, kwargs or {}))
         return out
 
     def _forward_hook(self, module, args, output):

@@ -19,7 +19,7 @@ from autograder.checks import get
 from autograder.framework import Case, Check, CheckFailed, expect_close, run_check
 from autograder.locate import Stage, locate
 from harness import wire
-from harness.calls import call_learner
+from harness.calls import call_learner, remember_cell
 from harness.observe import MAX_STEPS, Observed, Observer, Step
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -162,6 +162,57 @@ def test_the_located_line_says_what_the_computation_expected_there():
     message = _message("attention.softmax", softmax_sum_over_rows)
     assert "the sums of the exponentials along dim=-1" in message
     assert "that value has shape (1, 5)" in message  # the learner's shape, beside the computation's (3, 1)
+
+
+class LayerNormOneLine(LayerNormEpsSquared):
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        var = ((x - mean) ** 2).mean(-1, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(var + 10 * self.eps) + self.beta  # FAULT
+
+
+NORM_CELL = """
+import torch
+from torch import nn
+
+class LayerNorm(nn.Module):
+    def __init__(self, d_model, eps=1e-5):
+        super().__init__()
+        self.gamma, self.beta, self.eps = nn.Parameter(torch.ones(d_model)), nn.Parameter(torch.zeros(d_model)), eps
+
+    def forward(self, x):
+        mean = x.mean(-1, keepdim=True)
+        return self.gamma * (x - mean) / torch.sqrt(((x - mean) ** 2).mean(-1, keepdim=True) + 10 * self.eps) + self.beta
+"""
+LAYER_CELL = """
+from reference.encoder import PositionwiseFeedForward
+from reference.multihead import MultiHeadAttention
+
+class EncoderLayer(nn.Module):
+    def __init__(self, d_model, h, d_ff, dropout=0.1):
+        super().__init__()
+        self.self_attn = MultiHeadAttention(d_model, h, dropout)
+        self.feed_forward = PositionwiseFeedForward(d_model, d_ff, dropout)
+        self.norm1, self.norm2 = LayerNorm(d_model), LayerNorm(d_model)
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x, key_padding_mask=None):
+        x = self.norm1(x + self.dropout1(self.self_attn(x, x, x, key_padding_mask=key_padding_mask)))
+        return self.norm2(x + self.dropout2(self.feed_forward(x)))
+"""
+
+
+def test_the_next_step_is_the_one_made_from_the_last_value_that_agrees():
+    # gamma * (x - mean) is made first on the line, but from an earlier value: it is right, only unnamed.
+    message = _message("encoder.LayerNorm", LayerNormOneLine)
+    assert "is what `+` gives on line" in message and "The computation's next step is var + eps" in message, message
+    # The learner's own LayerNorm runs inside norm1; the layer's step is the call, not the norm's insides.
+    namespace: dict = {"__name__": "__main__"}
+    for index, source in enumerate((NORM_CELL, LAYER_CELL), 1):  # two notebook cells: both the learner's
+        remember_cell(f"<cell {index}>", source)
+        exec(compile(source, f"<cell {index}>", "exec"), namespace)  # noqa: S102
+    message = _message("encoder.EncoderLayer", namespace["EncoderLayer"])
+    assert "is what `self.norm1` gives on the same line" in message, message
 
 
 def test_a_right_result_that_is_not_returned_is_said_so():
