@@ -100,6 +100,23 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     return None
 
 
+def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culprit: int) -> list[Step]:
+    """The earlier lines whose values the culprit was made from (directly, or through other values
+    that agree with nothing) when those values agree with none of the computation's steps: a mask
+    or a size made wrong a line before shows there, not on the line that uses it."""
+    lines, todo, seen = {}, list(steps[culprit].uses), set()
+    here = (steps[culprit].line, steps[culprit].function)
+    while todo and len(seen) < 32:
+        i = todo.pop()
+        if i in seen or found[i] is not None:
+            continue
+        seen.add(i)
+        if (steps[i].line, steps[i].function) != here and steps[i].source:
+            lines.setdefault((steps[i].line, steps[i].function), steps[i])
+        todo += steps[i].uses
+    return [lines[k] for k in sorted(lines)][:3]
+
+
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
            truncated: bool = False) -> str:
     """The sentence that says where the values first part, or "" when the trace cannot say."""
@@ -138,6 +155,11 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     else:
         text += (f". The computation's next step is {following.name}, of shape "
                  f"{' or '.join(str(s) for s in sorted(shapes))}; that value has shape {step.shape}.")
+    sources = _unmatched_sources(steps, found, culprit)
+    if sources:
+        text += (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
+                 + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: "
+                 "look there too.")
     if truncated:
         text += " (Only the first part of your function's work was recorded.)"
     return text
