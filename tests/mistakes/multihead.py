@@ -353,7 +353,7 @@ MISTAKES = [
     Mistake(MERGE, "heads averaged", merge_averages_heads, "summed or averaged"),
     Mistake(MERGE, "heads concatenated along the positions", merge_cat_along_positions, "stacked along the positions"),
     Mistake(MERGE, "heads moved back but not flattened", merge_forgets_flatten, "not flattened"),
-    Mistake(MHA, "heads split without the transpose", MHASplitWithoutTranspose, "reshaping the projections straight to (B, h, T, d_k)"),
+    Mistake(MHA, "heads split without the transpose", MHASplitWithoutTranspose, "straight to (B, h, T, d_k)"),
     Mistake(MHA, "heads merged without the transpose", MHAMergeWithoutTranspose, "without first moving the head axis back"),
     Mistake(MHA, "split and merge by reshapes alone", MHAViewsOnly, "reshapes alone"),
     Mistake(MHA, "heads merged interleaved", MHAMergeInterleaved, "interleaved"),

@@ -357,7 +357,7 @@ MISTAKES = [
     Mistake(GREEDY, "first position's logits", greedy_first_position, "you read the logits of the first position"),
     Mistake(GREEDY, "never feeds its tokens back", greedy_no_feedback, "the decoder was always given [BOS] only"),
     Mistake(GREEDY, "argmax over the positions", greedy_argmax_over_positions, "argmax ran over the positions"),
-    Mistake(GREEDY, "argmax over the batch", greedy_argmax_over_batch, "the next token of every row is logits[:, -1].argmax(dim=-1)"),
+    Mistake(GREEDY, "argmax over the batch", greedy_argmax_over_batch, "next token of every row is logits[:, -1]"),
     Mistake(GREEDY, "pads with eos_id", greedy_pads_with_eos, "filled with eos_id"),
     Mistake(GREEDY, "pads with 0 instead of pad_id", greedy_pads_with_zero, "were filled with 0; fill them with pad_id"),
     Mistake(GREEDY, "one token too many", greedy_one_step_too_many, "max_len + 1 tokens"),
