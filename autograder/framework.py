@@ -243,13 +243,13 @@ class Check:
         """
         seen = list(observed) + [None] * (len(cases) - len(observed))
         valid = [(c, r, o) for c, r, o in zip(cases, results, seen) if c.tag != INVALID]
-        late = [(c, r, o) for c, r, o in valid if self.values_first and _deferrable(r)]
+        late = [(c, r) for c, r, _ in valid if self.values_first and _deferrable(r)]
         early = [(c, r, o) for c, r, o in valid if not (self.values_first and _deferrable(r))]
-        for case, result, seen_ in early:
-            self._reject_located(case, result, seen_)
+        for case, result, _ in early:
+            self._reject(case, result)
         self._judge_each(early)
-        for case, result, seen_ in late:
-            self._reject_located(case, result, seen_)
+        for case, result in late:
+            self._reject(case, result)
         self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
         for case, result, seen_ in valid:
             if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
@@ -291,20 +291,8 @@ class Check:
                 failure = _failure(f"{failure}\n{where}", unexplained=failure.unexplained)
         raise failure
 
-    def _reject_located(self, case: Case, result: Any, seen: Observed | None) -> None:
-        """:meth:`_reject`; a crash also gets the line that made the first wrong value, when that is
-        not the line that raised (a size read from the wrong axis lines before the product that fails)."""
-        try:
-            self._reject(case, result)
-        except CheckFailed as failure:
-            where = self.where_values_part(case, seen, result) if isinstance(result, Raised) else ""
-            if where:
-                raise _failure(f"{failure}\n{where}", unexplained=failure.unexplained) from None
-            raise
-
-    def where_values_part(self, case: Case, seen: Observed | None, crash: Raised | None = None) -> str:
-        """The sentence that locates a wrong value in the learner's lines, or "" (also when it is the
-        line where ``crash`` was raised, which the message quotes already)."""
+    def where_values_part(self, case: Case, seen: Observed | None) -> str:
+        """The sentence that locates a wrong value in the learner's lines, or ""."""
         if seen is None or not seen.steps or not self.traced:
             return ""
         try:
@@ -315,11 +303,7 @@ class Check:
         dtype = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if case.state:
             dtype = next((t.dtype for t in case.state.values() if t.is_floating_point()), dtype)
-        raised_at = re.search(r"your `([^`]+)`, line (\d+)", crash.where) if crash is not None else None
-        if crash is not None and raised_at is None:
-            return ""
-        return locate(seen.steps, stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0), seen.truncated,
-                      crashed_at=(int(raised_at.group(2)), raised_at.group(1)) if raised_at else None)
+        return locate(seen.steps, stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0), seen.truncated)
 
     #: the exercise lets the function return a view of an argument (a reshape, say)
     may_return_view: ClassVar[bool] = False

@@ -118,14 +118,10 @@ def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culpr
 
 
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
-           truncated: bool = False, crashed_at: tuple[int, str] | None = None) -> str:
-    """The sentence that says where the values first part, or "" when the trace cannot say. For a
-    call that raised on line ``crashed_at`` (its number, and the function's name), the steps are
-    those made before it, and "" also when the first wrong value is made on that line."""
+           truncated: bool = False) -> str:
+    """The sentence that says where the values first part, or "" when the trace cannot say."""
     if not steps or not stages:
         return ""
-    if crashed_at is not None:
-        return _before_crash(steps, stages, inputs, agree, crashed_at)
     found = [_stage_of(s, stages, inputs, agree) for s in steps]
     furthest = max((k for k in found if k is not None), default=-1)
     final = len(stages) - 1
@@ -167,21 +163,3 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     if truncated:
         text += " (Only the first part of your function's work was recorded.)"
     return text
-
-
-def _before_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
-                  crashed_at: tuple[int, str]) -> str:
-    found = [_stage_of(s, stages, inputs, agree) for s in steps]
-    furthest = max((k for k in found if k is not None), default=-1)
-    if furthest == len(stages) - 1:
-        return ""
-    culprit = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2])
-    if culprit is None:
-        return ""
-    step = steps[culprit]
-    if (step.line, step.function.rsplit(".", 1)[-1]) == (crashed_at[0], crashed_at[1].rsplit(".", 1)[-1]):
-        return ""
-    agreed = (f"your values agree with the computation up to {stages[furthest].name}; " if furthest >= 0 else "")
-    return (f"Before that line, {agreed}the first value that does not is {_maker(step)} on {_where(step)}, "
-            f"shape {step.shape}, where the computation's next step is {stages[furthest + 1].name}, of shape "
-            f"{' or '.join(str(tuple(v.shape)) for v in stages[furthest + 1].values)}: the error may start there.")

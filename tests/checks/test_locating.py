@@ -351,30 +351,6 @@ def test_a_wrong_value_made_from_a_wrong_mask_quotes_the_line_that_made_the_mask
     assert "made from" not in locate([_step(1, a), alone], stages, [], agree)
 
 
-def test_a_crash_gets_the_earlier_line_that_made_the_first_wrong_value():
-    a, b = torch.ones(2, 3), torch.full((2, 3), 2.0)
-    stages = [Stage.of("A", a), Stage.of("B", b)]
-    agree = lambda x, y: torch.allclose(x.double(), y.double())  # noqa: E731
-    wrong = Step(2, "w = a.t() * 2", "f", "mul", torch.full((3, 2), 2.0), (3, 2), None, (0,))
-    steps = [_step(1, a), wrong]
-    text = locate(steps, stages, [], agree, crashed_at=(3, "f"))
-    assert "on line 2 of your `f`, `w = a.t() * 2`, shape (3, 2)" in text and "B, of shape (2, 3)" in text, text
-    # Made on the line that raised: the message quotes that line already.
-    assert locate(steps, stages, [], agree, crashed_at=(2, "f")) == ""
-
-
-def test_a_crash_whose_values_were_right_until_then_gets_no_guess():
-    # The queries were never given their axis for the keys: nothing computed before the line that
-    # raised is wrong, so nothing is pointed at.
-    def additive_attention(q, k, v, W_q, W_k, w_v, mask=None):
-        features = q @ W_q
-        features = features + (k @ W_k).unsqueeze(-3)
-        return torch.tanh(features) @ w_v, None
-
-    message = _message("attention.additive_attention", additive_attention)
-    assert "raised RuntimeError" in message and "Before that line" not in message, message
-
-
 def test_the_trace_stops_at_its_bound_and_says_so():
     def many(x):
         for _ in range(MAX_STEPS + 50):
