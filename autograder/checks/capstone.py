@@ -33,6 +33,7 @@ from ..framework import (
     materialize,
     seeded,
 )
+from ..locate import Stage
 
 
 def _as_int(value: Any) -> Any:
@@ -247,6 +248,24 @@ class LabelSmoothedCrossEntropyCheck(Check):
                 case((4, 6, 20), 0.1, scale=2000.0, dtype=torch.float64, tag="large"),
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        logits, target = case.args
+        eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
+        log_probs = torch.log_softmax(logits.double(), dim=-1)  # (..., V)
+        nll = -log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # (...,)
+        uniform = -log_probs.mean(-1)  # (...,)
+        loss = (1 - eps) * nll + eps * uniform  # (...,)
+        real = target != pad_id
+        # Which positions are real depends on the target alone: a learner may find them at any point.
+        return [
+            Stage("the positions that are not padding", (real,)),
+            Stage("the log-probabilities log_softmax(logits, dim=-1)", (log_probs,)),
+            Stage("each position's log-probability of its target, log p_y (or its negative)", (nll, -nll)),
+            Stage("each position's mean over the vocabulary of log p_v (or its negative)", (uniform, -uniform)),
+            Stage("each position's loss, (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)", (loss,)),
+            Stage("the loss, the mean of the positions' losses over those", (loss[real].sum() / real.sum(),)),
+        ]
 
     def judge(self, case: Case, result: Any) -> None:
         logits, target = case.args

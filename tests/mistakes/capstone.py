@@ -409,7 +409,7 @@ MISTAKES = [
     Mistake(LOSS, "divides by every position", loss_divides_by_all_positions, "not out of the count"),
     Mistake(LOSS, "smoothing over the wrong tokens only", loss_smooths_wrong_tokens_only, "over all V tokens"),
     Mistake(LOSS, "no smoothing", loss_no_smoothing, "the smoothing was ignored"),
-    Mistake(LOSS, "no (1 - eps) on the right token", loss_no_one_minus, "(1 - smoothing)"),
+    Mistake(LOSS, "no (1 - eps) on the right token", loss_no_one_minus, "must be weighted by (1 - smoothing)"),
     Mistake(LOSS, "sums the uniform term over the vocabulary", loss_uniform_sum, "mean, not sum"),
     Mistake(LOSS, "log of softmax", loss_log_of_softmax, "torch.log_softmax"),
     Mistake(LOSS, "returns .item()", loss_returns_float, "no .item()"),
