@@ -581,13 +581,20 @@ def expect_close(
             continue
         if reproduces(actual, candidate, dtype):
             explaining.append(message)
+    raise named_failure(f"{what} is wrong on the case {case.label}: ", explaining, plain)
+
+
+def named_failure(what: str, explaining: Sequence[str], plain: str) -> CheckFailed:
+    """The failure that names the first of the catalogued mistakes ``explaining`` (each one's advice:
+    all of those that reproduce the learner's value on this case), after the words ``what``; or,
+    when none does, the ``plain`` message. The verdict keeps a name only where it explains every
+    failing case (:meth:`Check._judge_each`), so every mistake that gives this value is kept: on
+    another case only one of them may."""
     if not explaining:
-        raise _failure(plain, unexplained=True)
-    # Every mistake that gives this value is kept: on another case only one of them may.
-    failure = CheckFailed(f"{what} is wrong on the case {case.label}: {explaining[0]}")
+        return _failure(plain, unexplained=True)
+    failure = CheckFailed(what + explaining[0])
     failure.names = tuple(dict.fromkeys(_mistake_key(m) for m in explaining))
-    failure.plain, failure.advice = plain, dict(zip(map(_mistake_key, explaining), explaining))
-    failure.what = f"{what} is wrong on the case {case.label}: "
-    raise failure
+    failure.plain, failure.advice, failure.what = plain, dict(zip(map(_mistake_key, explaining), explaining)), what
+    return failure
 
 

@@ -28,6 +28,7 @@ from ..framework import (
     expect_tuple,
     matches,
     materialize,
+    named_failure,
 )
 from ..oracles import blank
 
@@ -187,12 +188,11 @@ class ReceptiveFieldCheck(Check):
             (reverse, "the layers were taken in the wrong order: the recursion r <- (r - 1) s + (k - 1) d + 1 must run "
                       "from the last layer down to the first (or use the formula with strides of the layers below)."),
         ]
-        for value, message in diagnoses:
-            if value == result and value != expected:
-                raise CheckFailed(f"`receptive_field` returned {result} on the case {case.label}: {message}")
-        raise CheckFailed(
+        raise named_failure(
+            f"`receptive_field` returned {result} on the case {case.label}: ",
+            [message for value, message in diagnoses if value == result and value != expected],
             f"`receptive_field` returned {result} on the case {case.label} where {expected} was expected (also measured "
-            "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i below l)."
+            "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i below l).",
         )
 
 

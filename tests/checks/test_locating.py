@@ -325,6 +325,39 @@ def _step(line: int, value: torch.Tensor, made_by: str = "op") -> Step:
     return Step(line, f"line {line}", "f", made_by, value, tuple(value.shape))
 
 
+def receptive_field_last_stride_only(kernel_sizes, strides=None, dilations=None):
+    n = len(kernel_sizes)
+    strides = [1] * n if strides is None else list(strides)
+    dilations = [1] * n if dilations is None else list(dilations)
+    if len(strides) != n or len(dilations) != n or min([*kernel_sizes, *strides, *dilations], default=1) < 1:
+        raise ValueError("one stride and one dilation per layer, each at least 1")
+    field = 1
+    for i, (k, d) in enumerate(zip(kernel_sizes, dilations)):
+        field += (k - 1) * d * (strides[i - 1] if i else 1)  # the last stride only, not their product
+    return field
+
+
+def test_a_value_that_one_mistake_gives_on_one_case_does_not_name_it():
+    # On its first failing case it is one short, as starting from r = 0 would be; on others it is not.
+    message = _message("prerequisites.receptive_field", receptive_field_last_stride_only)
+    assert "one short" not in message and "product of s_i for the layers i below l" in message, message
+
+
+def edit_distance_empty_one_short(a, b):
+    if not a or not b:
+        return max(len(a), len(b)) - 1  # the empty case taken apart, and one short
+    D = [[i + j if i == 0 or j == 0 else 0 for j in range(len(b) + 1)] for i in range(len(a) + 1)]
+    for i in range(1, len(a) + 1):
+        for j in range(1, len(b) + 1):
+            D[i][j] = min(D[i - 1][j] + 1, D[i][j - 1] + 1, D[i - 1][j - 1] + (a[i - 1] != b[j - 1]))
+    return D[len(a)][len(b)]
+
+
+def test_a_wrong_answer_on_the_empty_case_is_not_blamed_on_borders_it_has():
+    message = _message("capstone.edit_distance", edit_distance_empty_one_short)
+    assert "D[i, 0] = i" not in message and "return D[len(a), len(b)]" in message, message
+
+
 def test_locate_names_the_first_value_after_the_last_that_agrees():
     a, b, c = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 3.0)
     stages = [Stage.of("A", a), Stage.of("B", b), Stage.of("C", c)]
