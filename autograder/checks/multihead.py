@@ -183,14 +183,18 @@ class MergeHeadsCheck(_HeadsCheck):
         y = expect_tensor(result, f"{name}'s result", case)
         shape = (B, T, h * d_k)
         if tuple(y.shape) != shape:
-            hints = {
-                (B, T, h, d_k): "The heads were moved back but not flattened: reshape to (B, T, h * d_k).",
-                (B, h, T * d_k): "The heads were flattened in place; first .transpose(1, 2) to (B, T, h, d_k), then reshape.",
-                (B, h * T, d_k): "The heads were stacked along the positions; Concat puts them side by side along the features.",
-            }
-            hint = hints.get(tuple(y.shape), "")
-            if tuple(y.shape) == (B, T, d_k):
-                hint = "The heads were summed or averaged; Concat puts them side by side: (B, T, h * d_k)."
+            # A shape alone does not say how it was made: each hint is given only where its values are those.
+            hints = [
+                (lambda: x.transpose(1, 2), "The heads were moved back but not flattened: reshape to (B, T, h * d_k)."),
+                (lambda: x.reshape(B, h, T * d_k),
+                 "The heads were flattened in place; first .transpose(1, 2) to (B, T, h, d_k), then reshape."),
+                (lambda: x.reshape(B, h * T, d_k),
+                 "The heads were stacked along the positions; Concat puts them side by side along the features."),
+                (lambda: x.sum(1), "The heads were summed; Concat puts them side by side: (B, T, h * d_k)."),
+                (lambda: x.mean(1), "The heads were averaged; Concat puts them side by side: (B, T, h * d_k)."),
+            ]
+            hint = next((text for made, text in hints
+                         if tuple(made().shape) == tuple(y.shape) and matches(y, made(), x.dtype)), "")
             expect_shape(y, shape, f"{name}'s result", case, hint)
         expect_dtype(y, x.dtype, f"{name}'s result", case)
         xd = x.double()

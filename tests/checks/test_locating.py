@@ -358,6 +358,16 @@ def test_a_wrong_answer_on_the_empty_case_is_not_blamed_on_borders_it_has():
     assert "D[i, 0] = i" not in message and "return D[len(a), len(b)]" in message, message
 
 
+def merge_heads_unpacked_as_merged(x):
+    B, T, h, d_k = x.shape  # the shape read as if the heads were already moved back
+    return x.transpose(1, 2).reshape(B, T, h * d_k)
+
+
+def test_a_shape_that_a_mistake_would_give_does_not_name_it_unless_the_values_do_too():
+    message = _message("multihead.merge_heads", merge_heads_unpacked_as_merged)
+    assert "should have shape" in message and "transpose" not in message.split("should have shape")[1], message
+
+
 def test_locate_names_the_first_value_after_the_last_that_agrees():
     a, b, c = torch.ones(3), torch.full((3,), 2.0), torch.full((3,), 3.0)
     stages = [Stage.of("A", a), Stage.of("B", b), Stage.of("C", c)]
