@@ -345,8 +345,13 @@ class Check:
             self.reject_non_results(case, result)
         except CheckFailed as failure:
             if isinstance(result, Raised):
+                guard = result.details.get("guard")
+                if guard and case.tag != INVALID:
+                    failure = _failure(
+                        f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
+                        f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained)
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message
-            raise
+            raise failure from None
 
     def _judge_refusal(self, case: Case, result: Any) -> None:
         name = f"`{self.function}`"

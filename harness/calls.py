@@ -14,13 +14,16 @@ can reach anything in it. What is enforced is the grader's scan of the submissio
 """
 from __future__ import annotations
 
+import ast
 import contextlib
 import copy
 import importlib
+import inspect
 import linecache
 import os
 import re
 import sys
+import textwrap
 import traceback
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -390,6 +393,25 @@ def _cell_label(filename: str) -> str:
     return filename
 
 
+def _guard_of_raise(frame, lineno: int) -> tuple[str, str] | None:
+    """When the learner's line ``lineno`` is a ``raise`` statement inside an ``if``: that ``if``'s
+    line number and text (the condition that sent a valid case there)."""
+    try:
+        lines, first = inspect.getsourcelines(frame.f_code)
+        tree = ast.parse(textwrap.dedent("".join(lines)))
+    except (OSError, TypeError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If):
+            for branch in (node.body, node.orelse):
+                for statement in branch:
+                    if isinstance(statement, ast.Raise) and statement.lineno + first - 1 == lineno:
+                        line = node.lineno + first - 1
+                        text = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
+                        return (str(line), text[:200]) if text else None
+    return None
+
+
 def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     """An exception as data: its type, its message and where it happened.
 
@@ -437,6 +459,11 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     if last is not None and fn is not None and last.f_code not in own:
         origin = _qualname(last)
     details = {}
+    if mine:
+        frame, lineno, _ = frames[mine[-1]]
+        guard = _guard_of_raise(frame, lineno)
+        if guard:
+            details["guard"] = guard
     if isinstance(exc, StateMismatch):
         details = {"missing": tuple(exc.missing), "unexpected": tuple(exc.unexpected),
                    "shared": tuple((str(a), str(o)) for a, o in exc.shared)}

@@ -155,6 +155,10 @@ def _raised(body: Any) -> Raised:
     for key in ("missing", "unexpected"):
         if key in given:
             details[key] = _names(given[key], f"the {key} names")
+    if "guard" in given:
+        details["guard"] = _names(given["guard"], "the guard of a raise")
+        if len(details["guard"]) != 2:
+            raise WireError("the guard of a raise is not a line and its text")
     if "shared" in given:
         pairs = _list(given["shared"], "the shared names")
         if len(pairs) > MAX_NAMES:

@@ -544,6 +544,17 @@ class ScoreVarianceCheck(Check):
             out.append(Case(f"q and k ({n}, {d_k}) {dist}, scaled={scaled}", (q, k), {"scaled": scaled}, dist))
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        q, k = (t.double() for t in case.args)
+        products = q * k  # (n, d_k)
+        scores = products.sum(-1)  # (n,)
+        stages = [Stage.of("the products q_i * k_i, feature by feature", products),
+                  Stage.of("the scores q_i · k_i, summed over the features (dim=-1)", scores)]
+        if case.kwargs["scaled"]:
+            scores = scores / math.sqrt(q.shape[-1])
+            stages.append(Stage.of("the scores divided by sqrt(d_k)", scores))
+        return [*stages, Stage.of("the sample variance of the scores", scores.var())]
+
     def judge(self, case: Case, result: Any) -> None:
         q, k = (t.double() for t in case.args)
         scaled = case.kwargs["scaled"]

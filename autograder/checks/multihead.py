@@ -26,6 +26,7 @@ from ..framework import (
     expect_tensor,
     matches,
 )
+from ..locate import Stage
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
 
 # ----------------------------------------------------------------------------------------
@@ -80,6 +81,13 @@ class SplitHeadsCheck(_HeadsCheck):
     function = "split_heads"
     invalid_hint, invalid_returned = _indivisible("split_heads")
     oracle = "slicing the features into h consecutive blocks of d_k"
+
+    def stages(self, case: Case) -> list[Stage]:
+        x, h = case.args
+        B, T, d_model = x.shape
+        blocks = x.double().reshape(B, T, h, d_model // h)
+        return [Stage.of("the features cut into h blocks of d_k, (B, T, h, d_k)", blocks),
+                Stage.of("the head axis moved in front of the positions, (B, h, T, d_k)", blocks.transpose(1, 2))]
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -147,6 +155,13 @@ class SplitHeadsCheck(_HeadsCheck):
 class MergeHeadsCheck(_HeadsCheck):
     function = "merge_heads"
     oracle = "concatenating the heads along the features (the inverse of the split)"
+
+    def stages(self, case: Case) -> list[Stage]:
+        (x,) = case.args
+        B, h, T, d_k = x.shape
+        moved = x.double().transpose(1, 2)
+        return [Stage.of("the head axis moved back behind the positions, (B, T, h, d_k)", moved),
+                Stage.of("the heads side by side, (B, T, h * d_k)", moved.reshape(B, T, h * d_k))]
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)

@@ -365,7 +365,31 @@ def merge_heads_unpacked_as_merged(x):
 
 def test_a_shape_that_a_mistake_would_give_does_not_name_it_unless_the_values_do_too():
     message = _message("multihead.merge_heads", merge_heads_unpacked_as_merged)
-    assert "should have shape" in message and "transpose" not in message.split("should have shape")[1], message
+    assert "should have shape" in message and "flattened in place" not in message, message
+    assert "what `reshape` gives on the same line" in message, message  # the values say where instead
+
+
+def split_heads_inverted_check(x, h):
+    B, T, d_model = x.shape
+    if d_model % h == 0:
+        raise ValueError(f"d_model={d_model} is not divisible by h={h}")
+    return x.reshape(B, T, h, d_model // h).transpose(1, 2)
+
+
+def test_a_valid_case_refused_quotes_the_condition_that_led_to_the_raise():
+    message = _message("multihead.split_heads", split_heads_inverted_check)
+    assert "raised ValueError" in message and "`if d_model % h == 0:`, should not hold on it" in message, message
+
+
+def test_the_condition_of_a_raise_crosses_the_wire_and_a_malformed_one_is_refused():
+    from harness.calls import Raised
+
+    sent = Raised("ValueError", "no", "in your `f`", details={"guard": ("3", "if x:")})
+    assert wire.decode(wire.encode(sent)).details["guard"] == ("3", "if x:")
+    forged = wire.encode(sent)
+    forged["$raised"]["details"]["guard"] = ["3"]
+    with pytest.raises(wire.WireError):
+        wire.decode(forged)
 
 
 def test_locate_names_the_first_value_after_the_last_that_agrees():
