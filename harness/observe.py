@@ -207,10 +207,13 @@ class Recorder(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if self.on:
+        name = _op_name(func)
+        # An uninitialised tensor holds whatever the memory held (a table of an earlier call, say):
+        # no value to compare.
+        if self.on and "empty" not in name:
             frame = self._caller(sys._getframe(1))
             if frame is not None:
-                self.add(frame, _op_name(func), out, inputs=(args, kwargs or {}))
+                self.add(frame, name, out, inputs=(args, kwargs or {}))
         return out
 
     def _forward_hook(self, module, args, output):

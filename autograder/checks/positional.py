@@ -395,6 +395,19 @@ class PositionalEmbeddingCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        if case.train or case.tag in ("buffer", "state-dict", "invalid"):
+            return []
+        (tokens,) = case.args
+        d_model, T = case.init["d_model"], tokens.shape[1]
+        embedded = case.state["embedding.weight"].double()[tokens]  # (B, T, d_model)
+        scaled = embedded * math.sqrt(d_model)
+        pe = _table(case.init.get("max_len", 5000), d_model)[:T]  # (T, d_model)
+        return [Stage.of("the embeddings of the tokens, embedding(tokens)", embedded),
+                Stage.of("the embeddings times sqrt(d_model)", scaled),
+                Stage.of("the positional encodings of the first T positions, pe[:T]", pe),
+                Stage.of("their sum, embedding(tokens) * sqrt(d_model) + pe[:T]", scaled + pe)]
+
     def judge(self, case: Case, result: Any) -> None:
         name = "`PositionalEmbedding`'s output"
         init = case.init

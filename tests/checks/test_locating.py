@@ -430,6 +430,18 @@ def test_the_trace_stops_at_its_bound_and_says_so():
     assert observed.truncated and len(observed.steps) <= MAX_STEPS
 
 
+def test_an_uninitialised_tensor_is_no_value_to_compare():
+    def filled(x):
+        table = torch.empty(2, 3, dtype=torch.float64)
+        table[:] = x
+        return torch.empty_like(table).copy_(table) * 2
+
+    seen = Observer(trace=True)
+    call_learner(filled, Case("x", (torch.ones(3, dtype=torch.float64),)), observer=seen)
+    made_by = [s.made_by for s in seen.observed().steps]
+    assert "mul" in made_by and not [m for m in made_by if "empty" in m], made_by
+
+
 def test_the_trace_crosses_the_wire_and_a_malformed_one_is_refused():
     seen = Observer(trace=True)
     call_learner(softmax_in_place, Case("x", (torch.randn(2, 3),), {"dim": -1}), observer=seen)
