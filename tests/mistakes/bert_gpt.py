@@ -386,7 +386,7 @@ def loss_item(logits, ids, pad_id):
 
 def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, multiply=False, k_le=False,
             crossing=True, scatter=True, validate=True, greedy=True, use_global=False, p_first=False,
-            nucleus_extra=False, keep_first=True, temperature_last=False):
+            nucleus_extra=False, keep_first=True, temperature_last=False, clamp_k=True):
     if validate:
         if temperature < 0:
             raise ValueError(f"temperature must be at least 0, got {temperature}")
@@ -399,7 +399,7 @@ def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, mult
     scores = logits if temperature_last else logits * temperature if multiply else logits / temperature
 
     def keep_top_k(scores):
-        if 0 < top_k < scores.shape[-1]:
+        if 0 < top_k and (top_k < scores.shape[-1] or not clamp_k):
             kth = scores.topk(top_k, dim=-1).values[:, -1:]
             return scores.masked_fill(scores <= kth if k_le else scores < kth, float("-inf"))
         return scores
@@ -429,6 +429,11 @@ def _sample(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None, *, mult
     if use_global:
         return torch.multinomial(probs, 1).squeeze(-1)
     return torch.multinomial(probs, 1, generator=generator).squeeze(-1)
+
+
+def sample_top_k_above_vocabulary_crashes(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
+    # topk(top_k) for any positive top_k: it raises when top_k exceeds the vocabulary
+    return _sample(logits, temperature, top_k, top_p, generator, clamp_k=False)
 
 
 def sample_multiplies_temperature(logits, temperature=1.0, top_k=0, top_p=1.0, generator=None):
@@ -634,6 +639,8 @@ MISTAKES = [
     Mistake(LOSS, "divides by every position", loss_divides_by_all, "not out of the count"),
     Mistake(LOSS, ".item()", loss_item, "no .item()"),
     Mistake(SAMPLE, "multiplies by the temperature", sample_multiplies_temperature, "multiplied by the temperature"),
+    Mistake(SAMPLE, "top_k above the vocabulary crashes", sample_top_k_above_vocabulary_crashes,
+            "more than the vocabulary's"),
     Mistake(SAMPLE, "top-k drops the k-th token", sample_top_k_drops_kth, "the k-th included"),
     Mistake(SAMPLE, "nucleus without the crossing token", sample_nucleus_without_crossing_token,
             "left out the token that takes the total past top_p"),

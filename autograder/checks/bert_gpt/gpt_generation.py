@@ -42,6 +42,10 @@ class SampleNextCheck(Check):
     hints = (
         Hint((), "A temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing by "
              "the temperature or drawing.", when=lambda case, result: case.tag == "greedy"),
+        Hint((), lambda name, case, result: (
+            f"top_k={case.kwargs['top_k']} is more than the vocabulary's {case.args[0].shape[-1]} tokens: the exercise "
+            "keeps every token then, as top_k=0 does (topk cannot take more elements than a row has)."),
+            when=lambda case, result: case.tag == "top_k above V"),
         Hint("RuntimeError", lambda name, case, result: (
             ("some row kept no token at all: the most likely token is always kept, even when its probability alone "
              "passes top_p (keep a token when the tokens more likely than it hold less than top_p together: "
@@ -95,6 +99,9 @@ class SampleNextCheck(Check):
         # its own, so that the other cases keep their rows.
         out.insert(7, case(3, 16, 5000, seed=21, temperature=2.5, top_k=8, top_p=0.5,
                            rows_from=self.generator(hidden, "high temperature")))
+        # The text says a top_k of at least the vocabulary's size keeps every token: a visible case, rows of its own.
+        out.insert(8, case(3, 10, 5000, seed=23, top_k=25, tag="top_k above V",
+                           rows_from=self.generator(hidden, "top_k above V")))
         if hidden:
             hidden_main = case(3, 20, 5000, seed=11, temperature=1.2, tag="main")
             out += [
