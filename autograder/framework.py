@@ -47,7 +47,7 @@ from harness.calls import (  # noqa: F401
     shared_names,
     to_plain,
 )
-from harness.observe import Observed, Observer
+from harness.observe import Observed, Observer, tensors_in
 
 from .locate import Stage, locate
 
@@ -299,7 +299,7 @@ class Check:
             stages = self.stages(case)
         except Exception:  # a stage that does not apply to this case: say nothing rather than guess
             return ""
-        inputs = [t for _, t in _tensors_in((*case.args, *case.kwargs.values()))]
+        inputs = tensors_in((*case.args, *case.kwargs.values()))
         dtype = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if case.state:
             dtype = next((t.dtype for t in case.state.values() if t.is_floating_point()), dtype)
@@ -407,12 +407,6 @@ def _failure(message: str, unexplained: bool = False) -> CheckFailed:
     failure = CheckFailed(message)
     failure.unexplained = unexplained
     return failure
-
-
-def _tensors_in(value: Any) -> list[tuple[str, torch.Tensor]]:
-    from harness.observe import _tensors
-
-    return list(_tensors(value, ""))
 
 
 #: how the trace names operators that write into their input

@@ -191,7 +191,7 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer:
     else:
         if observer.recorder is not None:
             observer.recorder.name_modules(module)
-        with observer.recorder.recording() if observer.recorder else contextlib.nullcontext():
+        with observer.watching():
             output = getattr(module, case.method)(*args, **kwargs)
         observer.result = output
         observer.attached = [a for a in case.collect
@@ -490,7 +490,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
             if case.init is not None:
                 result = _call_module(fn, case, args, kwargs, observer)
             elif observer is not None:
-                with observer.recorder.recording() if observer.recorder else contextlib.nullcontext():
+                with observer.watching():
                     returned = fn(*args, **kwargs)
                 observer.result = returned
                 result = to_plain(returned)

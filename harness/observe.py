@@ -57,8 +57,6 @@ class Step:
     #: the value (None when it was too large to keep: ``shape`` still says what it was)
     value: torch.Tensor | None
     shape: tuple[int, ...] = ()
-    #: for a submodule's call: its input
-    input: torch.Tensor | None = None
     #: the earlier steps whose values this one was made from (the tensors the call was given)
     uses: tuple[int, ...] = ()
 
@@ -92,6 +90,11 @@ def _tensors(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, torch
     elif isinstance(value, dict):
         for k, v in list(value.items())[:16]:
             yield from _tensors(v, f"{path}[{k!r}]", depth + 1)
+
+
+def tensors_in(value: Any) -> list[torch.Tensor]:
+    """The tensors in a value (inside tuples, lists and dicts), within the same bounds."""
+    return [t for _, t in _tensors(value, "")]
 
 
 def argument_names(fn: Callable, method: str, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -181,8 +184,7 @@ class Recorder(TorchFunctionMode):
                 found.append(index)
         return tuple(found[:8])
 
-    def add(self, frame, made_by: str, value: Any, given: Any = None, line: int | None = None,
-            inputs: Any = None) -> None:
+    def add(self, frame, made_by: str, value: Any, inputs: Any = None) -> None:
         if not self.on or self.truncated:
             return
         found = list(_tensors(value, "")) if not isinstance(value, torch.Tensor) else [("", value)]
@@ -191,17 +193,16 @@ class Recorder(TorchFunctionMode):
         if len(self.steps) + len(found) > MAX_STEPS or self.elements > MAX_ELEMENTS:
             self.truncated = True
             return
-        line = frame.f_lineno if line is None else line
+        line = frame.f_lineno
         source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
         function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
         self.on = False  # copying a value is not a step of the learner's
         try:
-            kept_input = self._keep(given) if isinstance(given, torch.Tensor) else None
-            uses = self._uses(given if inputs is None else inputs)
+            uses = self._uses(inputs)
             for path, t in found[:4]:
                 self.made[id(t)] = (len(self.steps), weakref.ref(t))
                 self.steps.append(Step(line, source[:300], function[:200], (made_by + path)[:200], self._keep(t),
-                                       tuple(t.shape), kept_input, uses))
+                                       tuple(t.shape), uses))
         finally:
             self.on = True
 
@@ -220,8 +221,7 @@ class Recorder(TorchFunctionMode):
         if self.on and id(module) in self.module_names:
             frame = self._caller(sys._getframe(1))
             if frame is not None:
-                given = args[0] if args and isinstance(args[0], torch.Tensor) else None
-                self.add(frame, "self." + self.module_names[id(module)], output, given)
+                self.add(frame, "self." + self.module_names[id(module)], output, inputs=args)
 
     def _profile(self, frame, event, arg):
         if event != "return" or not self.on or frame.f_code.co_filename.startswith((_TORCH_DIR, _HERE)):
@@ -278,6 +278,10 @@ class Observer:
     arguments: Arguments | None = None
     result: Any = None
     attached: list[str] = field(default_factory=list)
+
+    def watching(self):
+        """The context in which the call runs: recording its values when a trace was asked for."""
+        return self.recorder.recording() if self.recorder else contextlib.nullcontext()
 
     def observed(self) -> Observed:
         if self.arguments is None:

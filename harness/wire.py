@@ -243,8 +243,7 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
 
 
 def encode_observed(seen: Observed) -> dict:
-    steps = [[s.line, s.source, s.function, s.made_by, encode(s.value), list(s.shape), encode(s.input), list(s.uses)]
-             for s in seen.steps]
+    steps = [[s.line, s.source, s.function, s.made_by, encode(s.value), list(s.shape), list(s.uses)] for s in seen.steps]
     return {"written": list(seen.written), "aliased": list(seen.aliased), "attached": list(seen.attached),
             "steps": steps, "truncated": seen.truncated, "traced": seen.traced}
 
@@ -266,7 +265,7 @@ def decode_observed(value: Any) -> Observed:
         raise WireError("too many traced steps")
     read = []
     for step in steps:
-        line, source, function, made_by, tensor, shape, given, uses = _list(step, "a traced step", 8)
+        line, source, function, made_by, tensor, shape, uses = _list(step, "a traced step", 7)
         if type(line) is not int or not 0 <= line < 2**31:
             raise WireError("a traced step's line is not a number")
         shape = _list(shape, "a traced step's shape")
@@ -277,7 +276,7 @@ def decode_observed(value: Any) -> Observed:
             raise WireError("a traced step's sources are not earlier steps")
         read.append(Step(line, _text(source, "a traced line", 300), _text(function, "a traced function", 200),
                          _text(made_by, "a traced step's maker", 200), _optional_tensor(tensor), tuple(shape),
-                         _optional_tensor(given), tuple(uses)))
+                         tuple(uses)))
     flags = [value.get(k, False) for k in ("truncated", "traced")]
     if not all(type(f) is bool for f in flags):
         raise WireError("an observation's flags are not booleans")

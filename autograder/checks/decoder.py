@@ -678,13 +678,10 @@ class DecoderCheck(_DecoderCheck):
         ], hint=hint, dtype=dtype)
 
     def eval_stages(self, case: Case) -> list[Stage]:
-        stages, y = [], case.args[0]
-        for i in range(case.init["N"]):
-            with torch.no_grad():
-                y = layer_forward(case.state, y, case.args[1], h=case.init["h"], prefix=f"layers.{i}.", **_masks(case))
-            last = ", the decoder's output" if i == case.init["N"] - 1 else ""
-            stages.append(Stage.of(f"the output of layers[{i}]{last}", y))
-        return stages
+        return oracles.stack_stages(
+            case.args[0], case.init["N"],
+            lambda i, y: layer_forward(case.state, y, case.args[1], h=case.init["h"], prefix=f"layers.{i}.",
+                                       **_masks(case)), "decoder")
 
     def oracle_module(self, case: Case) -> nn.Module:
         i = case.init

@@ -731,14 +731,10 @@ class EncoderCheck(_StackCheck):
     def stages(self, case: Case) -> list[Stage]:
         if case.train:
             return []
-        z, stages = case.args[0].double(), []
-        for i in range(case.init["N"]):
-            with torch.no_grad():
-                z = encoder_layer(case.state, z, h=case.init["h"], prefix=f"layers.{i}.",
-                                  key_padding_mask=case.kwargs.get("key_padding_mask"))
-            stages.append(Stage.of(f"the output of layers[{i}]" + (", the encoder's output" if i == case.init["N"] - 1
-                                                                   else ""), z))
-        return stages
+        return oracles.stack_stages(
+            case.args[0].double(), case.init["N"],
+            lambda i, z: encoder_layer(case.state, z, h=case.init["h"], prefix=f"layers.{i}.",
+                                       key_padding_mask=case.kwargs.get("key_padding_mask")), "encoder")
 
     def judge(self, case: Case, result: Any) -> None:
         (x,) = case.args

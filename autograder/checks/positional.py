@@ -185,8 +185,6 @@ class SinusoidalEncodingCheck(Check):
         exponent = two_i / d_model
         frequency = torch.pow(10000.0, -exponent)  # 1 / 10000^(2i/d_model)
         angle = position.unsqueeze(1) * frequency  # (max_len, ceil(d_model / 2))
-        table = torch.zeros(max_len, d_model, dtype=torch.float64)
-        table[:, 0::2], table[:, 1::2] = torch.sin(angle), torch.cos(angle[:, : d_model // 2])
         return [
             Stage("the positions 0 .. max_len - 1", (position, position.unsqueeze(1))),
             Stage("the even column indices 2i", (two_i,)),
@@ -196,7 +194,7 @@ class SinusoidalEncodingCheck(Check):
             Stage("the angles pos / 10000^(2i/d_model), (max_len, ceil(d_model / 2))", (angle,)),
             Stage("the sines of the angles (the even columns)", (torch.sin(angle),)),
             Stage("the cosines of the angles (the odd columns)", (torch.cos(angle[:, : d_model // 2]),)),
-            Stage("the table, sines in the even columns and cosines in the odd ones", (table,)),
+            Stage("the table, sines in the even columns and cosines in the odd ones", (closed_form(max_len, d_model),)),
         ]
 
     def judge(self, case: Case, result: Any) -> None:

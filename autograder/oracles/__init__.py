@@ -356,6 +356,19 @@ def post_norm_stages(state: State, x: torch.Tensor, blocks: Sequence[tuple[str, 
     return stages
 
 
+def stack_stages(x: torch.Tensor, n_layers: int, layer: Callable[[int, torch.Tensor], torch.Tensor],
+                 owner: str) -> list[Stage]:
+    """The stages of a stack of layers applied in turn (``layer(i, x)``), for locating a learner's
+    wrong value: each layer's output, the last one being the ``owner``'s output."""
+    stages = []
+    for i in range(n_layers):
+        with torch.no_grad():
+            x = layer(i, x)
+        stages.append(Stage.of(f"the output of layers[{i}]" + (f", the {owner}'s output" if i == n_layers - 1 else ""),
+                               x))
+    return stages
+
+
 def layer_norm_stages(state: State | None, x: torch.Tensor, eps: float, prefix: str = "") -> list[Stage]:
     """The stages of a LayerNorm over the last axis, for locating a learner's wrong value."""
     mean = x.mean(-1, keepdim=True)

@@ -406,15 +406,15 @@ def test_locate_names_the_first_value_after_the_last_that_agrees():
 def test_a_wrong_value_made_from_a_wrong_mask_quotes_the_line_that_made_the_mask():
     a, b = torch.ones(3), torch.full((3,), 2.0)
     stages = [Stage.of("A", a), Stage.of("B", b)]
-    keep = Step(2, "keep = a > 5", "f", "gt", torch.tensor([True, False, False]), (3,), None, (0,))
-    filled = Step(3, "y = a.masked_fill(~keep, 0)", "f", "masked_fill", torch.zeros(3), (3,), None, (0, 2))
-    steps = [_step(1, a), keep, Step(3, "y = a.masked_fill(~keep, 0)", "f", "invert", ~keep.value, (3,), None, (1,)),
-             filled, Step(4, "return y", "f", "return", torch.zeros(3), (3,), None, (3,))]
+    keep = Step(2, "keep = a > 5", "f", "gt", torch.tensor([True, False, False]), (3,), (0,))
+    filled = Step(3, "y = a.masked_fill(~keep, 0)", "f", "masked_fill", torch.zeros(3), (3,), (0, 2))
+    steps = [_step(1, a), keep, Step(3, "y = a.masked_fill(~keep, 0)", "f", "invert", ~keep.value, (3,), (1,)),
+             filled, Step(4, "return y", "f", "return", torch.zeros(3), (3,), (3,))]
     agree = lambda x, y: torch.allclose(x.double(), y.double())  # noqa: E731
     text = locate(steps, stages, [], agree)
     assert "on line 3" in text and "It is made from what line 2, `keep = a > 5` gives" in text, text
     # A value made only from values that agree is not sent elsewhere.
-    alone = Step(3, "y = a * 0", "f", "mul", torch.zeros(3), (3,), None, (0,))
+    alone = Step(3, "y = a * 0", "f", "mul", torch.zeros(3), (3,), (0,))
     assert "made from" not in locate([_step(1, a), alone], stages, [], agree)
 
 
