@@ -77,6 +77,11 @@ def _parting(value: torch.Tensor, expected: torch.Tensor, agree: Agree) -> str:
             f"(you have {a[index].item():.6g}, the computation {e[index].item():.6g})")
 
 
+def _agreeing(found: Sequence[int | None], furthest: int) -> set[int]:
+    """The steps whose values agree with the furthest stage reached; none when only inputs were."""
+    return {i for i, k in enumerate(found) if k == furthest} if furthest >= 0 else set()
+
+
 def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, stages: Sequence[Stage]) -> int | None:
     """The step that stands for the computation's next stage, among the values after the last that
     agrees which agree with nothing: the first made from a value that agrees with the furthest stage
@@ -88,7 +93,7 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     following = stages[-1]
     floating = following.values[0].is_floating_point()
     shapes = {tuple(v.shape) for stage in stages for v in stage.values}
-    agreeing = {i for i, k in enumerate(found) if k == furthest and furthest >= 0}
+    agreeing = _agreeing(found, furthest)
     last = max(agreeing, default=-1)
     after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
              and steps[i].value.is_floating_point() == floating]
@@ -125,7 +130,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     found = [_stage_of(s, stages, inputs, agree) for s in steps]
     furthest = max((k for k in found if k is not None), default=-1)
     final = len(stages) - 1
-    last = max(i for i, k in enumerate(found) if k == furthest) if any(k == furthest for k in found) else -1
+    last = max(_agreeing(found, furthest), default=-1)
     if furthest == final:
         step = steps[last]
         return (f"Your {_where(step)} computes {stages[final].name} correctly, but that value is not what your "

@@ -418,6 +418,13 @@ def test_a_wrong_value_made_from_a_wrong_mask_quotes_the_line_that_made_the_mask
     assert "made from" not in locate([_step(1, a), alone], stages, [], agree)
 
 
+def test_a_value_equal_to_an_input_is_not_said_to_agree_with_a_stage():
+    x, a, b = torch.full((3,), 7.0), torch.ones(3), torch.full((3,), 2.0)
+    stages = [Stage.of("A", a), Stage.of("B", b)]
+    text = locate([_step(1, x.clone()), _step(2, x * 3)], stages, [x], torch.allclose)
+    assert text.startswith("Beyond your inputs, none of your values agrees") and "(B)" not in text, text
+
+
 def test_the_trace_stops_at_its_bound_and_says_so():
     def many(x):
         for _ in range(MAX_STEPS + 50):
