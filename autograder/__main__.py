@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+from . import course_secret
+
 #: the command-line options that set a limit: (option, field of Limits, type, what it limits)
 LIMIT_OPTIONS = (
     ("--call-timeout", "call_seconds", float, "seconds for one call of a graded function"),
@@ -77,6 +79,13 @@ def grade(args) -> int:
 
     root = args.root.resolve()
     assignment, source = _source_notebook(root, args.assignment)
+    try:
+        key = course_secret.use(root)
+    except course_secret.NoSecret as exc:
+        print(f"error: {exc}\nNothing was graded.", file=sys.stderr)
+        return 5
+    # Shards and reruns must draw the same hidden cases: the fingerprint tells two secrets apart.
+    print(f"hidden cases from the course secret {course_secret.fingerprint(key)}", file=sys.stderr)
     everyone = find_submissions(root, args.assignment, assignment.notebook)
     submissions = _selected(args, everyone)
     if not submissions:
@@ -189,6 +198,20 @@ def export(args) -> int:
     return 0
 
 
+def secret(args) -> int:
+    root = args.root.resolve()
+    try:
+        path, made = course_secret.make(root)
+    except (OSError, course_secret.NoSecret) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    fingerprint = course_secret.fingerprint(course_secret.read(path))
+    print(f"{'made' if made else 'kept'} the course secret {path} (fingerprint {fingerprint}).\n"
+          "The hidden cases are drawn from it: keep it out of everything learners receive, and give every grading "
+          f"machine the same one (this file in the course directory, or its contents as {course_secret.ENV}).")
+    return 0
+
+
 def check(args) -> int:
     from .local import report
 
@@ -219,6 +242,8 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("assignments", nargs="+", metavar="assignment")
     e.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     e.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
+    s = sub.add_parser("secret", help="make the course secret the hidden cases are drawn from, unless there is one")
+    s.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
     c.add_argument("notebook", type=Path)
     defaults = Limits()
@@ -234,7 +259,7 @@ def main(argv=None) -> int:
     args = arguments.parse_args(argv)
     if args.command == "check" and not args.notebook.is_file():
         arguments.error(f"no such notebook: {args.notebook}")
-    return {"grade": grade, "export": export, "check": check}[args.command](args)
+    return {"grade": grade, "export": export, "secret": secret, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

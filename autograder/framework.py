@@ -49,6 +49,7 @@ from harness.calls import (  # noqa: F401
 )
 from harness.observe import Observed, Observer, tensors_in
 
+from . import course_secret
 from .locate import Stage, locate
 
 
@@ -136,6 +137,18 @@ def stable_seed(*parts: Any) -> int:
     return int.from_bytes(digest[:8], "big") >> 1  # 63 bits: manual_seed takes any of them
 
 
+def draw(g: torch.Generator, low: int, high: int) -> int:
+    """An integer from ``low`` to ``high`` (both included), drawn from ``g``: a hidden case's size."""
+    return int(torch.randint(low, high + 1, (), generator=g))
+
+
+def relabelling(g: torch.Generator, symbols: Sequence) -> dict:
+    """A one-to-one renaming of ``symbols`` drawn from ``g``: a hidden case keeps a crafted input's
+    shape (its repeats, ties and runs) while its symbols stay unknowable."""
+    order = torch.randperm(len(symbols), generator=g).tolist()
+    return {a: symbols[i] for a, i in zip(symbols, order)}
+
+
 def _deferrable(result: Any) -> bool:
     """An exception that a returned value on another case may explain better (not a stub, not a mismatch)."""
     return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
@@ -184,8 +197,13 @@ class Check:
         return stable_seed(self.check_id, *parts)
 
     def generator(self, hidden: bool, *parts: Any) -> torch.Generator:
-        """The generator the visible (or hidden) cases draw from; ``parts`` name a further stream."""
-        return seeded(self.seed("hidden" if hidden else "visible", *parts))
+        """The generator the visible (or hidden) cases draw from; ``parts`` name a further stream.
+
+        Hidden cases draw from the course secret (:mod:`autograder.course_secret`): the course's
+        code alone cannot rebuild them."""
+        if hidden:
+            return seeded(course_secret.hidden_seed(self.check_id, *parts))
+        return seeded(self.seed("visible", *parts))
 
     def cases(self, hidden: bool) -> list[Case]:
         raise NotImplementedError
@@ -520,11 +538,14 @@ def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of:
     return loss
 
 
-def matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None) -> bool:
-    """Whether ``actual`` equals ``expected`` within the tolerance of ``dtype``."""
+def matches(actual: torch.Tensor, expected: torch.Tensor, dtype: torch.dtype | None = None, scale: float = 1.0) -> bool:
+    """Whether ``actual`` equals ``expected`` within the tolerance of ``dtype``. ``scale`` widens the absolute
+    tolerance where the computation passes through values that much larger than 1 (scores in the hundreds):
+    their rounding reaches every entry made from them."""
     if actual.shape != expected.shape:
         return False
     atol, rtol = tolerance(dtype or actual.dtype)
+    atol *= max(1.0, scale)
     a, e = actual.double(), expected.double()
     both_nan = torch.isnan(a) & torch.isnan(e)
     return bool((torch.isclose(a, e, atol=atol, rtol=rtol) | both_nan).all())
@@ -563,13 +584,15 @@ def expect_close(
     diagnoses: Sequence[tuple[Callable[[], torch.Tensor], str]] = (),
     hint: str = "",
     dtype: torch.dtype | None = None,
+    scale: float = 1.0,
 ) -> None:
-    """Fail unless ``actual`` matches the oracle; name the likely mistake when one fits.
+    """Fail unless ``actual`` matches the oracle (within :func:`matches`' tolerance, ``scale`` included);
+    name the likely mistake when one fits.
 
     ``diagnoses`` are (what a known mistake would have returned, what to tell the learner)
     pairs, tried in order: a wrong answer that equals one of them is named precisely.
     """
-    if matches(actual, expected, dtype):
+    if matches(actual, expected, dtype, scale):
         return
     plain = f"{what} is wrong on the case {case.label}: {where_it_differs(actual, expected)}." + (f" {hint}" if hint else "")
     explaining = []

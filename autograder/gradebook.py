@@ -32,6 +32,7 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 
+from . import course_secret
 from .engine import Assignment, Result, TestOutcome
 from .submissions import Submission, safe_name
 
@@ -388,10 +389,12 @@ class SubmissionKey:
 
 
 def grader_digest(assignment: Assignment, source_nb) -> str:
-    """The instructor's graded cells and points: a submission is graded again when they change."""
+    """The instructor's graded cells and points, and the course secret the hidden cases come from: a
+    submission is graded again when either changes."""
     cells = [(c.source, c.metadata.get("nbgrader", {}).get("points")) for c in source_nb.cells
              if c.metadata.get("nbgrader", {}).get("grade")]
-    return hashlib.sha256(json.dumps([assignment.name, assignment.notebook, cells]).encode()).hexdigest()
+    graded_with = [assignment.name, assignment.notebook, cells, course_secret.fingerprint()]
+    return hashlib.sha256(json.dumps(graded_with).encode()).hexdigest()
 
 
 def small_file(path: Path | None, limit: int) -> str | None:

@@ -60,6 +60,8 @@ MISTAKES = "tests/mistakes"
 TOC = "_toc.yml"
 GLOSSARY = f"{BOOK}/glossary"
 NBGRADER_CONFIG = "nbgrader_config.py"
+#: the instructor's secret from which hidden cases are drawn, a file in the course directory (autograder.course_secret)
+COURSE_SECRET = "course_secret"
 #: what `make site` builds, with the execution cache a later build (and the site's tests) reuses
 BUILD = "_build"
 EXECUTION_CACHE = f"{BUILD}/.jupyter_cache"

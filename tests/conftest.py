@@ -1,6 +1,7 @@
 """Shared fixtures: where things are, and the notebooks every test reads."""
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 from pathlib import Path
@@ -9,8 +10,13 @@ import nbformat
 import pytest
 import torch
 
+from autograder.course_secret import ENV as SECRET_ENV
 from course.layout import REPO, Chapter, chapters
 from course.notebook_format import to_nbgrader
+
+# The hidden cases are drawn from the course secret: the suite holds its own, public like the suite, and
+# every process it starts (grading runs, kernels, shards) inherits it.
+os.environ[SECRET_ENV] = "c0" * 32
 
 # The checks run on small tensors: a second thread only contends with the other processes.
 torch.set_num_threads(1)

@@ -26,11 +26,13 @@ from ..framework import (
     CheckFailed,
     Hint,
     Provided,
+    draw,
     expect_close,
     expect_loss,
     expect_tensor,
     expect_tuple,
     materialize,
+    relabelling,
     seeded,
 )
 from ..locate import Stage
@@ -122,15 +124,22 @@ class EditDistanceCheck(Check):
             case(("AH", "B", "AW", "T"), ("AH", "B", "AW", "T")),
         ]
         if hidden:
+            # The crafted pairs keep their shape (a prefix, a swap, a two-letter symbol beside its letters)
+            # with the phonemes renamed by the course secret.
+            rename = relabelling(self.generator(True, "phonemes"), list(PHONEMES) + ["SH", "AW", "OW", "UW"])
+
+            def renamed(a, b, tag=""):
+                return case([rename[p] for p in a], [rename[p] for p in b], tag)
+
             out += [
                 case([], []),
-                case(["AA", "R", "T"], ["AA", "R", "T", "AH", "S", "T"]),
+                renamed(["AA", "R", "T"], ["AA", "R", "T", "AH", "S", "T"]),
                 case(phonemes(14, 4), phonemes(11, 4)),
                 case(phonemes(20), phonemes(18)),
                 case(ids(12, 2), ids(15, 2)),
-                case(["CH", "ER", "CH"], ["SH", "ER", "CH"], "symbols"),
-                case(["EH", "R", "IY"], ["ER", "IY"], "symbols"),
-                case(["T", "S", "K", "S"], ["S", "T", "S", "K"], "swap"),
+                renamed(["CH", "ER", "CH"], ["SH", "ER", "CH"], "symbols"),
+                renamed(["EH", "R", "IY"], ["ER", "IY"], "symbols"),
+                renamed(["T", "S", "K", "S"], ["S", "T", "S", "K"], "swap"),
                 case(ids(1, 3), ids(9, 3)),
             ]
         return out
@@ -364,12 +373,14 @@ class NoamRateCheck(Check):
             case(0, 512, 4000, tag="invalid"),
         ]
         if hidden:
+            warmup, d_model = draw(g, 8, 40), 2 ** draw(g, 5, 8)
+            factor = draw(g, 1, 9) / 4
             out += [
-                case(2, 64, 10),
-                case(10, 64, 10, factor=0.5),
-                case(11, 64, 10, factor=0.5),
-                case(int(torch.randint(1, 300, (1,), generator=g)), 256, 300),
-                case(1_000_000, 1024, 8000, factor=3.0),
+                case(draw(g, 2, 5), d_model, warmup),
+                case(warmup, d_model, warmup, factor=factor),  # the peak
+                case(warmup + 1, d_model, warmup, factor=factor),  # the first step of the decay
+                case(draw(g, 1, 300), 256, 300),
+                case(draw(g, 500_000, 2_000_000), 1024, 8000, factor=3.0),
                 case(-5, 512, 4000, tag="invalid"),
                 case(10, 512, 0, tag="invalid"),
             ]
@@ -476,6 +487,11 @@ class LengthBatchesCheck(Check):
             case([4, 9, 30, 2], 16, tag="invalid", what="lengths [4, 9, 30, 2]"),
         ]
         if hidden:
+            def fitting(budget: int, short: int) -> Case:
+                """Examples that each fill the budget exactly, and a short one among them."""
+                lengths = [budget, budget, short, budget]
+                return case(lengths, budget, what=f"lengths {lengths}")
+
             big = _word_like_lengths(g, 3000, 3, 40)
             out += [
                 case(big, 1024, seed=7, epoch=2, tag="main"),
@@ -483,8 +499,8 @@ class LengthBatchesCheck(Check):
                 case(big, 1024, seed=7, epoch=3, tag="next-epoch"),
                 case(big, 1024, seed=8, epoch=2, tag="other-seed"),
                 case(_word_like_lengths(g, 400, 1, 12), 12, seed=3),
-                case([7, 7, 3, 7], 7, what="lengths [7, 7, 3, 7]"),
-                case([1], 1, what="lengths [1]"),
+                fitting(draw(g, 5, 12), draw(g, 1, 4)),
+                case([single := draw(g, 1, 9)], single, what=f"lengths [{single}]"),
                 case([3, 3, 41], 40, tag="invalid", what="lengths [3, 3, 41]"),
             ]
         return out
@@ -780,13 +796,17 @@ class BeamSearchCheck(Check):
             case(3, 3, 10, seed=8, vocab_size=8, alpha=1.0, src=torch.tensor([[7, 3, 4]]), eos_slope=0.5),
         ]
         if hidden:
+            def toy() -> int:
+                return draw(g, 0, 2 ** 31)  # the toy translator's weights, unknowable too
+
             out += [
-                case(6, 1, 12, seed=5, vocab_size=14, tag="greedy", note=" (beam 1 is greedy decoding)"),
-                case(5, 2, 12, seed=6, vocab_size=12, alpha=0.6, ids=(4, 0, 7)),
-                case(4, 5, 10, seed=7, vocab_size=16, alpha=0.6),
-                case(3, 7 ** 3, 3, seed=8, vocab_size=7, alpha=0.6, tag="exhaustive", note=" (a beam as wide as every sequence)"),
-                case(1, 4, 6, seed=9, vocab_size=9, alpha=2.0),
-                case(7, 8, 12, seed=10, vocab_size=11, alpha=0.6),
+                case(6, 1, 12, seed=toy(), vocab_size=14, tag="greedy", note=" (beam 1 is greedy decoding)"),
+                case(5, 2, 12, seed=toy(), vocab_size=12, alpha=0.6, ids=(4, 0, 7)),
+                case(4, 5, 10, seed=toy(), vocab_size=16, alpha=0.6),
+                case(3, 7 ** 3, 3, seed=toy(), vocab_size=7, alpha=0.6, tag="exhaustive",
+                     note=" (a beam as wide as every sequence)"),
+                case(1, 4, 6, seed=toy(), vocab_size=9, alpha=2.0),
+                case(7, 8, 12, seed=toy(), vocab_size=11, alpha=0.6),
                 case(3, 3, 10, seed=1, vocab_size=8, alpha=2.0, src=torch.tensor([[5, 3, 5]]), eos_slope=0.5),
                 case(5, 3, 10, seed=2, vocab_size=8, alpha=0.6, eos_slope=1.0),
             ]

@@ -22,6 +22,7 @@ from ..framework import (
     Hint,
     ModuleResult,
     Stage,
+    draw,
     expect_finite,
     expect_shape,
     expect_tensor,
@@ -165,14 +166,15 @@ class SinusoidalEncodingCheck(Check):
             case(6, 0, "invalid"),
         ]
         if hidden:
+            g = self.generator(hidden)
             out += [
-                case(300, 24),
-                case(33, 9),
-                case(3, 2),
-                case(64, 128),
+                case(draw(g, 200, 400), 2 * draw(g, 8, 16)),  # long: the later positions' precision
+                case(draw(g, 20, 50), 2 * draw(g, 2, 7) + 1),  # odd d_model: the last column is a sine
+                case(draw(g, 2, 5), 2),
+                case(draw(g, 40, 80), 2 * draw(g, 48, 80)),  # wide: the slowest frequencies
                 case(1, 1),
-                case(257, 7),
-                case(2, 3),
+                case(draw(g, 250, 300), 2 * draw(g, 2, 4) + 1),
+                case(2, 2 * draw(g, 1, 3) + 1),
                 case(-3, 4, "invalid"),
                 case(4, -2, "invalid"),
             ]

@@ -20,6 +20,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     Provided,
+    draw,
     expect_close,
     expect_dtype,
     expect_finite,
@@ -117,12 +118,13 @@ class ReceptiveFieldCheck(Check):
             case([3, 0, 3], tag="invalid"),
         ]
         if hidden:
+            ones, deep, doubling = draw(g, 2, 5), draw(g, 6, 9), draw(g, 5, 7)
             out += [
-                case([1, 1, 1]),
-                case([7], strides=[4], dilations=[3]),
-                case([3] * 8, strides=[2] * 8),
-                case([3, 3, 3, 3, 3, 3], dilations=[1, 2, 4, 8, 16, 32]),
-                case([1, 4, 1, 3], strides=[3, 2, 2, 1], dilations=[5, 1, 2, 2]),
+                case([1] * ones),
+                case([draw(g, 5, 9)], strides=[draw(g, 2, 5)], dilations=[draw(g, 2, 4)]),
+                case([draw(g, 2, 4)] * deep, strides=[2] * deep),
+                case([draw(g, 2, 3)] * doubling, dilations=[2 ** i for i in range(doubling)]),
+                case([1, *rand(3, 2, 5)], strides=rand(4, 1, 3), dilations=rand(4, 1, 5)),
                 case(rand(7, 1, 5), strides=rand(7, 1, 2), dilations=rand(7, 1, 3)),
                 case([], strides=[], dilations=[], tag="empty"),
                 case([3, 3], strides=[1, 0], tag="invalid"),

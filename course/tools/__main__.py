@@ -21,6 +21,12 @@ def _release(args) -> int:
         return 1 if problems else 0
     release(REPO, args.assignments or None)
     print(f"regenerated exercises/ and reference/ from solutions/ ({', '.join(args.assignments) or 'all assignments'})")
+    from autograder import course_secret
+
+    path, made = course_secret.make(REPO)
+    if made:
+        print(f"made the course secret {path}, from which the hidden cases are drawn: keep it out of everything "
+              "learners receive (it is in .gitignore)")
     return 0
 
 

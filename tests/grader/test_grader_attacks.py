@@ -14,11 +14,15 @@ budget switched off from the learner's side with a decoder that keeps no cache.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import os
 
 import nbformat
 import pytest
+import torch
 
-from autograder import sandbox
+from autograder import course_secret, sandbox
+from autograder.checks import get
 from autograder.engine import Assignment, grade_cells
 from autograder.sandbox import Limits
 from autograder.submissions import notebook_cells
@@ -167,3 +171,62 @@ def test_a_process_holds_the_course_s_versions_of_only_the_helpers_its_function_
     modules = " MODULES ['reference.attention']"  # not the later chapters' either
     assert messages["test_scaled_dot_product_attention"].startswith(" ['softmax'] GIVEN ['softmax']" + modules), messages
     assert messages["test_score_variance"].startswith(" [] GIVEN []" + modules), messages
+
+
+def _lookup_table_softmax(cases) -> str:
+    """A softmax that answers from a table of inputs, made offline with torch.softmax."""
+    table = {}
+    for case in cases:
+        x, dim = case.args[0], case.kwargs.get("dim", -1)
+        table[hashlib.sha256(x.numpy().tobytes()).hexdigest()] = torch.softmax(x.double(), dim).to(x.dtype).tolist()
+    return ("import hashlib, torch\nTABLE = " + repr(table) + "\n"
+            "def softmax(x, dim=-1):\n"
+            "    answer = TABLE.get(hashlib.sha256(x.numpy().tobytes()).hexdigest())\n"
+            "    return x if answer is None else torch.tensor(answer, dtype=x.dtype)\n")
+
+
+def test_a_lookup_table_of_every_input_the_course_can_build_fails_the_hidden_tests(source_nb, monkeypatch):
+    # The learner holds the whole course, but not the instructor's secret: the best table holds the
+    # visible cases and the hidden cases of a secret of the learner's own.
+    check = get("attention.softmax")
+    grading_secret = os.environ[course_secret.ENV]
+    monkeypatch.setenv(course_secret.ENV, "ab" * 32)
+    guessed = check.cases(hidden=True)
+    monkeypatch.setenv(course_secret.ENV, grading_secret)
+    source = source_nb("attention")
+    solved = complete(nbformat.read(chapter_of("attention").release, as_version=4), source)
+    _answer(solved, "softmax").source = _lookup_table_softmax(check.cases(hidden=False) + guessed)
+    full = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
+    tests = tuple(t for t in full.tests if any(f == "softmax" for _, f, _ in t.calls))
+    visible, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO],
+                             include_hidden=False)
+    graded, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO])
+    assert visible[0].passed  # the table answers every public case, so only the hidden ones can tell
+    assert graded[0].points == 0 and graded[0].hidden_failed, graded[0]
+
+
+# The learner's code looks for the course secret everywhere it might be, and reports what it finds.
+SEEKER = r'''
+import os
+def score_variance(q, k, scaled=False):
+    found = [os.environ.get("COURSE_SECRET", "")]
+    for folder in (os.getcwd(), "/tmp", os.path.expanduser("~"), FOLDERS):
+        try:
+            found.append(open(os.path.join(folder, "course_secret")).read())
+        except OSError:
+            pass
+    raise RuntimeError("FOUND " + repr([f for f in found if f]))
+'''
+
+
+def test_the_sandbox_shows_no_course_secret(source_nb, tmp_path):
+    secret = os.environ[course_secret.ENV]
+    (tmp_path / "course_secret").write_text(secret)  # a course directory's, which the sandbox does not mount
+    source = source_nb("attention")
+    solved = complete(nbformat.read(chapter_of("attention").release, as_version=4), source)
+    _answer(solved, "score_variance").source = SEEKER.replace("FOLDERS", repr(str(tmp_path)))
+    full = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
+    tests = tuple(t for t in full.tests if any(f == "score_variance" for _, f, _ in t.calls))
+    outcomes, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO],
+                              include_hidden=False)
+    assert "FOUND []" in outcomes[0].message and secret not in outcomes[0].message, outcomes[0].message

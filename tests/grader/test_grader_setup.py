@@ -128,3 +128,14 @@ def test_grading_from_a_second_copy_of_the_course_names_both_copies(course, tmp_
     assert f"the grader runs the course found in the current folder, {copy.resolve()}" in done.stderr
     assert f"has the course installed from {REPO}, which the worker needs" in done.stderr
     assert "nothing was graded or written" in done.stderr
+
+
+def test_without_the_course_secret_nothing_is_graded(course, monkeypatch, capsys):
+    monkeypatch.delenv("COURSE_SECRET")
+    before = _written(course)
+    status = cli.main(["grade", ASSIGNMENT, "--root", str(course), "--no-sandbox", *FAST])
+    err = capsys.readouterr().err
+    assert status == 5 and "python -m autograder secret" in err and "Nothing was graded" in err, err
+    assert _written(course) == before
+    assert cli.main(["secret", "--root", str(course)]) == 0
+    assert "made the course secret" in capsys.readouterr().out

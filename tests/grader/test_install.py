@@ -73,7 +73,8 @@ def installed(tmp_path_factory) -> Path:
 
 
 def _clean_env(python: Path, with_bubblewrap: bool = True) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV"))}
+    # Nor the course secret: a learner's machine has none.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PYTHON", "VIRTUAL_ENV", "COURSE_SECRET"))}
     # Without /usr/bin (and /bin, its link on Debian) on PATH, bubblewrap is not found.
     env["PATH"] = str(python.parent) + ("" if not with_bubblewrap else os.pathsep + os.environ.get("PATH", ""))
     env["HOME"] = str(python.parent.parent)  # no configuration of this machine's user either
@@ -111,6 +112,21 @@ def test_a_released_notebook_runs_and_checks_from_an_empty_folder(installed, tmp
             assert "bubblewrap is not installed" in checked
         total = checked.split("score on the visible tests:")[1].split()
         assert total[0] == total[2], checked
+
+
+def test_the_installed_course_builds_the_visible_cases_and_no_hidden_one(installed, tmp_path):
+    script = ("from autograder.checks import chapter_checks\n"
+              "from autograder.course_secret import NoSecret\n"
+              "checks = [c for nb in ('attention', 'capstone') for c in chapter_checks(nb).values()]\n"
+              "for check in checks:\n"
+              "    check.cases(hidden=False)\n"
+              "    try:\n"
+              "        check.cases(hidden=True)\n"
+              "        print('BUILT', check.check_id)\n"
+              "    except NoSecret as exc:\n"
+              "        print('REFUSED', exc)\n")
+    out = _run([str(installed), "-c", script], cwd=tmp_path, env=_clean_env(installed))
+    assert "BUILT" not in out and out.count("REFUSED") >= 9 and "python -m autograder secret" in out, out
 
 
 def test_the_first_cell_says_how_to_install_the_course(tmp_path):

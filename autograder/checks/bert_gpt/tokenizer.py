@@ -15,6 +15,7 @@ from ...framework import (
     Check,
     CheckFailed,
     Opaque,
+    relabelling,
 )
 from ...oracles.bpe import bpe_apply, bpe_merges, bpe_rounds, counted_once, longest_match, vocabulary
 from .draws import RETURNED
@@ -103,6 +104,21 @@ def _as_pairs(result: Any, function: str, case: Case) -> list[tuple[int, int]]:
     return pairs
 
 
+def _letter_renaming(check: Check) -> Callable[[str], str]:
+    """The hidden cases' texts with their lowercase ASCII letters renamed by the course secret: the
+    crafted texts keep their ties and runs, and no learner knows what they read."""
+    letters = [chr(c) for c in range(ord("a"), ord("z") + 1)]
+    table = str.maketrans(relabelling(check.generator(True, "letters"), letters))
+    return lambda text: text.translate(table)
+
+
+def _renamed_merges(rename: Callable[[str], str], merges: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """Merges given as byte ids, with the letters among them renamed as the text's are."""
+    def byte(i: int) -> int:
+        return ord(rename(chr(i))) if i < 128 else i
+    return [(byte(a), byte(b)) for a, b in merges]
+
+
 class BpeTrainCheck(Check):
     function = "bpe_train"
     oracle = "the BPE rules, applied round by round by a plain implementation"
@@ -126,15 +142,16 @@ class BpeTrainCheck(Check):
             case("le pot", -1, tag="invalid"),
         ]
         if hidden:
+            r = _letter_renaming(self)
             out += [
-                case(CODE[400:], 60, what="another piece of Python code"),
-                case("abab", 10, tag="stop"),
-                case("x", 2),
-                case("mississippi missus miss", 8),
-                case("zz yy zz yy xx", 3, tag="ties"),
-                case("ooooo ppp ooooo ppp", 6, tag="runs"),
-                case("日本語の文章、日本語の単語", 10, tag="accented"),
-                case(ACCENTED + " " + TIES, 0),
+                case(r(CODE[400:]), 60, what="another piece of Python code"),
+                case(r("abab"), 10, tag="stop"),
+                case(r("x"), 2),
+                case(r("mississippi missus miss"), 8),
+                case(r("zz yy zz yy xx"), 3, tag="ties"),
+                case(r("ooooo ppp ooooo ppp"), 6, tag="runs"),
+                case("日本語の文章、日本語の単語" + r("ab"), 10, tag="accented"),
+                case(r(ACCENTED + " " + TIES), 0),
             ]
         return out
 
@@ -257,16 +274,23 @@ class BpeEncodeCheck(Check):
             case("", code_merges, "learnt from a piece of Python code (40)"),
         ]
         if hidden:
-            runs_merges = bpe_merges(RUNS, 4)
+            r = _letter_renaming(self)
+            accented, code = r(ACCENTED), r(CODE)
+            accented_merges, code_merges = bpe_merges(accented, 12), bpe_merges(code, 40)
+
+            def given(text: str, merges: list[tuple[int, int]], note: str = "") -> Case:
+                merges = _renamed_merges(r, merges)
+                return case(r(text), merges, f"{merges}{note}")
+
             out += [
-                case(ACCENTED, accented_merges, "learnt from this very text (12)", tag="training"),
-                case(CODE[500:], bpe_merges(CODE[500:], 70), "learnt from this very text (70)", tag="training"),
-                case("xyzxyz", [(121, 122), (120, 121), (256, 120)], "[(121, 122), (120, 121), (256, 120)]"),
-                case("aaaaaaa", [(97, 97), (256, 256)], "[(97, 97), (256, 256)]: 'aa', then 'aaaa'"),
-                case("xyxyx aaa aaaa", runs_merges, "learnt from another text (4)"),
-                case("    for word in counts:\n        print(word, counts[word])\n", code_merges,
+                case(accented, accented_merges, "learnt from this very text (12)", tag="training"),
+                case(code[500:], bpe_merges(code[500:], 70), "learnt from this very text (70)", tag="training"),
+                given("xyzxyz", [(121, 122), (120, 121), (256, 120)]),
+                given("aaaaaaa", [(97, 97), (256, 256)], ": a pair, then a pair of pairs"),
+                case(r("xyxyx aaa aaaa"), bpe_merges(r(RUNS), 4), "learnt from another text (4)"),
+                case(r("    for word in counts:\n        print(word, counts[word])\n"), code_merges,
                      "learnt from a piece of Python code (40)"),
-                case("crème brûlée", [], "[] (no merges)"),
+                case(r("crème brûlée"), [], "[] (no merges)"),
             ]
         return out
 
