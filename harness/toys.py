@@ -18,6 +18,10 @@ from .calls import provider, seeded
 NEVER = -1.0e4
 
 
+class EncodedAgain(RuntimeError):
+    """A :class:`ToyTranslator` that may encode once was asked to encode again in the same call."""
+
+
 @provider("toy_translator")
 class ToyTranslator(torch.nn.Module):
     """A tiny untrained encoder-decoder with a predictable sense of when to stop.
@@ -45,8 +49,11 @@ class ToyTranslator(torch.nn.Module):
         eos_id: int = 2,
         pad_id: int = 0,
         eos_slope: float = 8.0,
+        encodes: int | None = None,
     ) -> None:
         super().__init__()
+        #: how many times a call may encode its source (the notebook says once), None: any number
+        self.encodes, self.encoded = encodes, 0
         if len({bos_id, eos_id, pad_id}) != 3 or not all(0 <= i < vocab_size for i in (bos_id, eos_id, pad_id)):
             raise ValueError("bos_id, eos_id and pad_id must be three different ids below vocab_size")
         g = seeded(seed)
@@ -71,6 +78,12 @@ class ToyTranslator(torch.nn.Module):
 
     def encode(self, src: torch.Tensor) -> torch.Tensor:
         """Source ids (B, S) -> memory (B, S, d), exactly zero at padding."""
+        self.encoded += 1
+        if self.encodes is not None and self.encoded > self.encodes:
+            raise EncodedAgain(
+                f"model.encode was called {self.encoded} times in one decoding: the memory does not change from "
+                "step to step, so encode the source once, before the loop, and pass that memory to every "
+                "model.decode (model(src, ys) encodes too).")
         keep = (src != self.pad_id).unsqueeze(-1)  # (B, S, 1)
         return torch.tanh(self.src_embed[src] @ self.W_mem) * keep  # (B, S, d)
 

@@ -404,7 +404,9 @@ def _greedy(
 class GreedyDecodeCheck(Check):
     function = "greedy_decode"
     oracle = "a greedy decoding loop run by the grader on its own copy of the model"
-    hints = (Hint(("RuntimeError", "IndexError"),
+    hints = (Hint("EncodedAgain", "The notebook says to call model.encode(src) once: the source does not change while "
+                                  "you decode, so its memory is the same at every step."),
+             Hint(("RuntimeError", "IndexError"),
                   "Mind the shapes: model.decode(memory, ys) takes ys of shape (B, t) and returns logits (B, t, V); "
                   "the next token of every row is logits[:, -1].argmax(dim=-1), shape (B,), which you append as a "
                   "new column: torch.cat([ys, next_token.unsqueeze(1)], dim=1)."),)
@@ -418,8 +420,8 @@ class GreedyDecodeCheck(Check):
             src = torch.full((len(lengths), max(lengths)), pad_id, dtype=torch.long)  # (B, S)
             for b, n in enumerate(lengths):
                 src[b, :n] = ordinary[torch.randint(len(ordinary), (n,), generator=g)]
-            model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed,
-                                                "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id})
+            model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed, "bos_id": bos_id,
+                                                "eos_id": eos_id, "pad_id": pad_id, "encodes": 1})
             label = (f"a batch of {len(lengths)} source(s) of lengths {list(lengths)}, max_len={max_len}, "
                      f"bos_id={bos_id}, eos_id={eos_id}, pad_id={pad_id}{note}")
             kwargs = {"max_len": max_len, "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id}

@@ -252,6 +252,18 @@ def _decode(
     return ys if keep_bos else ys[:, 1:]
 
 
+def greedy_encodes_every_step(model, src, max_len, bos_id, eos_id, pad_id):
+    ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(src.shape[0], dtype=torch.bool)
+    for _ in range(max_len):
+        token = model(src, ys)[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)  # encodes src again each step
+        ys = torch.cat([ys, token.unsqueeze(1)], dim=1)
+        finished = finished | (token == eos_id)
+        if finished.all():
+            break
+    return ys
+
+
 def greedy_ignores_eos(model, src, max_len, bos_id, eos_id, pad_id):
     return _decode(model, src, max_len, bos_id, eos_id, pad_id, until="never", pad=False)
 
@@ -365,4 +377,5 @@ MISTAKES = [
     Mistake(GREEDY, "does not stop early", greedy_no_early_stop, "ran on after every row"),
     Mistake(GREEDY, "no padding after EOS", greedy_no_padding, "kept generating after its EOS"),
     Mistake(GREEDY, "returns float token ids", greedy_float_tokens, "LongTensor"),
+    Mistake(GREEDY, "encodes the source at every step", greedy_encodes_every_step, "call model.encode(src) once"),
 ]
