@@ -466,6 +466,9 @@ class LengthBatchesCheck(Check):
         "batch: raise ValueError instead."
     )
     oracle = "the properties of batching by length (each example once, budget, padding, reproducible shuffling)"
+    hints = (Hint("ValueError", "An example exactly as long as max_tokens fits: it costs max_tokens, the budget, and "
+                                "makes a batch of its own. Refuse only an example longer than max_tokens (n > max_tokens).",
+                  when=lambda case, result: max(case.args[0], default=0) == case.args[1]),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -483,6 +486,8 @@ class LengthBatchesCheck(Check):
             case(main, 256, seed=1, tag="other-seed"),
             case([3, 5, 2, 7, 4], 8, what="lengths [3, 5, 2, 7, 4]"),
             case([5] * 100, 50, what="100 lengths all equal to 5"),
+            # The text refuses only an example longer than the budget: one exactly as long makes a batch alone.
+            case([6, 2, 6, 4], 6, tag="fits exactly", what="lengths [6, 2, 6, 4]"),
             case([], 64, what="no lengths"),
             case([4, 9, 30, 2], 16, tag="invalid", what="lengths [4, 9, 30, 2]"),
         ]

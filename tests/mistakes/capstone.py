@@ -272,6 +272,13 @@ def batches_one_example_each(lengths, max_tokens, seed=0, epoch=0):
     return [[i] for i in torch.randperm(len(lengths), generator=g).tolist()]
 
 
+def batches_refuse_exact_fit(lengths, max_tokens, seed=0, epoch=0):
+    if any(n >= max_tokens for n in lengths):  # an example exactly at the budget is refused too
+        raise ValueError("an example does not fit in max_tokens")
+    g = torch.Generator().manual_seed(1_000_003 * seed + epoch)
+    return _shuffle(_pack(lengths, _sorted_order(lengths, g), max_tokens), g)
+
+
 def batches_check_after_adding(lengths, max_tokens, seed=0, epoch=0):
     _check_lengths(lengths, max_tokens)
     g = torch.Generator().manual_seed(1_000_003 * seed + epoch)
@@ -433,6 +440,8 @@ MISTAKES = [
     Mistake(BATCHES, "global random generator", batches_global_rng, "never from the global random generator"),
     Mistake(BATCHES, "one example per batch", batches_one_example_each, "fill each batch up to the budget"),
     Mistake(BATCHES, "budget checked after adding", batches_check_after_adding, "more than max_tokens"),
+    Mistake(BATCHES, "refuses an example as long as the budget", batches_refuse_exact_fit,
+            "An example exactly as long as max_tokens fits"),
     # beam_search
     Mistake(BEAM, "sums logits", beam_sums_logits, "the raw logits were added up"),
     Mistake(BEAM, "sums probabilities", beam_sums_probabilities, "probabilities were added up"),
