@@ -1,13 +1,16 @@
 """What grading leaves behind: nbgrader's gradebook, a CSV of grades, a feedback page per learner.
 
 Feedback shows the visible tests' diagnostics; for hidden tests only whether they passed and
-their points. Everything that came from a submission is escaped before it goes into HTML.
+their points. Everything that came from a submission is escaped before it goes into HTML, shows
+its control characters as escapes (``\x1b``) wherever it is printed or written, and never starts
+a spreadsheet formula in a CSV.
 """
 from __future__ import annotations
 
 import csv
 import html
 import os
+import re
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
@@ -85,37 +88,68 @@ def write_autograded(root: Path, assignment: Assignment, results: list[Result], 
     return written
 
 
+#: C0 and C1 control characters, the bidirectional controls and the line separators: in a
+#: learner's text they would move a terminal's cursor, set its title, erase lines, or reorder
+#: what a terminal or a spreadsheet shows
+_CONTROLS = re.compile("[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u2028-\u202e\u2066-\u2069]")
+
+
+def visible(text: str, keep: str = "") -> str:
+    """``text`` with each control character written as its escape (ESC as ``\\x1b``), so that it
+    is shown and never acted on; the characters of ``keep`` stay as they are."""
+    return _CONTROLS.sub(lambda m: m[0] if m[0] in keep else m[0].encode("unicode_escape").decode("ascii"), text)
+
+
+#: what makes a spreadsheet read a cell as a formula when it starts it (OWASP's list)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: str | float) -> str:
+    """A CSV cell: a number as a number; text with its control characters escaped and, where a
+    spreadsheet would take it for a formula, a leading ' that makes it text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:g}"
+    if not isinstance(value, str):
+        raise TypeError(f"a CSV cell is a number or text, not {type(value).__name__}")
+    text = visible(value)
+    return "'" + text if text.lstrip(" ").startswith(FORMULA_STARTS) else text
+
+
+def write_rows(path: Path, rows) -> None:
+    """A CSV of :func:`csv_cell` cells, written beside and then renamed into place, so that a
+    reader (or another run writing the same file) never sees half of it."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    with partial.open("w", newline="", encoding="utf-8") as f:
+        out = csv.writer(f)
+        for row in rows:
+            out.writerow([csv_cell(v) for v in row])
+    partial.replace(path)
+
+
 #: the course CSV's columns after the learner and the assignment: (header, value of a Result)
-SUMMARY_COLUMNS: list[tuple[str, Callable[[Assignment, Result], str]]] = [
-    ("score", lambda a, r: f"{r.score:g}"),
-    ("max_score", lambda a, r: f"{a.max_score:g}"),
+SUMMARY_COLUMNS: list[tuple[str, Callable[[Assignment, Result], str | float]]] = [
+    ("score", lambda a, r: r.score),
+    ("max_score", lambda a, r: a.max_score),
     ("status", lambda a, r: "not graded: " + r.error if r.error else "graded"),
     # what the source scan could not decide: for the instructor to read, the score is unchanged
     ("flags", lambda a, r: "; ".join(r.flags)),
 ]
 
 
-def csv_columns(assignment: Assignment) -> list[tuple[str, Callable[[Assignment, Result], str]]]:
+def csv_columns(assignment: Assignment) -> list[tuple[str, Callable[[Assignment, Result], str | float]]]:
     """Every column of the course CSV: learner, assignment, one per graded test, then the summary."""
     def test_points(grade_id: str):
-        return lambda a, r: f"{next((o.points for o in r.outcomes if o.grade_id == grade_id), 0):g}"
+        return lambda a, r: next((o.points for o in r.outcomes if o.grade_id == grade_id), 0.0)
 
     return [("learner", lambda a, r: r.learner), ("assignment", lambda a, r: r.assignment),
             *[(t.grade_id, test_points(t.grade_id)) for t in assignment.tests], *SUMMARY_COLUMNS]
 
 
 def write_csv(path: Path, assignment: Assignment, results: list[Result], columns=None) -> None:
-    """The grades, one row per learner. Written beside and then renamed into place, so that a
-    reader (or another grading run writing the same file) never sees half of it."""
+    """The grades, one row per learner (see :func:`write_rows`)."""
     columns = csv_columns(assignment) if columns is None else columns
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with partial.open("w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        out.writerow([header for header, _ in columns])
-        for r in results:
-            out.writerow([value(assignment, r) for _, value in columns])
-    partial.replace(path)
+    write_rows(path, [[header for header, _ in columns], *([value(assignment, r) for _, value in columns] for r in results)])
 
 
 STYLE = """
@@ -134,7 +168,10 @@ HIDDEN_ONLY = ("Your function passes the visible tests but not the hidden ones: 
 
 
 def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | None = None) -> str:
-    e = html.escape
+    def e(text: str) -> str:
+        # A page saved or read in a terminal must not act on the learner's escapes either.
+        return html.escape(visible(text, keep="\n\t"))
+
     rows = []
     hidden_ids = {t.grade_id for t in assignment.tests if any(h for _, _, h in t.calls)}
     for o in result.outcomes:
@@ -186,8 +223,8 @@ def summary(assignment: Assignment, results: list[Result], seconds: float) -> st
         mean = sum(r.score for r in graded) / len(graded)
         lines.append(f"mean score {mean:.2f} / {assignment.max_score:g} ({100 * mean / assignment.max_score:.0f}%)")
     for r in failed:
-        lines.append(f"failed to grade {r.learner!r}: {r.error}")
+        lines.append(f"failed to grade {r.learner!r}: {visible(r.error)}")
     for r in results:
         if r.flags:
-            lines.append(f"to review in {r.learner!r}: {'; '.join(r.flags)}")
+            lines.append(f"to review in {r.learner!r}: {visible('; '.join(r.flags))}")
     return "\n".join(lines)
