@@ -20,6 +20,8 @@ from course.notebook_format import complete
 from tests.browser import NEEDS_BROWSER, headless_chromium
 from tests.conftest import chapter_of
 
+pytestmark = NEEDS_BROWSER
+
 NOTEBOOK = "attention"
 #: an answer the instructor grades by hand, written in markdown: formgrader must show it, as text
 BY_HAND = {"grade": True, "solution": True, "locked": False, "schema_version": 3, "task": False, "points": 1,
@@ -85,11 +87,6 @@ def _formgrade_page(nb_path: Path, out: Path) -> Path:
     html, _ = HTMLExporter(config=config).from_filename(str(nb_path), resources=resources)
     out.write_text(html, encoding="utf-8")
     return out
-
-
-
-
-pytestmark = NEEDS_BROWSER
 
 
 def test_formgrader_runs_none_of_the_learner_s_script(source_nb, tmp_path):
