@@ -77,6 +77,8 @@ def autograded_notebook(result: Result, source_nb, max_bytes: int = 64 << 20):
                 o = outcomes[grade_id]
                 text = "passed\n" if o.passed else visible(o.message or "failed the hidden tests", keep="\n\t") + "\n"
                 cell.outputs = [nbformat.v4.new_output("stream", name="stdout" if o.passed else "stderr", text=text)]
+    for number, cell in enumerate(cells):
+        cell.id = f"cell-{number}"  # new cells get random ids: the same submission makes the same copy
     nb = nbformat.v4.new_notebook(cells=cells)
     nb.metadata["kernelspec"] = source_nb.metadata.get("kernelspec", {})
     nb.metadata["language_info"] = source_nb.metadata.get("language_info", {"name": "python"})
