@@ -21,7 +21,7 @@ import nbformat
 
 from course import source_trees
 from course.layout import reference_module
-from course.notebook_format import check_calls, graded_cells, is_test_cell
+from course.notebook_format import check_calls, graded_cells, is_graded
 
 from .checks import get
 from .dependencies import substitution_notes
@@ -56,6 +56,11 @@ class Assignment:
         return list(dict.fromkeys(fn for t in self.tests for _, fn, _ in t.calls))
 
     @property
+    def test_ids(self) -> frozenset[str]:
+        """The grade ids of its test cells: those cells of a submission are left out, these run instead."""
+        return frozenset(t.grade_id for t in self.tests)
+
+    @property
     def max_score(self) -> float:
         return sum(t.points for t in self.tests)
 
@@ -85,14 +90,15 @@ class Assignment:
 def _given(nb) -> tuple[str, ...]:
     """The sources of the code cells the notebook gives, as the grader reads a submission's cells."""
     cells = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")]
-    return tuple(notebook_cells(nbformat.from_dict({"cells": cells}))[0])
+    tests = [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(nb, "test")]
+    return tuple(notebook_cells(nbformat.from_dict({"cells": cells}), tests)[0])
 
 
 def _imports(nb) -> tuple[str, ...]:
     """The installed modules a notebook's code cells import (not the course's reference code)."""
     names: dict[str, None] = {}
     for cell in nb.cells:
-        if cell.cell_type != "code" or is_test_cell(cell):
+        if cell.cell_type != "code" or is_graded(cell):
             continue
         try:
             tree = source_trees.parse(cell.source)
@@ -206,7 +212,7 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         result.error = submission.rejected
     else:
         try:
-            cells, notes = code_cells(submission.path, limits.notebook_mb << 20)
+            cells, notes = code_cells(submission.path, limits.notebook_mb << 20, assignment.test_ids)
             result.notes += notes
             outcomes, run_notes = grade_cells(assignment, cells, limits, hidden_paths, flags=result.flags)
             result.outcomes, result.notes = outcomes, result.notes + run_notes
@@ -259,7 +265,7 @@ def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: 
     the Python installation, checks that reject their own solution) would otherwise give every
     learner the same wrong grade.
     """
-    cells, _ = notebook_cells(source_nb)
+    cells, _ = notebook_cells(source_nb, assignment.test_ids)
     session_output: list[str] = []
     try:
         outcomes, notes = grade_cells(assignment, cells, limits, hidden_paths, output=session_output)

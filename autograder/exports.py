@@ -18,7 +18,6 @@ leaves an empty cell's grade as it is), never a zero.
 """
 from __future__ import annotations
 
-import csv
 import json
 import os
 from dataclasses import dataclass
@@ -27,7 +26,7 @@ from pathlib import Path
 from .engine import Assignment, Result
 from .exchange import write_exchange_files
 from .gradebook import Gradebook, Record
-from .reports import HIDDEN_ONLY, write_csv, write_feedback
+from .reports import HIDDEN_ONLY, write_csv, write_feedback, write_rows
 from .submissions import safe_name
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
@@ -118,17 +117,13 @@ def write_canvas(path: Path, assignments: list[Assignment], records: dict[str, l
                  people: dict[str, Learner]) -> None:
     """A Canvas gradebook import of the given assignments."""
     scores = {(a, r.learner): r.result.score for a, rs in records.items() for r in rs}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with partial.open("w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        out.writerow([*CANVAS_COLUMNS, *(a.name for a in assignments)])
-        out.writerow(["Points Possible", "", "", "", "", *(f"{a.max_score:g}" for a in assignments)])
-        for learner in sorted(people):
-            person = people[learner]
-            cells = [f"{scores[(a.name, learner)]:g}" if (a.name, learner) in scores else "" for a in assignments]
-            out.writerow([person.display, person.lms_user_id or "", "", learner, "", *cells])
-    partial.replace(path)
+    rows = [[*CANVAS_COLUMNS, *(a.name for a in assignments)],
+            ["Points Possible", "", "", "", "", *(a.max_score for a in assignments)]]
+    for learner in sorted(people):
+        person = people[learner]
+        cells = [scores.get((a.name, learner), "") for a in assignments]
+        rows.append([person.display, person.lms_user_id or "", "", learner, "", *cells])
+    write_rows(path, rows)
 
 
 def write_feedback_pages(root: Path, assignment: Assignment, records: list[Record]) -> list[Path]:

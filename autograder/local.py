@@ -11,27 +11,27 @@ from course.layout import REPO, SOLUTIONS
 
 from .engine import Assignment, grade_cells
 from .sandbox import Limits, sandboxed
-from .submissions import Unreadable, code_cells
+from .submissions import Unreadable, notebook_cells, read_submission
 
 
 def report(path: Path, limits: Limits = Limits()) -> int:
-    import nbformat
-
     if not sandboxed():
         # A learner checking their own notebook needs no protection from it; the class grader,
         # which runs other people's code, refuses to work this way unless asked.
         print("note: bubblewrap is not installed, so the notebook runs with resource limits only; "
               "that is fine for your own code")
     try:
-        cells, notes = code_cells(path, limits.notebook_mb << 20)
-        nb = nbformat.read(path, as_version=4)
+        nb, notes = read_submission(path, limits.notebook_mb << 20)
     except Unreadable as exc:
         print(f"{path} is not a readable notebook: {exc}")
         return 2
+    # The learner's own notebook is the only copy of the tests here: its graded cells are the tests.
     assignment = Assignment.from_notebook(path.resolve().parent.name, path.stem, nb)
     if not assignment.tests:
         print(f"{path} has no graded test cells: is it an exercise notebook from exercises/?")
         return 2
+    cells, cell_notes = notebook_cells(nb, assignment.test_ids)
+    notes += cell_notes
     outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS], include_hidden=False)
     for note in notes + run_notes:
         print(f"note: {note}")

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import nbformat
-
-from course.notebook_format import is_test_cell
 
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 
@@ -90,8 +89,15 @@ def _without_magics(source: str) -> tuple[str, bool]:
     return "\n".join(lines), changed
 
 
-def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
-    """The sources of the cells to run (test cells left out), and notes for the learner."""
+def code_cells(path: Path, max_bytes: int, tests: Collection[str]) -> tuple[list[str], list[str]]:
+    """The sources of the cells to run (the cells of the graded ``tests`` left out), and notes for the learner."""
+    nb, notes = read_submission(path, max_bytes)
+    sources, cell_notes = notebook_cells(nb, tests)
+    return sources, notes + cell_notes
+
+
+def read_submission(path: Path, max_bytes: int):
+    """A submitted notebook, as nbformat 4, and notes for the learner; :class:`Unreadable` says why not."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -121,12 +127,20 @@ def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
         nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as exc:  # nbformat raises several types for a broken structure
         raise Unreadable(f"the notebook's structure is broken: {exc}") from None
-    sources, cell_notes = notebook_cells(nb)
-    return sources, notes + cell_notes
+    return nb, notes
 
 
-def notebook_cells(nb) -> tuple[list[str], list[str]]:
-    """The sources of a notebook's cells to run (test cells left out), and notes for the learner."""
+def notebook_cells(nb, tests: Collection[str]) -> tuple[list[str], list[str]]:
+    """The sources of a notebook's code cells to run, and notes for the learner.
+
+    A cell is left out when its nbgrader grade_id is one of ``tests``, the instructor's graded
+    test cells, which the grader runs in their place. What a cell calls decides nothing: a
+    learner's answer cell that also runs a check, as the test cell below it does, is theirs and
+    runs (``check`` does nothing in the sandbox).
+    """
+    if isinstance(tests, str):
+        raise TypeError("tests is a collection of grade ids, not one string")
+    tests = frozenset(tests)
     sources, notes = [], []
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
@@ -136,8 +150,9 @@ def notebook_cells(nb) -> tuple[list[str], list[str]]:
             source = "".join(str(s) for s in source)
         if not isinstance(source, str):
             continue
-        cell = dict(cell, source=source)
-        if is_test_cell(cell):
+        metadata = cell.get("metadata")
+        meta = metadata.get("nbgrader") if isinstance(metadata, dict) else None
+        if isinstance(meta, dict) and isinstance(meta.get("grade_id"), str) and meta["grade_id"] in tests:
             continue
         source, had_magics = _without_magics(source)
         if had_magics and not any("magic" in n for n in notes):

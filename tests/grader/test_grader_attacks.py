@@ -131,7 +131,7 @@ def test_each_attack_scores_nothing_and_says_why(notebook, source_nb):
         solved.cells.insert(1, nbformat.v4.new_code_cell(first))
     full = Assignment.from_notebook(chapter_of(notebook).assignment, notebook, source)
     tests = tuple(t for t in full.tests if any(f in answers for _, f, _ in t.calls))
-    cells, _ = notebook_cells(solved)
+    cells, _ = notebook_cells(solved, full.test_ids)
     outcomes, _ = grade_cells(dataclasses.replace(full, tests=tests), cells, LIMITS, [REPO])
     verdicts = {f: o for t, o in zip(tests, outcomes) for _, f, _ in t.calls}
     got_through = {f: verdicts[f].points for f in answers if verdicts[f].points}
@@ -165,7 +165,7 @@ def test_a_process_holds_the_course_s_versions_of_only_the_helpers_its_function_
         _answer(solved, function).source = "pass"
     solved.cells.append(nbformat.v4.new_code_cell(HOLDINGS))
     assignment = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
-    outcomes, _ = grade_cells(assignment, notebook_cells(solved)[0], LIMITS, [REPO], include_hidden=False)
+    outcomes, _ = grade_cells(assignment, notebook_cells(solved, assignment.test_ids)[0], LIMITS, [REPO], include_hidden=False)
     messages = {o.grade_id: o.message.split("HOLDS")[-1][:120] for o in outcomes}
     # scaled_dot_product_attention reads softmax (the learner's, replaced by the course's); score_variance nothing
     modules = " MODULES ['reference.attention']"  # not the later chapters' either
@@ -198,9 +198,9 @@ def test_a_lookup_table_of_every_input_the_course_can_build_fails_the_hidden_tes
     _answer(solved, "softmax").source = _lookup_table_softmax(check.cases(hidden=False) + guessed)
     full = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
     tests = tuple(t for t in full.tests if any(f == "softmax" for _, f, _ in t.calls))
-    visible, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO],
+    visible, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved, full.test_ids)[0], LIMITS, [REPO],
                              include_hidden=False)
-    graded, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO])
+    graded, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved, full.test_ids)[0], LIMITS, [REPO])
     assert visible[0].passed  # the table answers every public case, so only the hidden ones can tell
     assert graded[0].points == 0 and graded[0].hidden_failed, graded[0]
 
@@ -227,6 +227,23 @@ def test_the_sandbox_shows_no_course_secret(source_nb, tmp_path):
     _answer(solved, "score_variance").source = SEEKER.replace("FOLDERS", repr(str(tmp_path)))
     full = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
     tests = tuple(t for t in full.tests if any(f == "score_variance" for _, f, _ in t.calls))
-    outcomes, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved)[0], LIMITS, [REPO],
+    outcomes, _ = grade_cells(dataclasses.replace(full, tests=tests), notebook_cells(solved, full.test_ids)[0], LIMITS, [REPO],
                               include_hidden=False)
     assert "FOUND []" in outcomes[0].message and secret not in outcomes[0].message, outcomes[0].message
+
+
+def test_an_answer_cell_that_also_runs_a_check_is_graded_as_an_answer(source_nb):
+    # A learner pastes the test cell's line into their answer cells, without the import that only
+    # the first test cell has: the cells are theirs (the instructor's grade ids say so), so they
+    # run, and the check does nothing there, before the definition as after it.
+    source = source_nb("attention")
+    solved = complete(nbformat.read(chapter_of("attention").release, as_version=4), source)
+    _answer(solved, "softmax").source += '\ncheck("attention.softmax", softmax)\n'
+    attention = _answer(solved, "scaled_dot_product_attention")
+    attention.source = 'check("attention.softmax", softmax)\n' + attention.source
+    full = Assignment.from_notebook(chapter_of("attention").assignment, "attention", source)
+    tests = tuple(t for t in full.tests if t.grade_id in ("test_softmax", "test_scaled_dot_product_attention"))
+    cells, _ = notebook_cells(solved, full.test_ids)
+    outcomes, notes = grade_cells(dataclasses.replace(full, tests=tests), cells, LIMITS, [REPO], include_hidden=False)
+    assert [(o.grade_id, o.points, o.message) for o in outcomes] == [(t.grade_id, t.points, "") for t in tests]
+    assert notes == []

@@ -74,7 +74,7 @@ def test_a_solution_that_does_not_get_full_marks_stops_the_run(course, monkeypat
     # A pipeline that loses the solution's code on the way (here: all of it) would grade everyone wrongly.
     from autograder import engine
 
-    monkeypatch.setattr(engine, "notebook_cells", lambda nb: (["raise SystemExit('nothing here')"], []))
+    monkeypatch.setattr(engine, "notebook_cells", lambda nb, tests: (["raise SystemExit('nothing here')"], []))
     before = _written(course)
     status = cli.main(["grade", ASSIGNMENT, "--root", str(course), *FAST] + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
     err = capsys.readouterr().err

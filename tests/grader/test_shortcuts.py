@@ -112,7 +112,7 @@ def test_correct_code_in_other_styles_is_not_judged(notebook, source, source_nb)
 def test_the_solutions_and_the_release_scan_clean(notebook, source_nb, release_nb):
     assignment = _assignment(notebook, source_nb)
     for nb in (source_nb(notebook), release_nb(notebook)):
-        found = _scan(assignment, notebook_cells(nb)[0])
+        found = _scan(assignment, notebook_cells(nb, assignment.test_ids)[0])
         assert found.forbidden == {} and found.flags() == []
 
 
@@ -140,6 +140,25 @@ def test_what_cannot_be_decided_is_flagged_for_review_everywhere(source_nb, tmp_
     assert "For the instructor to review" in feedback_html(assignment, result)
     assert "For the instructor to review" not in feedback_html(assignment, honest)
     assert "to review in 'learner1'" in summary(assignment, [result, honest], 1.0)
+
+
+# Sets the terminal's title, moves up a line and erases it: printed raw, it would hide the line before.
+TERMINAL = "\x1b]0;graded\x07\x1b[1A\x1b[2K"
+
+
+def test_a_flag_shows_the_learner_s_control_characters_never_sends_them(source_nb, tmp_path):
+    assignment = _assignment("attention", source_nb)
+    flags = _scan(assignment, [f"x = 1  # {TERMINAL}\u202e\nimport gc"]).flags()
+    assert len(flags) == 1 and "\x1b" in flags[0], flags
+    result = Result("learner1", assignment.name, assignment.notebook, flags=flags,
+                    error=f"the notebook's structure is broken: {TERMINAL}")
+    write_csv(tmp_path / "grades.csv", assignment, [result])
+    shown = {"console": summary(assignment, [result], 1.0), "CSV": (tmp_path / "grades.csv").read_text(),
+             "feedback": feedback_html(assignment, result)}
+    for where, text in shown.items():
+        assert not [c for c in text if c in "\x1b\x07\u202e"], where
+        # what was there stays readable, escaped
+        assert r"\x1b]0;graded\x07\x1b[1A\x1b[2K\u202e" in text and r"broken: \x1b]0;" in text, where
 
 
 def test_a_given_cell_edited_by_the_learner_is_judged(source_nb):

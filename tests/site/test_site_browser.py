@@ -5,16 +5,13 @@ The site built by the `site` fixture is served on 127.0.0.1; the browser reaches
 logged and checked). Each page is opened at phone width (390 px) and saved as a screenshot in
 _build/screenshots/, beside the published _build/html/ and not part of it.
 
-Needs Debian's `chromium` and `chromium-driver` (`make setup` installs them when run as root)
-and the `selenium` package (requirements.txt); without them these tests are skipped, saying so.
+Needs the browser of tests/browser.py; without it these tests are skipped, saying so.
 """
 from __future__ import annotations
 
 import functools
-import importlib.util
 import json
 import re
-import shutil
 import threading
 import time
 import urllib.request
@@ -25,19 +22,13 @@ from urllib.parse import quote, urldefrag, urlparse
 import pytest
 
 from course.layout import BUILD, REPO, toc_pages
+from tests.browser import NEEDS_BROWSER, headless_chromium
 
 PHONE, DESKTOP = 390, 1280
 SCREENSHOTS = REPO / BUILD / "screenshots"
-CHROMIUM, CHROMEDRIVER = shutil.which("chromium"), shutil.which("chromedriver")
-
 
 # Checked before the site is built, so that a machine without a browser skips at once.
-pytestmark = [
-    pytest.mark.skipif(not (CHROMIUM and CHROMEDRIVER), reason="the browser test needs Debian's chromium and "
-                       "chromium-driver: run `make setup` as root, or apt-get install chromium chromium-driver"),
-    pytest.mark.skipif(importlib.util.find_spec("selenium") is None,
-                       reason="the browser test needs selenium: pip install -r requirements.txt"),
-]
+pytestmark = NEEDS_BROWSER
 
 
 class _QuietHandler(SimpleHTTPRequestHandler):
@@ -62,19 +53,7 @@ def server(site):
 
 @pytest.fixture(scope="module")
 def browser(server):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
-                # No network: all but the loopback goes to a proxy on a closed port, and names do not resolve.
-                "--proxy-server=127.0.0.1:9", "--host-resolver-rules=MAP * ~NOTFOUND , EXCLUDE 127.0.0.1"]:
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL", "performance": "ALL"})
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    driver.set_script_timeout(60)
+    driver = headless_chromium(log_requests=True)
     yield driver
     driver.quit()
 
