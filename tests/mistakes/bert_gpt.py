@@ -266,6 +266,10 @@ def _mask(ids, mask_id, vocab_size, special_ids, generator, rate=0.15, *, skip_s
         random_ids = torch.randint(vocab_size, ids.shape, generator=generator)
     elif random_from == "after-specials":
         random_ids = torch.randint(len(special_ids), vocab_size, ids.shape, generator=generator)
+    elif random_from == "not-itself":  # each chosen token's own id left out of its draw
+        shift = torch.randint(1, len(ordinary), ids.shape, generator=generator)
+        index = torch.searchsorted(ordinary, ids.clamp(min=int(ordinary.min()), max=int(ordinary.max())))
+        random_ids = ordinary[(index + shift) % len(ordinary)]
     elif random_from == "exclusive-end":
         random_ids = ordinary[torch.randint(len(ordinary) - 1, ids.shape, generator=generator)]
     else:
@@ -292,6 +296,10 @@ def mask_random_from_whole_vocabulary(ids, mask_id, vocab_size, special_ids, gen
 
 def mask_assumes_specials_come_first(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
     return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, random_from="after-specials")
+
+
+def mask_random_never_itself(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
+    return _mask(ids, mask_id, vocab_size, special_ids, generator, rate, random_from="not-itself")
 
 
 def mask_never_draws_last_id(ids, mask_id, vocab_size, special_ids, generator, rate=0.15):
@@ -623,6 +631,8 @@ MISTAKES = [
     Mistake(MASK, "assumes the special ids come first", mask_assumes_specials_come_first,
             "a random replacement is drawn from the ordinary ids only", hidden_only=True),
     Mistake(MASK, "never draws the last ordinary id", mask_never_draws_last_id, "not spread evenly"),
+    Mistake(MASK, "a random replacement is never the original", mask_random_never_itself,
+            "never gave back the original token"),
     Mistake(MASK, "labels only where [MASK] was put", mask_labels_only_masked, "every chosen position gets its label"),
     Mistake(MASK, "writes into ids", mask_in_place, "Did you write into ids itself"),
     Mistake(MASK, "label 0 instead of -100", mask_labels_zero, "must have the label -100"),

@@ -65,6 +65,8 @@ class MaskTokensCheck(Check):
                  dict(main.kwargs) | {"generator": seeded_generator(2)}, "other-seed"),
             case(160, 100, 12, seed=3, rate=1.0, tag="all")[0],
             case(48, 40, 30, specials=(0, 1, 2, 3, 4), seed=4, rate=0.4)[0],
+            # Two ordinary ids: a random replacement gives the original token back half the time, as the text allows.
+            case(200, 60, 6, seed=6, rate=1.0, tag="two ordinary ids")[0],
             case(4, 12, 20, seed=5, rate=0.0, tag="invalid")[0],
             case(4, 12, 20, seed=5, rate=1.5, tag="invalid")[0],
         ]
@@ -200,6 +202,13 @@ class MaskTokensCheck(Check):
             raise CheckFailed(
                 f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {0.8 * n_chosen:.0f} "
                 f"(80%, within {bound(n_chosen, 0.8):.0f}) should have become [MASK]: {hint}"
+            )
+        if outside(other, p_other) and not outside(other, 0.1) and not outside(same, 0.1):
+            raise CheckFailed(
+                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_other * n_chosen:.0f} "
+                f"(within {bound(n_chosen, p_other):.0f}) should have become another token: a random replacement "
+                f"never gave back the original token, but it is drawn from all {K} ordinary ids, the original "
+                f"included, so 1 time in {K} it is the token itself, which then stays as it was."
             )
         if outside(other, p_other):
             raise CheckFailed(
