@@ -11,8 +11,8 @@ byte by byte (no library is needed), installed with ``prctl`` after ``no_new_pri
 by every process the learner's starts; it cannot be removed. Calls from another ABI (32-bit
 ``int 0x80``, x32) are refused altogether, so that no other numbering slips past it.
 
-Files are the other channel: the worker empties the scratch folder between learner processes,
-and every other path the sandbox shows is read-only.
+Files are the other channel: in the sandbox each learner process mounts a new /tmp of its own
+(:mod:`harness.worker`), and every other path the sandbox shows is read-only.
 """
 from __future__ import annotations
 

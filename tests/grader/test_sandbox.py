@@ -97,6 +97,91 @@ def test_each_learner_process_starts_with_an_empty_scratch_space(worker):
         assert fresh == "[]"
 
 
+
+# What a learner process could leave in /tmp for the next one, written where a walk of the folder
+# cannot go: below PATH_MAX (18 folders of 240 characters), in a closed folder, as a hard link, a
+# socket and a FIFO.
+LEAVE = r"""
+import os, socket, stat
+os.chdir('/tmp')
+for _ in range(18):
+    os.mkdir('d' * 240)
+    os.chdir('d' * 240)
+open('cases', 'w').write('the course answer')
+os.chdir('/tmp')
+os.mkdir('closed')
+open('closed/cases', 'w').write('x')
+os.link('closed/cases', 'linked')
+os.chmod('closed', 0)
+socket.socket(socket.AF_UNIX).bind('/tmp/socket')
+os.mkfifo('/tmp/fifo')
+raise RuntimeError(sorted(os.listdir('/tmp')))
+"""
+LOOK = r"""
+import os
+found = [name for name in ('closed', 'linked', 'socket', 'fifo') if os.path.lexists('/tmp/' + name)]
+os.chdir('/tmp')
+try:
+    for _ in range(18):
+        os.chdir('d' * 240)
+    found.append('deep: ' + open('cases').read())
+except OSError:
+    pass
+raise RuntimeError(found)
+"""
+
+
+@needs_bubblewrap
+def test_nothing_a_learner_process_leaves_in_tmp_reaches_the_next(worker):
+    child = _learner(worker)
+    left = _cell(child, LEAVE)
+    assert all(name in left for name in ('closed', 'linked', 'socket', 'fifo')), left
+    child.close()
+    worker.end_children()
+    assert _cell(_learner(worker), LOOK) == "[]"
+
+
+@needs_bubblewrap
+def test_a_learner_process_cannot_mount_or_keep_a_capability(worker):
+    message = _cell(_learner(worker), (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines() if ':' in line)\n"
+        "caps = [status[k].strip() for k in ('CapEff', 'CapPrm', 'CapInh', 'CapAmb')]\n"
+        "mounted = libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, None) == 0 or libc.unshare(0x20000) == 0\n"
+        "raise RuntimeError(repr((caps, mounted)))"))
+    caps, mounted = eval(message)  # noqa: S307
+    assert set(caps) == {"0000000000000000"} and not mounted, message
+
+
+
+@needs_bubblewrap
+def test_a_sandbox_that_cannot_mount_a_fresh_tmp_grades_nothing(monkeypatch):
+    monkeypatch.setattr(sandbox, "WORKER_CAPABILITIES", ())
+    with pytest.raises(sandbox.WorkerBroken, match="cannot mount a fresh /tmp for each learner process"):
+        Worker(LIMITS, [REPO])
+
+
+@needs_bubblewrap
+def test_a_folder_allowed_below_tmp_is_in_every_fresh_tmp_and_read_only(monkeypatch, tmp_path):
+    # A course cloned below /tmp has its environment there: every learner process needs it.
+    allowed = tmp_path / "environment"
+    (allowed / "hidden").mkdir(parents=True)
+    (allowed / "module.py").write_text("KEPT = 1\n")
+    (allowed / "hidden" / "answers.py").write_text("SECRET")
+    paths = sandbox._python_paths()
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [*paths, allowed])
+    worker = Worker(LIMITS, [allowed / "hidden"])
+    try:
+        look = (f"import os\nseen = open({str(allowed / 'module.py')!r}).read()\n"
+                f"hidden = os.listdir({str(allowed / 'hidden')!r})\n"
+                f"try:\n    open({str(allowed / 'new.py')!r}, 'w')\n    written = True\nexcept OSError:\n    written = False\n"
+                "raise RuntimeError(repr((seen, hidden, written)))")
+        for _ in range(2):
+            assert _cell(_learner(worker), look) == repr(("KEPT = 1\n", [], False))
+            worker.end_children()
+    finally:
+        worker.stop()
+
 # Every kernel object and file one learner process could leave for another: the keyrings, POSIX
 # and System V message queues, System V shared memory and semaphores, files in /tmp and /dev/shm.
 CHANNELS = r"""
