@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -157,12 +158,55 @@ SYSTEM_FILES = ("/etc/ld.so.cache",)
 COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
+def _installation() -> list[Path]:
+    """The prefixes of the Python installation and of its environment. The system's /usr is mounted
+    piece by piece (SYSTEM); as a prefix it would bring all of it."""
+    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix) if p}
+    return [p for p in prefixes if str(p) not in ("/", "/usr")]
+
+
 def _python_paths() -> list[Path]:
-    """The Python installation, the environment and every package directory on sys.path."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), HARNESS, Path(sys.executable).resolve().parent}
-    paths |= {Path(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
-    # The system's /usr is mounted piece by piece (SYSTEM); as a prefix it would bring all of it.
+    """The folders of Python that imports need: the standard library and its extension modules
+    (every entry of sys.path inside the installation), every package directory on sys.path, the
+    interpreter's own library folder (libpython; in conda, the shared libraries its packages link
+    against), and harness. Never a prefix whole: its etc/, share/, pip.conf or .env may hold an
+    index token or the gradebook's password, which the learner's code would read and print."""
+    prefixes = _installation()
+    paths = {HARNESS, Path(sysconfig.get_path("stdlib"))}
+    paths |= {Path(libdir)} if (libdir := sysconfig.get_config_var("LIBDIR")) else set()
+    for entry in filter(None, sys.path):
+        path = Path(entry)
+        if "site-packages" in entry or "dist-packages" in entry or any(p in path.parents for p in prefixes):
+            paths.add(path)
     return [p for p in paths if p.is_dir() and str(p) not in ("/", "/usr")]
+
+
+def _chain(path: Path) -> list[Path]:
+    """``path``, and each link on the way from it to the file it names."""
+    chain: list[Path] = []
+    while path not in chain:
+        chain.append(path)
+        if not path.is_symlink():
+            break
+        path = Path(os.path.normpath(path.parent / os.readlink(path)))
+    return chain
+
+
+def interpreter_files() -> list[Path]:
+    """The single files the worker's interpreter needs outside the folders of :func:`visible_paths`:
+    the program and each link to it on the way from ``sys.executable``, and the environment's
+    pyvenv.cfg, which makes it that environment's Python."""
+    files = _chain(Path(sys.executable)) if sys.executable else []
+    files += [Path(p) / "pyvenv.cfg" for p in (sys.prefix,) if (Path(p) / "pyvenv.cfg").is_file()]
+    files += [Path(p) for p in sys.path if p.endswith(".zip") and Path(p).is_file()]  # a zipped standard library
+    folders = [Path(s) for s in SYSTEM] + visible_paths()
+    inside = [f for f in files if not any(d == f or d in f.parents for d in folders)]
+    return [f for f in dict.fromkeys(inside) if f.is_symlink() or f.is_file()]
+
+
+def _place(path: Path, at: str) -> list[str]:
+    """bubblewrap's arguments that show ``path`` at ``at``: a link as the same link, anything else read-only."""
+    return ["--symlink", os.readlink(path), at] if path.is_symlink() else ["--ro-bind", str(path), at]
 
 
 def visible_paths() -> list[Path]:
@@ -205,6 +249,9 @@ def _mounts(hidden: list[Path]) -> list[str]:
         args.extend(["--ro-bind", str(path), str(path)])
     for path in _covered(hidden, mounted):
         args.extend(["--tmpfs", str(path)])
+    for path in interpreter_files():
+        parents(path)
+        args.extend(_place(path, str(path)))
     return args
 
 
@@ -264,8 +311,8 @@ def _scratch(limits: Limits, hidden: list[Path]) -> list[str]:
 
 
 def _below_scratch() -> list[Path]:
-    """The allowed directories that live below /tmp (a course cloned there, with its environment)."""
-    return [path for path in visible_paths() if Path("/tmp") in path.parents]
+    """What is allowed below /tmp (a course cloned there, with its environment): folders first."""
+    return [path for path in [*visible_paths(), *interpreter_files()] if Path("/tmp") in path.parents]
 
 
 def _kept(hidden: list[Path]) -> list[str]:
@@ -275,7 +322,7 @@ def _kept(hidden: list[Path]) -> list[str]:
     args: list[str] = ["--perms", "0755", "--dir", KEPT_DIR] if below else []  # bubblewrap would close it to others
     covered = _covered(hidden, visible_paths())
     for index, path in enumerate(below):
-        args.extend(["--ro-bind", str(path), f"{KEPT_DIR}/{index}"])
+        args.extend(_place(path, f"{KEPT_DIR}/{index}"))
         for inside in covered:
             if path in inside.parents:
                 args.extend(["--tmpfs", f"{KEPT_DIR}/{index}/{inside.relative_to(path)}"])
@@ -293,7 +340,7 @@ def _under_scratch(hidden: list[Path]) -> list[str]:
     mounted again on top of the scratch space that would otherwise cover them."""
     args: list[str] = []
     for path in _below_scratch():
-        args.extend(["--ro-bind", str(path), str(path)])
+        args.extend(_place(path, str(path)))
     for path in _covered(hidden, visible_paths()):
         if Path("/tmp") in path.parents:
             args.extend(["--tmpfs", str(path)])

@@ -219,7 +219,12 @@ class _FreshScratch:
         _libc_call(libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
                               f"size={self.size},mode=1777".encode()), f"a tmpfs at {self.path}")
         for source, target in self.kept:
-            os.makedirs(target, exist_ok=True)
+            os.makedirs(target if os.path.isdir(source) else os.path.dirname(target), exist_ok=True)
+            if os.path.islink(source):  # the way from sys.executable to the interpreter
+                os.symlink(os.readlink(source), target)
+                continue
+            if not os.path.isdir(source):
+                open(target, "x").close()  # what a file is mounted on
             _libc_call(libc.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"{target} again")
         os.chdir(self.path)  # the worker's folder of the same name is the one now covered
 

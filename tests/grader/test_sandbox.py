@@ -3,6 +3,8 @@ worker's channel, only an allow-list of files is visible, and the fallback still
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -329,7 +331,7 @@ def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
     files = ["/etc/shadow", "/etc/passwd", "/root/.bashrc", str(copy / "attention.py"),
              str(REPO / "solutions" / "ch02_attention" / "attention.py"), str(REPO / "reference" / "attention.py"),
              str(REPO / "README.md")]
-    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path)]
+    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path), sys.prefix, sys.base_prefix]
     message = _cell(_learner(worker), (
         f"import os\nfound = [p for p in {files!r} if os.path.exists(p)]\n"
         f"listed = {{d: sorted(os.listdir(d)) for d in {folders!r} if os.path.isdir(d)}}\n"
@@ -337,14 +339,85 @@ def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
     found, listed = eval(message)  # noqa: S307 (the cell's own repr of lists and dicts of strings)
     assert found == [] and "SECRET" not in message
     assert listed.pop("/etc") == ["ld.so.cache"]
+    # Of the Python installation, what imports need; not its configuration (etc/, share/, pip.conf).
+    for prefix in {sys.prefix, sys.base_prefix}:
+        assert set(listed[prefix]) <= {"bin", "lib", "lib64", "pyvenv.cfg"}, (prefix, listed[prefix])
     # Every other folder it sees holds only the way to what it needs: the system, Python, autograder.
-    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths()
+    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths() + sandbox.interpreter_files()
     for folder, entries in listed.items():
         for entry in entries:
             path = Path(folder) / entry
             on_the_way = any(path == n or path in n.parents or n in path.parents for n in needed)
             assert on_the_way or entry in ("dev", "etc", "proc", "tmp", "run"), path
 
+
+
+# Where a Python installation keeps configuration, and what an instructor's could hold there:
+# each file carries a word that no output may show.
+SECRETS = {
+    "pip.conf": "[global]\nindex-url = https://grader:SECRET-4f1c@pypi.example.org/simple\n",
+    "etc/pip.conf": "[global]\nextra-index-url = https://grader:SECRET-0b7d@pypi.example.org/simple\n",
+    "etc/jupyter/nbgrader_config.py": "c.CourseDirectory.db_url = 'postgresql://grader:SECRET-9a2e@db/grades'\n",
+    "etc/jupyter/jupyter_server_config.json": '{"IdentityProvider": {"token": "SECRET-77b3"}}\n',
+    "share/jupyter/nbgrader_config.py": "c.Exchange.root = '/srv/SECRET-c41a'\n",
+    ".env": "GRADEBOOK_URL=postgresql://grader:SECRET-5d0c@db/grades\n",
+}
+#: a learner who reads them, keeps them in a note of the feedback, and returns them as a test's output
+READS_THE_INSTALLATION = f"""
+import os, sys
+found = []
+for root in sorted({{sys.prefix, sys.base_prefix}}):
+    for name in {sorted(SECRETS)!r}:
+        try:
+            found.append(open(os.path.join(root, name)).read())
+        except OSError:
+            pass
+print(found)
+raise RuntimeError(f'LOOKED {{found}}')
+"""
+
+
+@needs_bubblewrap
+def test_no_secret_of_the_python_installation_reaches_the_learner(tmp_path):
+    from tests.grader import small_class
+
+    # A Python installation of its own: an environment whose packages are this one's, beside the
+    # configuration files that an instructor's environment may hold.
+    prefix = tmp_path / "environment"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    python = prefix / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    Path(site, "course.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+    for name, text in SECRETS.items():
+        (prefix / name).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / name).write_text(text)
+    root = tmp_path / "course"
+    folder = root / "solutions" / small_class.ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / source_path("attention").name).write_text(small_class.without_demonstrations(source_path("attention").read_text()))
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    nb = small_class.graded_cells_only(small_class.notebook("solved"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(READS_THE_INSTALLATION))
+    answer = next(c for c in nb.cells if "def score_variance(" in c.source)
+    answer.source = READS_THE_INSTALLATION.replace("raise RuntimeError", "def score_variance(q, k, scaled=False):\n"
+                                                   "    raise RuntimeError")
+    small_class.write_notebook(nb, root / "submitted" / "reader" / small_class.ASSIGNMENT / "attention.ipynb")
+    env = dict(small_class.ENV, PATH=f"{prefix / 'bin'}{os.pathsep}{small_class.ENV['PATH']}")
+    console = ""
+    for command in (["grade", small_class.ASSIGNMENT, "--jobs", "1", *small_class.FAST],
+                    ["export", small_class.ASSIGNMENT]):
+        done = subprocess.run([str(python), "-m", "autograder", *command, "--root", str(root)], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        console += done.stdout + done.stderr
+        assert done.returncode == 0, console
+    outputs = {str(p): p.read_text() for folder in ("feedback", "grades") for p in (root / folder).rglob("*")
+               if p.suffix in (".html", ".csv", ".json")}
+    assert any("LOOKED []" in text for text in outputs.values()), outputs  # it looked, and found nothing
+    assert any(p.endswith("results.json") for p in outputs) and any(p.endswith(".csv") for p in outputs), outputs
+    outputs["console"] = console
+    assert [where for where, text in outputs.items() if "SECRET-" in text] == []
 
 @needs_bubblewrap
 def test_the_learner_process_cannot_reach_the_workers_channel(worker):
