@@ -289,7 +289,19 @@ def sandbox_gaps() -> list[str]:
                     "could pass data to each other through keys and message queues")
     if not _supports("--disable-userns"):
         gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
+    if not _autogroups():
+        gaps.append("the kernel shares the CPU by process, not by session (/proc/sys/kernel/sched_autogroup_enabled "
+                    "is not 1): a submission that runs many busy processes slows the calls of those graded beside it")
     return gaps
+
+
+def _autogroups() -> bool:
+    """Whether the kernel shares the CPU between sessions first: each learner process is one, which
+    none of its processes may leave (:mod:`harness.seccomp`)."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def _isolation() -> list[str]:

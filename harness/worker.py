@@ -440,7 +440,10 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     from .calls import Tripwires, call_learner, raised, remember_cell
     from .observe import Observed, Observer
 
-    os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
+    # Its own group: without a sandbox, that is how its processes are found and ended. Its own
+    # session too, the last one it may make: the kernel shares the CPU between sessions first, so
+    # everything the submission runs from here on gets one share, beside each neighbour's.
+    os.setsid()
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
     _drop_privileges()
     # Before anything of the learner's: nothing the kernel keeps past this process (keys, message

@@ -248,6 +248,14 @@ def test_no_channel_between_two_submissions(worker):
         other.stop()
 
 
+def test_the_processes_of_a_submission_cannot_make_sessions_of_their_own(worker):
+    # The kernel shares the CPU between sessions: one per busy process would starve the neighbours.
+    message = _cell(_learner(worker), (
+        "import os\npid = os.fork()\nif pid == 0:\n    try:\n        os.setsid()\n        os._exit(0)\n"
+        "    except OSError:\n        os._exit(1)\n_, status = os.waitpid(pid, 0)\n"
+        "raise RuntimeError(os.waitstatus_to_exitcode(status))"))
+    assert message == "1", "a process of the learner's made a session of its own"
+
 @needs_bubblewrap
 def test_system_v_objects_do_not_outlive_their_learner_process(worker):
     listed = _cell(_learner(worker), "raise RuntimeError([len(open(f'/proc/sysvipc/{k}').read().splitlines()) - 1"
