@@ -4,9 +4,10 @@ With bubblewrap (Debian package ``bubblewrap``) the worker sees an allow-list, n
 with a few paths hidden: the Python installation and its packages, the ``harness`` package
 (never ``autograder``, whose checks and oracles could compute the answers), the system
 libraries, a fresh /dev, and a /tmp of bounded size; every one of them read-only but
-/tmp. Not the course directory, not any other copy of the course, not /etc, /root or /home. It
-has no network, its own user and process namespaces (all its processes end with it) and a cap
-on how many processes it may run at once. When the grader runs as root, the worker runs as an
+/tmp, which each learner process gets new (see :mod:`harness.worker`). Not the course
+directory, not any other copy of the course, not /etc, /root or /home. It has no network, its
+own user and process namespaces (all its processes end with it) and a cap on how many
+processes it may run at once. When the grader runs as root, the worker runs as an
 unprivileged user id of its own, because the kernel does not cap root's processes.
 
 Without bubblewrap only the resource limits hold; the grader refuses to grade that way unless
@@ -26,6 +27,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import tempfile
 import threading
 import time
@@ -39,6 +41,12 @@ from harness import seccomp, wire
 HARNESS = Path(wire.__file__).resolve().parent
 #: where the worker finds the grader's socket inside the sandbox
 CHANNEL_DIR = "/run/grader"
+#: a second, read-only copy of each allowed folder that lives below /tmp, from which every learner
+#: process mounts it again on its own fresh /tmp
+KEPT_DIR = "/run/kept"
+#: what the worker keeps of root's powers inside its own user namespace: mounting, which each learner
+#: process needs once, to put a fresh /tmp of its own in place, before it drops every capability
+WORKER_CAPABILITIES = ("CAP_SYS_ADMIN",)
 
 
 @dataclass(frozen=True)
@@ -150,12 +158,55 @@ SYSTEM_FILES = ("/etc/ld.so.cache",)
 COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
+def _installation() -> list[Path]:
+    """The prefixes of the Python installation and of its environment. The system's /usr is mounted
+    piece by piece (SYSTEM); as a prefix it would bring all of it."""
+    prefixes = {Path(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix) if p}
+    return [p for p in prefixes if str(p) not in ("/", "/usr")]
+
+
 def _python_paths() -> list[Path]:
-    """The Python installation, the environment and every package directory on sys.path."""
-    paths = {Path(sys.prefix), Path(sys.base_prefix), HARNESS, Path(sys.executable).resolve().parent}
-    paths |= {Path(p) for p in sys.path if p and ("site-packages" in p or "dist-packages" in p)}
-    # The system's /usr is mounted piece by piece (SYSTEM); as a prefix it would bring all of it.
+    """The folders of Python that imports need: the standard library and its extension modules
+    (every entry of sys.path inside the installation), every package directory on sys.path, the
+    interpreter's own library folder (libpython; in conda, the shared libraries its packages link
+    against), and harness. Never a prefix whole: its etc/, share/, pip.conf or .env may hold an
+    index token or the gradebook's password, which the learner's code would read and print."""
+    prefixes = _installation()
+    paths = {HARNESS, Path(sysconfig.get_path("stdlib"))}
+    paths |= {Path(libdir)} if (libdir := sysconfig.get_config_var("LIBDIR")) else set()
+    for entry in filter(None, sys.path):
+        path = Path(entry)
+        if "site-packages" in entry or "dist-packages" in entry or any(p in path.parents for p in prefixes):
+            paths.add(path)
     return [p for p in paths if p.is_dir() and str(p) not in ("/", "/usr")]
+
+
+def _chain(path: Path) -> list[Path]:
+    """``path``, and each link on the way from it to the file it names."""
+    chain: list[Path] = []
+    while path not in chain:
+        chain.append(path)
+        if not path.is_symlink():
+            break
+        path = Path(os.path.normpath(path.parent / os.readlink(path)))
+    return chain
+
+
+def interpreter_files() -> list[Path]:
+    """The single files the worker's interpreter needs outside the folders of :func:`visible_paths`:
+    the program and each link to it on the way from ``sys.executable``, and the environment's
+    pyvenv.cfg, which makes it that environment's Python."""
+    files = _chain(Path(sys.executable)) if sys.executable else []
+    files += [Path(p) / "pyvenv.cfg" for p in (sys.prefix,) if (Path(p) / "pyvenv.cfg").is_file()]
+    files += [Path(p) for p in sys.path if p.endswith(".zip") and Path(p).is_file()]  # a zipped standard library
+    folders = [Path(s) for s in SYSTEM] + visible_paths()
+    inside = [f for f in files if not any(d == f or d in f.parents for d in folders)]
+    return [f for f in dict.fromkeys(inside) if f.is_symlink() or f.is_file()]
+
+
+def _place(path: Path, at: str) -> list[str]:
+    """bubblewrap's arguments that show ``path`` at ``at``: a link as the same link, anything else read-only."""
+    return ["--symlink", os.readlink(path), at] if path.is_symlink() else ["--ro-bind", str(path), at]
 
 
 def visible_paths() -> list[Path]:
@@ -198,6 +249,9 @@ def _mounts(hidden: list[Path]) -> list[str]:
         args.extend(["--ro-bind", str(path), str(path)])
     for path in _covered(hidden, mounted):
         args.extend(["--tmpfs", str(path)])
+    for path in interpreter_files():
+        parents(path)
+        args.extend(_place(path, str(path)))
     return args
 
 
@@ -229,15 +283,25 @@ def _supports(option: str) -> bool:
 
 def sandbox_gaps() -> list[str]:
     """What this bubblewrap cannot enforce, in words for the instructor (empty when it can do all)."""
-    gaps = []
-    if not _supports("--size"):
-        gaps.append("this bubblewrap cannot bound the size of /tmp (version 0.6 or later can)")
+    gaps = []  # the size of each learner process's /tmp is the worker's to set, whatever the version
     if not seccomp.supported():
         gaps.append("no system call filter is known for this machine's architecture: the processes of one submission "
                     "could pass data to each other through keys and message queues")
     if not _supports("--disable-userns"):
         gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
+    if not _autogroups():
+        gaps.append("the kernel shares the CPU by process, not by session (/proc/sys/kernel/sched_autogroup_enabled "
+                    "is not 1): a submission that runs many busy processes slows the calls of those graded beside it")
     return gaps
+
+
+def _autogroups() -> bool:
+    """Whether the kernel shares the CPU between sessions first: each learner process is one, which
+    none of its processes may leave (:mod:`harness.seccomp`)."""
+    try:
+        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+    except OSError:
+        return False
 
 
 def _isolation() -> list[str]:
@@ -246,6 +310,7 @@ def _isolation() -> list[str]:
         "--unshare-user", "--unshare-ipc", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try",
         "--unshare-pid", "--as-pid-1", *(["--disable-userns"] if _supports("--disable-userns") else []),
         "--die-with-parent", "--new-session", "--cap-drop", "ALL",
+        *[arg for capability in WORKER_CAPABILITIES for arg in ("--cap-add", capability)],
     ]
 
 
@@ -257,16 +322,39 @@ def _scratch(limits: Limits, hidden: list[Path]) -> list[str]:
     ]
 
 
+def _below_scratch() -> list[Path]:
+    """What is allowed below /tmp (a course cloned there, with its environment): folders first."""
+    return [path for path in [*visible_paths(), *interpreter_files()] if Path("/tmp") in path.parents]
+
+
+def _kept(hidden: list[Path]) -> list[str]:
+    """The folders below /tmp once more, at KEPT_DIR, with what they must not show covered as before:
+    the fresh /tmp of each learner process covers the ones the worker sees, and is given these."""
+    below = _below_scratch()
+    args: list[str] = ["--perms", "0755", "--dir", KEPT_DIR] if below else []  # bubblewrap would close it to others
+    covered = _covered(hidden, visible_paths())
+    for index, path in enumerate(below):
+        args.extend(_place(path, f"{KEPT_DIR}/{index}"))
+        for inside in covered:
+            if path in inside.parents:
+                args.extend(["--tmpfs", f"{KEPT_DIR}/{index}/{inside.relative_to(path)}"])
+    return args
+
+
+def _scratch_arguments(limits: Limits) -> list[str]:
+    """How the worker gives each learner process a fresh /tmp: its size, and the folders to mount in it."""
+    kept = [arg for index, path in enumerate(_below_scratch()) for arg in ("--keep", f"{KEPT_DIR}/{index}", str(path))]
+    return ["--scratch", "/tmp", "--scratch-mb", str(limits.scratch_mb), *kept]
+
+
 def _under_scratch(hidden: list[Path]) -> list[str]:
     """The allowed directories that live below /tmp (a course cloned there, with its environment),
     mounted again on top of the scratch space that would otherwise cover them."""
-    scratch = Path("/tmp")
     args: list[str] = []
-    for path in visible_paths():
-        if scratch in path.parents:
-            args.extend(["--ro-bind", str(path), str(path)])
+    for path in _below_scratch():
+        args.extend(_place(path, str(path)))
     for path in _covered(hidden, visible_paths()):
-        if scratch in path.parents:
+        if Path("/tmp") in path.parents:
             args.extend(["--tmpfs", str(path)])
     return args
 
@@ -289,11 +377,12 @@ def _command(bwrap: str, program: list[str], limits: Limits, hidden: list[Path],
     """
     share = ["--ro-bind", channel, CHANNEL_DIR] if channel else []
     if uid is None:
-        return [bwrap, *_isolation(), *_mounts(hidden), "--proc", "/proc", *share, *_scratch(limits, hidden), *program]
+        return [bwrap, *_isolation(), *_mounts(hidden), "--proc", "/proc", *share, *_kept(hidden),
+                *_scratch(limits, hidden), *program]
     outer = [
         bwrap, "--unshare-pid", "--die-with-parent", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
         "--cap-add", "CAP_SETGID", *_mounts(hidden), "--dev", "/dev", "--proc", "/proc",
-        "--perms", "0755", "--dir", "/tmp", "--perms", "0755", "--dir", "/run", *share,
+        "--perms", "0755", "--dir", "/tmp", "--perms", "0755", "--dir", "/run", *share, *_kept(hidden),
     ]
     become = [sys.executable, "-I", "-S", "-c", _BECOME, str(uid)]
     inner = [bwrap, *_isolation(), "--ro-bind", "/", "/", *_scratch(limits, hidden)]
@@ -328,6 +417,9 @@ def _hint(output: str) -> str:
                     f"{installed.parent}, which the worker needs. Grade from {installed.parent}, or give this copy "
                     f"its own environment (make setup in {HARNESS.parent})")
         return "the sandboxed worker cannot import harness: install the course with make setup"
+    fresh = [line for line in output.splitlines() if "cannot mount a fresh /tmp" in line]
+    if fresh:
+        return fresh[-1].strip()
     if "No module named 'torch'" in output:
         return "the sandboxed worker cannot import torch: install the course with make setup"
     if "Permission denied" in output and _as_root():
@@ -443,7 +535,8 @@ class Worker:
         ]
         if self.sandboxed:
             # Counted per user and per user namespace: here, the worker's own processes only.
-            arguments += ["--processes", str(limits.processes), "--channel", f"{CHANNEL_DIR}/channel", "--scratch", "/tmp"]
+            arguments += ["--processes", str(limits.processes), "--channel", f"{CHANNEL_DIR}/channel",
+                          *_scratch_arguments(limits)]
             env["HOME"] = env["TMPDIR"] = "/tmp"
             command = _command(bubblewrap(), [*worker_program(), *arguments], limits, hidden, self._folder, self.uid)
             cwd = "/"

@@ -26,6 +26,9 @@ from .time_limit import endless_loop_message
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
 MAX_WORKER_STARTS = 3
+#: how often a call that runs out of time is made, each time in a fresh process, before it costs
+#: points: on a machine shared with other submissions, a neighbour's processes may have had the CPU
+CALL_TRIES = 2
 
 
 @dataclass(frozen=True)
@@ -188,24 +191,27 @@ class Session:
         """The learner's result for one case, or a :class:`Failure` explaining why there is none;
         the graded functions in ``own`` stay the learner's instead of the course's. What the call did
         besides returning (its trace when ``trace``) is appended to ``observed``, when given."""
-        child = self._child(function, own)
-        try:
-            reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace},
-                                  timeout=self.left(self.limits.call_seconds))
-        except WorkerTimeout:
-            self._end_child()
-            if self.left(1) <= 0:
-                raise TimeoutError from None
-            return Failure(endless_loop_message(function, self.limits.call_seconds, case.label))
-        except WorkerGone:
-            self._end_child()
-            return Failure(
-                f"`{function}` ended the Python process on the case {case.label} (sys.exit, os._exit, "
-                "a signal, or more than the memory limit): a graded function must return its result."
-            )
-        except wire.WireError as exc:
-            self._end_child()
-            return Failure(self._unreadable(function, case, exc))
+        for attempt in range(1, CALL_TRIES + 1):
+            child = self._child(function, own)
+            try:
+                reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace},
+                                      timeout=self.left(self.limits.call_seconds))
+                break
+            except WorkerTimeout:
+                self._end_child()
+                if self.left(1) <= 0:
+                    raise TimeoutError from None
+                if attempt == CALL_TRIES:
+                    return Failure(endless_loop_message(function, self.limits.call_seconds, case.label))
+            except WorkerGone:
+                self._end_child()
+                return Failure(
+                    f"`{function}` ended the Python process on the case {case.label} (sys.exit, os._exit, "
+                    "a signal, or more than the memory limit): a graded function must return its result."
+                )
+            except wire.WireError as exc:
+                self._end_child()
+                return Failure(self._unreadable(function, case, exc))
         if reply.get("missing") is True and len(reply) == 1:
             return Failure(f"there is no `{function}` in the notebook: keep the name the exercise gives it.")
         error = reply.get("error")

@@ -4,15 +4,18 @@ The processes of one submission run one after another, each serving one graded f
 the kernel keeps beyond a process's end could carry data from one to the next: the user's
 keyring (keys are kept per user, not per process), POSIX message queues and System V message
 queues, semaphores and shared memory. The filter denies every system call that makes or reads
-them (``add_key``, ``request_key``, ``keyctl``, ``mq_*``, ``msg*``, ``sem*``, ``shm*``), and those
-that read or write another process's memory or descriptors (``ptrace``, ``process_vm_*``,
-``pidfd_getfd``), as Docker's default profile does. It is a classic BPF program, built here
-byte by byte (no library is needed), installed with ``prctl`` after ``no_new_privs``, and inherited
-by every process the learner's starts; it cannot be removed. Calls from another ABI (32-bit
-``int 0x80``, x32) are refused altogether, so that no other numbering slips past it.
+them (``add_key``, ``request_key``, ``keyctl``, ``mq_*``, ``msg*``, ``sem*``, ``shm*``), and
+those that read or write another process's memory or descriptors (``ptrace``, ``process_vm_*``,
+``pidfd_getfd``), as Docker's default profile does, and ``setsid``: the kernel shares the CPU
+between sessions (its autogroups) before it shares it between processes, so a submission that
+gave each of its busy processes a session of its own would take the CPU from its neighbours'
+calls and from their workers' start. It is a classic BPF program, built here byte by byte (no
+library is needed), installed with ``prctl`` after ``no_new_privs``, and inherited by every
+process the learner's starts; it cannot be removed. Calls from another ABI (32-bit ``int 0x80``,
+x32) are refused altogether, so that no other numbering slips past it.
 
-Files are the other channel: the worker empties the scratch folder between learner processes,
-and every other path the sandbox shows is read-only.
+Files are the other channel: in the sandbox each learner process mounts a new /tmp of its own
+(:mod:`harness.worker`), and every other path the sandbox shows is read-only.
 """
 from __future__ import annotations
 
@@ -25,14 +28,15 @@ import struct
 _DENIED_NAMES = ("add_key", "request_key", "keyctl", "mq_open", "mq_unlink", "mq_timedsend", "mq_timedreceive",
                  "mq_notify", "mq_getsetattr", "msgget", "msgsnd", "msgrcv", "msgctl", "semget", "semop", "semctl",
                  "semtimedop", "shmget", "shmat", "shmctl", "ptrace", "process_vm_readv", "process_vm_writev",
-                 "pidfd_getfd")
+                 "pidfd_getfd", "setsid")
 _ARCHITECTURES = {
     "x86_64": (0xC000003E, dict(zip(_DENIED_NAMES, (
-        248, 249, 250, 240, 241, 242, 243, 244, 245, 68, 69, 70, 71, 64, 65, 66, 220, 29, 30, 31, 101, 310, 311, 438))),
+        248, 249, 250, 240, 241, 242, 243, 244, 245, 68, 69, 70, 71, 64, 65, 66, 220, 29, 30, 31, 101, 310, 311, 438,
+        112))),
         0x40000000),  # x32 calls carry this bit
     "aarch64": (0xC00000B7, dict(zip(_DENIED_NAMES, (
         217, 218, 219, 180, 181, 182, 183, 184, 185, 186, 189, 188, 187, 190, 193, 191, 192, 194, 196, 195, 117, 270, 271,
-        438))), None),
+        438, 157))), None),
 }
 
 _LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06

@@ -5,16 +5,20 @@ Two kinds of process, so that the learner's code can never speak for the worker:
 * **The worker** holds the channel to the grader and never runs learner code. It sets the
   resource limits, connects to the grader's socket, imports torch once, and then only obeys two
   requests: ``fork`` (start a process for the learner's code and hand the grader a socket to it)
-  and ``end`` (end that process and everything it started). It is not dumpable, so no process of
-  the same user may trace it or open its descriptors; in the sandbox it is the first process of
-  its own process namespace, which no process inside may signal, and whose exit ends them all.
+  and ``end`` (end that process and everything it started). In the sandbox it keeps one
+  capability, inside its own user namespace: to mount, which each learner process needs once.
+  It is not dumpable, so no process of the same user may trace it or open its descriptors; in
+  the sandbox it is the first process of its own process namespace, which no process inside
+  may signal, and whose exit ends them all.
 * **A learner process**, one per graded function, forked from the warm worker (torch already
   imported, no learner code ever run, no reference code ever loaded). Before anything else it
-  installs a system call filter (:mod:`harness.seccomp`), so that nothing it leaves in the
-  kernel can reach the next one. The grader sends it, over its own socket, the course's
-  reference modules with only the helpers its function uses (every other graded function's
-  name, its own included, leads to a stub), the names it may not call, the submission's cells,
-  and then the cases; it replies with plain data. It never judges anything.
+  mounts a new /tmp in a mount namespace of its own (gone with its last process, so nothing it
+  writes there reaches the next one), drops every capability, and installs a system call filter
+  (:mod:`harness.seccomp`), so that nothing it leaves in the kernel can reach the next one.
+  The grader sends it, over its own socket, the course's reference modules with only the
+  helpers its function uses (every other graded function's name, its own included, leads to a
+  stub), the names it may not call, the submission's cells, and then the cases; it replies
+  with plain data. It never judges anything.
 
 What remains possible in principle: code in the learner's process can answer the cases by any
 route it likes, for instance by replying on its own socket itself, or by reaching a forbidden
@@ -42,6 +46,9 @@ except ImportError:  # pragma: no cover - Windows
     resource = None  # type: ignore[assignment]
 
 _PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_CHILD_SUBREAPER = 1, 4, 36
+_PR_SET_NO_NEW_PRIVS, _PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL = 38, 47, 4
+_CLONE_NEWNS, _MS_NOSUID, _MS_NODEV, _MS_BIND, _MS_REC, _MS_PRIVATE = 0x20000, 0x2, 0x4, 0x1000, 0x4000, 0x40000
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
 
 
 def _prctl(option: int, value: int) -> None:
@@ -169,9 +176,78 @@ def _remove_ipc() -> None:
                 pass
 
 
+class _CapabilityHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+def _libc_call(result: int, what: str) -> None:
+    if result != 0:
+        error = ctypes.get_errno()
+        raise OSError(error, f"{what}: {os.strerror(error)}")
+
+
+def _drop_privileges() -> None:
+    """No capability, and none to be had again: the worker keeps the power to mount, which the
+    learner's code must never have. Fails, and so ends the process, rather than go on with one."""
+    if not sys.platform.startswith("linux"):  # capabilities are Linux's; elsewhere there is no sandbox either
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    header = _CapabilityHeader(_LINUX_CAPABILITY_VERSION_3, 0)
+    _libc_call(libc.capset(ctypes.byref(header), (ctypes.c_uint32 * 6)()), "capset")  # effective, permitted, inheritable: none
+    libc.prctl(_PR_CAP_AMBIENT, _PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0)  # before Linux 4.3 there are none to clear
+    # No program it starts (a set-user-id one, one with file capabilities) can gain any back.
+    _libc_call(libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+class _FreshScratch:
+    """A new, empty file system at the scratch folder for one learner process and all it starts.
+
+    Emptying one folder for the next process would leave what a walk cannot reach (a path past
+    PATH_MAX, a closed folder); a file system that ends with the last process that could see it
+    leaves nothing. Each learner process makes a mount namespace of its own, mounts a tmpfs there
+    and mounts again in it the read-only folders that live below the scratch folder (a course
+    cloned below /tmp), from the copies ``kept`` names; the worker's own view never changes."""
+
+    def __init__(self, path: str, size_mb: int, kept: list[tuple[str, str]]):
+        self.path, self.size, self.kept = path, size_mb << 20, kept
+
+    def mount(self) -> None:
+        libc = ctypes.CDLL(None, use_errno=True)
+        _libc_call(libc.unshare(_CLONE_NEWNS), "a mount namespace of its own")
+        # What it mounts stays in its namespace: nothing reaches the worker's.
+        _libc_call(libc.mount(b"none", b"/", None, _MS_REC | _MS_PRIVATE, None), "private mounts")
+        _libc_call(libc.mount(b"tmpfs", self.path.encode(), b"tmpfs", _MS_NOSUID | _MS_NODEV,
+                              f"size={self.size},mode=1777".encode()), f"a tmpfs at {self.path}")
+        for source, target in self.kept:
+            os.makedirs(target if os.path.isdir(source) else os.path.dirname(target), exist_ok=True)
+            if os.path.islink(source):  # the way from sys.executable to the interpreter
+                os.symlink(os.readlink(source), target)
+                continue
+            if not os.path.isdir(source):
+                open(target, "x").close()  # what a file is mounted on
+            _libc_call(libc.mount(source.encode(), target.encode(), None, _MS_BIND | _MS_REC, None), f"{target} again")
+        os.chdir(self.path)  # the worker's folder of the same name is the one now covered
+
+    def check(self) -> None:
+        """Mount one in a throw-away process, so that a sandbox that cannot stops the worker at once,
+        with the reason, instead of each learner process in turn."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                self.mount()
+                os._exit(0)
+            except BaseException as exc:
+                os.write(2, f"the sandboxed worker cannot mount a fresh /tmp for each learner process ({exc})\n".encode())
+                os._exit(1)
+        _, status = os.waitpid(pid, 0)
+        if status != 0:
+            raise SystemExit(1)
+
+
 def _empty(scratch: str | None) -> None:
     """Empty the scratch folder, so that no learner process finds what an earlier one left there
-    (the inputs of another function's hidden tests, say).
+    (the inputs of another function's hidden tests, say). Without a sandbox only: there each
+    learner process mounts a new one of its own, which leaves nothing behind at all.
 
     A course that lives below /tmp has its environment mounted, read-only, inside the scratch
     folder: the walk stays on the scratch folder's own file system and never descends into it.
@@ -208,7 +284,8 @@ def _empty(scratch: str | None) -> None:
             pass
 
 
-def serve(control: socket.socket, request_limit: int, scratch: str | None = None) -> None:
+def serve(control: socket.socket, request_limit: int, scratch: str | None = None,
+          fresh: _FreshScratch | None = None) -> None:
     frames = _Frames(control, request_limit)
     child: int | None = None
     while True:
@@ -218,7 +295,8 @@ def serve(control: socket.socket, request_limit: int, scratch: str | None = None
             return
         if op == "fork":
             _end_learner_processes(child)
-            _empty(scratch)
+            if fresh is None:
+                _empty(scratch)
             ours, theirs = socket.socketpair()
             try:
                 child = os.fork()
@@ -232,6 +310,8 @@ def serve(control: socket.socket, request_limit: int, scratch: str | None = None
                 try:
                     control.close()
                     ours.close()
+                    if fresh is not None:
+                        fresh.mount()
                     learner(theirs, request_limit)
                 except BaseException:
                     traceback.print_exc()
@@ -243,7 +323,8 @@ def serve(control: socket.socket, request_limit: int, scratch: str | None = None
             ours.close()
         elif op == "end":
             _end_learner_processes(child)
-            _empty(scratch)
+            if fresh is None:
+                _empty(scratch)
             child = None
             control.sendall(b"K")
         else:
@@ -260,7 +341,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--processes", type=int, default=0)
     parser.add_argument("--preload", default="", help="modules the notebook imports, comma-separated")
     parser.add_argument("--scratch", default="", help="the learner's scratch folder, emptied between learner processes")
+    parser.add_argument("--scratch-mb", type=int, default=0,
+                        help="mount a fresh scratch folder of this size for each learner process instead")
+    parser.add_argument("--keep", nargs=2, action="append", default=[], metavar=("COPY", "FOLDER"),
+                        help="a read-only folder below the scratch folder, mounted again from COPY in each fresh one")
     args = parser.parse_args(argv)
+    if args.scratch_mb and not args.scratch:
+        parser.error("--scratch-mb needs --scratch")
+    fresh = _FreshScratch(args.scratch, args.scratch_mb, [tuple(k) for k in args.keep]) if args.scratch_mb else None
 
     _prctl(_PR_SET_DUMPABLE, 0)  # nobody of the same user may trace it or open its descriptors
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -269,6 +357,8 @@ def main(argv: list[str] | None = None) -> None:
     control.connect(args.channel)
     _quiet_streams()
     _prctl(_PR_SET_CHILD_SUBREAPER, 1)  # what the learner's processes leave behind comes back here
+    if fresh is not None:
+        fresh.check()
 
     import torch
 
@@ -282,9 +372,10 @@ def main(argv: list[str] | None = None) -> None:
             importlib.import_module(name)
         except Exception:  # the learner's process will meet the same error, where it belongs
             pass
-    _empty(args.scratch)  # what importing left there (matplotlib's font cache) is not the learner's
+    if fresh is None:
+        _empty(args.scratch)  # what importing left there (matplotlib's font cache) is not the learner's
     control.sendall(b"R")
-    serve(control, args.request_mb << 20, args.scratch)
+    serve(control, args.request_mb << 20, args.scratch, fresh)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -349,8 +440,12 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     from .calls import Tripwires, call_learner, raised, remember_cell
     from .observe import Observed, Observer
 
-    os.setsid()  # its own group: without a sandbox, that is how its processes are found and ended
+    # Its own group: without a sandbox, that is how its processes are found and ended. Its own
+    # session too, the last one it may make: the kernel shares the CPU between sessions first, so
+    # everything the submission runs from here on gets one share, beside each neighbour's.
+    os.setsid()
     _prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    _drop_privileges()
     # Before anything of the learner's: nothing the kernel keeps past this process (keys, message
     # queues, shared memory) can be made or read, so no later process of the submission finds it.
     seccomp.install()

@@ -2,7 +2,10 @@
 worker's channel, only an allow-list of files is visible, and the fallback still grades."""
 from __future__ import annotations
 
+import dataclasses
 import importlib
+import os
+import shutil
 import subprocess
 import sys
 import time
@@ -13,7 +16,7 @@ import pytest
 
 from autograder import sandbox
 from autograder.engine import Assignment, grade_cells
-from autograder.sandbox import Limits, Worker, WorkerTimeout
+from autograder.sandbox import Channel, Limits, Worker, WorkerTimeout
 from autograder.submissions import notebook_cells
 from course.notebook_format import complete, to_nbgrader
 from tests.conftest import NOTEBOOKS, REPO, chapter_of, release_path, source_path
@@ -97,6 +100,91 @@ def test_each_learner_process_starts_with_an_empty_scratch_space(worker):
         assert fresh == "[]"
 
 
+
+# What a learner process could leave in /tmp for the next one, written where a walk of the folder
+# cannot go: below PATH_MAX (18 folders of 240 characters), in a closed folder, as a hard link, a
+# socket and a FIFO.
+LEAVE = r"""
+import os, socket, stat
+os.chdir('/tmp')
+for _ in range(18):
+    os.mkdir('d' * 240)
+    os.chdir('d' * 240)
+open('cases', 'w').write('the course answer')
+os.chdir('/tmp')
+os.mkdir('closed')
+open('closed/cases', 'w').write('x')
+os.link('closed/cases', 'linked')
+os.chmod('closed', 0)
+socket.socket(socket.AF_UNIX).bind('/tmp/socket')
+os.mkfifo('/tmp/fifo')
+raise RuntimeError(sorted(os.listdir('/tmp')))
+"""
+LOOK = r"""
+import os
+found = [name for name in ('closed', 'linked', 'socket', 'fifo') if os.path.lexists('/tmp/' + name)]
+os.chdir('/tmp')
+try:
+    for _ in range(18):
+        os.chdir('d' * 240)
+    found.append('deep: ' + open('cases').read())
+except OSError:
+    pass
+raise RuntimeError(found)
+"""
+
+
+@needs_bubblewrap
+def test_nothing_a_learner_process_leaves_in_tmp_reaches_the_next(worker):
+    child = _learner(worker)
+    left = _cell(child, LEAVE)
+    assert all(name in left for name in ('closed', 'linked', 'socket', 'fifo')), left
+    child.close()
+    worker.end_children()
+    assert _cell(_learner(worker), LOOK) == "[]"
+
+
+@needs_bubblewrap
+def test_a_learner_process_cannot_mount_or_keep_a_capability(worker):
+    message = _cell(_learner(worker), (
+        "import ctypes, os\nlibc = ctypes.CDLL(None, use_errno=True)\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines() if ':' in line)\n"
+        "caps = [status[k].strip() for k in ('CapEff', 'CapPrm', 'CapInh', 'CapAmb')]\n"
+        "mounted = libc.mount(b'tmpfs', b'/tmp', b'tmpfs', 0, None) == 0 or libc.unshare(0x20000) == 0\n"
+        "raise RuntimeError(repr((caps, mounted)))"))
+    caps, mounted = eval(message)  # noqa: S307
+    assert set(caps) == {"0000000000000000"} and not mounted, message
+
+
+
+@needs_bubblewrap
+def test_a_sandbox_that_cannot_mount_a_fresh_tmp_grades_nothing(monkeypatch):
+    monkeypatch.setattr(sandbox, "WORKER_CAPABILITIES", ())
+    with pytest.raises(sandbox.WorkerBroken, match="cannot mount a fresh /tmp for each learner process"):
+        Worker(LIMITS, [REPO])
+
+
+@needs_bubblewrap
+def test_a_folder_allowed_below_tmp_is_in_every_fresh_tmp_and_read_only(monkeypatch, tmp_path):
+    # A course cloned below /tmp has its environment there: every learner process needs it.
+    allowed = tmp_path / "environment"
+    (allowed / "hidden").mkdir(parents=True)
+    (allowed / "module.py").write_text("KEPT = 1\n")
+    (allowed / "hidden" / "answers.py").write_text("SECRET")
+    paths = sandbox._python_paths()
+    monkeypatch.setattr(sandbox, "_python_paths", lambda: [*paths, allowed])
+    worker = Worker(LIMITS, [allowed / "hidden"])
+    try:
+        look = (f"import os\nseen = open({str(allowed / 'module.py')!r}).read()\n"
+                f"hidden = os.listdir({str(allowed / 'hidden')!r})\n"
+                f"try:\n    open({str(allowed / 'new.py')!r}, 'w')\n    written = True\nexcept OSError:\n    written = False\n"
+                "raise RuntimeError(repr((seen, hidden, written)))")
+        for _ in range(2):
+            assert _cell(_learner(worker), look) == repr(("KEPT = 1\n", [], False))
+            worker.end_children()
+    finally:
+        worker.stop()
+
 # Every kernel object and file one learner process could leave for another: the keyrings, POSIX
 # and System V message queues, System V shared memory and semaphores, files in /tmp and /dev/shm.
 CHANNELS = r"""
@@ -159,6 +247,14 @@ def test_no_channel_between_two_submissions(worker):
     finally:
         other.stop()
 
+
+def test_the_processes_of_a_submission_cannot_make_sessions_of_their_own(worker):
+    # The kernel shares the CPU between sessions: one per busy process would starve the neighbours.
+    message = _cell(_learner(worker), (
+        "import os\npid = os.fork()\nif pid == 0:\n    try:\n        os.setsid()\n        os._exit(0)\n"
+        "    except OSError:\n        os._exit(1)\n_, status = os.waitpid(pid, 0)\n"
+        "raise RuntimeError(os.waitstatus_to_exitcode(status))"))
+    assert message == "1", "a process of the learner's made a session of its own"
 
 @needs_bubblewrap
 def test_system_v_objects_do_not_outlive_their_learner_process(worker):
@@ -244,7 +340,7 @@ def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
     files = ["/etc/shadow", "/etc/passwd", "/root/.bashrc", str(copy / "attention.py"),
              str(REPO / "solutions" / "ch02_attention" / "attention.py"), str(REPO / "reference" / "attention.py"),
              str(REPO / "README.md")]
-    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path)]
+    folders = ["/", "/etc", "/root", "/home", str(REPO), str(REPO.parent), str(tmp_path), sys.prefix, sys.base_prefix]
     message = _cell(_learner(worker), (
         f"import os\nfound = [p for p in {files!r} if os.path.exists(p)]\n"
         f"listed = {{d: sorted(os.listdir(d)) for d in {folders!r} if os.path.isdir(d)}}\n"
@@ -252,14 +348,85 @@ def test_only_an_allow_list_of_files_is_visible(worker, tmp_path):
     found, listed = eval(message)  # noqa: S307 (the cell's own repr of lists and dicts of strings)
     assert found == [] and "SECRET" not in message
     assert listed.pop("/etc") == ["ld.so.cache"]
+    # Of the Python installation, what imports need; not its configuration (etc/, share/, pip.conf).
+    for prefix in {sys.prefix, sys.base_prefix}:
+        assert set(listed[prefix]) <= {"bin", "lib", "lib64", "pyvenv.cfg"}, (prefix, listed[prefix])
     # Every other folder it sees holds only the way to what it needs: the system, Python, autograder.
-    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths()
+    needed = [Path(p) for p in sandbox.SYSTEM if Path(p).exists()] + sandbox.visible_paths() + sandbox.interpreter_files()
     for folder, entries in listed.items():
         for entry in entries:
             path = Path(folder) / entry
             on_the_way = any(path == n or path in n.parents or n in path.parents for n in needed)
             assert on_the_way or entry in ("dev", "etc", "proc", "tmp", "run"), path
 
+
+
+# Where a Python installation keeps configuration, and what an instructor's could hold there:
+# each file carries a word that no output may show.
+SECRETS = {
+    "pip.conf": "[global]\nindex-url = https://grader:SECRET-4f1c@pypi.example.org/simple\n",
+    "etc/pip.conf": "[global]\nextra-index-url = https://grader:SECRET-0b7d@pypi.example.org/simple\n",
+    "etc/jupyter/nbgrader_config.py": "c.CourseDirectory.db_url = 'postgresql://grader:SECRET-9a2e@db/grades'\n",
+    "etc/jupyter/jupyter_server_config.json": '{"IdentityProvider": {"token": "SECRET-77b3"}}\n',
+    "share/jupyter/nbgrader_config.py": "c.Exchange.root = '/srv/SECRET-c41a'\n",
+    ".env": "GRADEBOOK_URL=postgresql://grader:SECRET-5d0c@db/grades\n",
+}
+#: a learner who reads them, keeps them in a note of the feedback, and returns them as a test's output
+READS_THE_INSTALLATION = f"""
+import os, sys
+found = []
+for root in sorted({{sys.prefix, sys.base_prefix}}):
+    for name in {sorted(SECRETS)!r}:
+        try:
+            found.append(open(os.path.join(root, name)).read())
+        except OSError:
+            pass
+print(found)
+raise RuntimeError(f'LOOKED {{found}}')
+"""
+
+
+@needs_bubblewrap
+def test_no_secret_of_the_python_installation_reaches_the_learner(tmp_path):
+    from tests.grader import small_class
+
+    # A Python installation of its own: an environment whose packages are this one's, beside the
+    # configuration files that an instructor's environment may hold.
+    prefix = tmp_path / "environment"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(prefix)], check=True)
+    python = prefix / "bin" / "python"
+    site = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+                          check=True, capture_output=True, text=True).stdout.strip()
+    ours = [p for p in sys.path if p.endswith(("site-packages", "dist-packages"))]
+    Path(site, "course.pth").write_text("".join(f"import site; site.addsitedir({p!r})\n" for p in ours))
+    for name, text in SECRETS.items():
+        (prefix / name).parent.mkdir(parents=True, exist_ok=True)
+        (prefix / name).write_text(text)
+    root = tmp_path / "course"
+    folder = root / "solutions" / small_class.ASSIGNMENT
+    folder.mkdir(parents=True)
+    (folder / source_path("attention").name).write_text(small_class.without_demonstrations(source_path("attention").read_text()))
+    shutil.copy(REPO / "nbgrader_config.py", root)
+    nb = small_class.graded_cells_only(small_class.notebook("solved"))
+    nb.cells.insert(0, nbformat.v4.new_code_cell(READS_THE_INSTALLATION))
+    answer = next(c for c in nb.cells if "def score_variance(" in c.source)
+    answer.source = READS_THE_INSTALLATION.replace("raise RuntimeError", "def score_variance(q, k, scaled=False):\n"
+                                                   "    raise RuntimeError")
+    small_class.write_notebook(nb, root / "submitted" / "reader" / small_class.ASSIGNMENT / "attention.ipynb")
+    env = dict(small_class.ENV, PATH=f"{prefix / 'bin'}{os.pathsep}{small_class.ENV['PATH']}")
+    console = ""
+    for command in (["grade", small_class.ASSIGNMENT, "--jobs", "1", *small_class.FAST],
+                    ["export", small_class.ASSIGNMENT]):
+        done = subprocess.run([str(python), "-m", "autograder", *command, "--root", str(root)], cwd=root, env=env,
+                              capture_output=True, text=True, timeout=600)
+        console += done.stdout + done.stderr
+        assert done.returncode == 0, console
+    outputs = {str(p): p.read_text() for folder in ("feedback", "grades") for p in (root / folder).rglob("*")
+               if p.suffix in (".html", ".csv", ".json")}
+    assert any("LOOKED []" in text for text in outputs.values()), outputs  # it looked, and found nothing
+    assert any(p.endswith("results.json") for p in outputs) and any(p.endswith(".csv") for p in outputs), outputs
+    outputs["console"] = console
+    assert [where for where, text in outputs.items() if "SECRET-" in text] == []
 
 @needs_bubblewrap
 def test_the_learner_process_cannot_reach_the_workers_channel(worker):
@@ -312,6 +479,23 @@ def test_without_bubblewrap_grading_falls_back_and_says_so(monkeypatch):
     assert not verdict["test_softmax"].passed and "did not finish" in verdict["test_softmax"].message
     assert verdict["test_score_variance"].passed
 
+
+def test_a_call_out_of_time_is_made_once_more_before_it_costs_points(monkeypatch):
+    # As when a neighbour's processes had the CPU: the first try of one call runs out of time.
+    request, slowed = Channel.request, []
+
+    def once_out_of_time(self, message, timeout):
+        if message.get("op") == "call" and not slowed:
+            slowed.append(message)
+            raise WorkerTimeout()
+        return request(self, message, timeout)
+
+    monkeypatch.setattr(Channel, "request", once_out_of_time)
+    assignment = Assignment.from_notebook("ch02_attention", "attention", to_nbgrader(source_path("attention")))
+    tests = tuple(t for t in assignment.tests if any(f == "softmax" for _, f, _ in t.calls))
+    outcomes, _ = grade_cells(dataclasses.replace(assignment, tests=tests), _solved_cells(), LIMITS, [REPO],
+                              include_hidden=False)
+    assert slowed and [o.passed for o in outcomes] == [True], [o.message for o in outcomes]
 
 @needs_bubblewrap
 @pytest.mark.parametrize("notebook", NOTEBOOKS)
