@@ -83,7 +83,7 @@ def grade(args) -> int:
         key = course_secret.use(root)
     except course_secret.NoSecret as exc:
         print(f"error: {exc}\nNothing was graded.", file=sys.stderr)
-        return 5
+        return 6
     # Shards and reruns must draw the same hidden cases: the fingerprint tells two secrets apart.
     print(f"hidden cases from the course secret {course_secret.fingerprint(key)}", file=sys.stderr)
     everyone = find_submissions(root, args.assignment, assignment.notebook)
@@ -109,7 +109,7 @@ def _grade_into(gradebook, args, root: Path, assignment, source, submissions) ->
     from .engine import grade_all, self_check
     from .exchange import write_exchange_files
     from .gradebook import GradebookError
-    from .sandbox import fallback_warning, sandbox_gaps, sandboxed
+    from .sandbox import fallback_warning, sandbox_gaps, sandboxed, shared_by_process
     from .submissions import safe_name
 
     if not sandboxed():
@@ -121,6 +121,12 @@ def _grade_into(gradebook, args, root: Path, assignment, source, submissions) ->
     else:
         for gap in sandbox_gaps():
             print(f"warning: {gap}", file=sys.stderr)
+    reason = shared_by_process()
+    if reason and args.jobs > 1:
+        # Graded side by side, one learner's busy processes would take the CPU its neighbours' calls need.
+        print(f"warning: {reason}, so the CPU would be shared by process, not by submission: grading one submission "
+              f"at a time instead of {args.jobs} (more machines or shards grade a class faster)", file=sys.stderr)
+        args.jobs = 1
     limits = _limits(args)
     hidden = sorted({root, REPO, Path.home()})
     start = time.monotonic()

@@ -289,19 +289,52 @@ def sandbox_gaps() -> list[str]:
                     "could pass data to each other through keys and message queues")
     if not _supports("--disable-userns"):
         gaps.append("this bubblewrap cannot stop submitted code from making user namespaces (version 0.8 or later can)")
-    if not _autogroups():
-        gaps.append("the kernel shares the CPU by process, not by session (/proc/sys/kernel/sched_autogroup_enabled "
-                    "is not 1): a submission that runs many busy processes slows the calls of those graded beside it")
     return gaps
 
 
-def _autogroups() -> bool:
-    """Whether the kernel shares the CPU between sessions first: each learner process is one, which
-    none of its processes may leave (:mod:`harness.seccomp`)."""
+def shared_by_process() -> str:
+    """Why the kernel would share the CPU between processes here rather than between submissions, or "".
+
+    It shares between sessions first (its autogroups) when they are on and the grader runs in the root
+    CPU cgroup; each learner process is a session, which none of its processes may leave
+    (:mod:`harness.seccomp`). Inside a CPU cgroup of its own (a container's or a batch job's CPU limit)
+    it shares by process, and 56 busy processes of one learner would then slow their neighbours' calls."""
     try:
-        return Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+        autogroups = Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
     except OSError:
-        return False
+        autogroups = False
+    if not autogroups:
+        return "the kernel does not share the CPU by session (/proc/sys/kernel/sched_autogroup_enabled is not 1)"
+    group = _cpu_cgroup()
+    if group not in (None, "/"):
+        return f"the grader runs in the CPU cgroup {group} (a container's or a batch job's CPU limit)"
+    return ""
+
+
+def _cpu_cgroup() -> str | None:
+    try:
+        memberships = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    try:
+        below_root = Path("/sys/fs/cgroup/cgroup.subtree_control").read_text()
+    except OSError:
+        below_root = ""
+    return cpu_cgroup(memberships, below_root)
+
+
+def cpu_cgroup(memberships: str, below_root: str) -> str | None:
+    """The cgroup that holds this process for the CPU controller, from /proc/self/cgroup
+    (``memberships``) and the controllers cgroup v2 turns on below its root (``below_root``): the v1
+    cpu controller's path, or the unified one where v2 manages the CPU ("/" where it does not)."""
+    lines = [line.split(":", 2) for line in memberships.splitlines() if line.count(":") >= 2]
+    for _, controllers, path in lines:
+        if "cpu" in controllers.split(","):
+            return path
+    unified = next((path for _, controllers, path in lines if controllers == ""), None)
+    if unified is None:
+        return None
+    return unified if "cpu" in below_root.split() else "/"
 
 
 def _isolation() -> list[str]:

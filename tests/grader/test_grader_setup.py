@@ -135,7 +135,30 @@ def test_without_the_course_secret_nothing_is_graded(course, monkeypatch, capsys
     before = _written(course)
     status = cli.main(["grade", ASSIGNMENT, "--root", str(course), "--no-sandbox", *FAST])
     err = capsys.readouterr().err
-    assert status == 5 and "python -m autograder secret" in err and "Nothing was graded" in err, err
+    assert status == 6 and "python -m autograder secret" in err and "Nothing was graded" in err, err
     assert _written(course) == before
     assert cli.main(["secret", "--root", str(course)]) == 0
     assert "made the course secret" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("memberships, below_root, group", [
+    ("9:name=systemd:/\n2:cpuacct:/\n1:cpu:/\n0::/\n", "", "/"),  # a machine's own processes: autogroups apply
+    ("4:cpu,cpuacct:/slurm/uid_0/job_7\n0::/\n", "", "/slurm/uid_0/job_7"),  # a batch job's CPU limit (v1)
+    ("0::/kubepods/burstable/pod1/abc\n", "cpu io memory pids", "/kubepods/burstable/pod1/abc"),  # a pod (v2)
+    ("0::/user.slice\n", "memory pids", "/"),  # v2 without its CPU controller: the CPU is not grouped
+])
+def test_the_cpu_cgroup_is_read_from_proc(memberships, below_root, group):
+    assert sandbox.cpu_cgroup(memberships, below_root) == group
+
+
+def test_where_the_cpu_is_shared_by_process_submissions_are_graded_one_at_a_time(course, monkeypatch, capsys):
+    from autograder import engine
+
+    monkeypatch.setattr(sandbox, "shared_by_process", lambda: "the grader runs in the CPU cgroup /kubepods/pod1")
+    monkeypatch.setattr(engine, "self_check", lambda *args: None)
+    used = []
+    monkeypatch.setattr(engine, "grade_all", lambda *args, jobs, **kwargs: used.append(jobs) or [])
+    cli.main(["grade", ASSIGNMENT, "--root", str(course), "--jobs", "4", *FAST]
+             + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
+    assert used == [1]
+    assert "grading one submission at a time instead of 4" in capsys.readouterr().err
