@@ -23,6 +23,7 @@ from tests.grader import small_class as sc
 pytestmark = [
     pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)"),
     pytest.mark.skipif(shutil.which("taskset") is None, reason="taskset (util-linux) is missing"),
+    pytest.mark.slow,  # about two minutes: three submissions on one CPU, one of them busy throughout
 ]
 
 BUSY = r'''
