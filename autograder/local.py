@@ -23,7 +23,7 @@ def report(path: Path, limits: Limits = Limits()) -> int:
         print("note: bubblewrap is not installed, so the notebook runs with resource limits only; "
               "that is fine for your own code")
     try:
-        cells, notes = code_cells(path, limits.notebook_mb << 20)
+        cells, notes = code_cells(path, limits.notebook_mb << 20, limits.source_kb << 10)
         nb = nbformat.read(path, as_version=4)
     except Unreadable as exc:
         print(f"{path} is not a readable notebook: {exc}")

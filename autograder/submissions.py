@@ -90,8 +90,9 @@ def _without_magics(source: str) -> tuple[str, bool]:
     return "\n".join(lines), changed
 
 
-def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
-    """The sources of the cells to run (test cells left out), and notes for the learner."""
+def code_cells(path: Path, max_bytes: int, max_code_bytes: int | None = None) -> tuple[list[str], list[str]]:
+    """The sources of the cells to run (test cells left out), and notes for the learner. A notebook
+    over ``max_bytes``, or whose code is over ``max_code_bytes``, is Unreadable."""
     try:
         size = path.stat().st_size
     except OSError as exc:
@@ -122,7 +123,20 @@ def code_cells(path: Path, max_bytes: int) -> tuple[list[str], list[str]]:
     except Exception as exc:  # nbformat raises several types for a broken structure
         raise Unreadable(f"the notebook's structure is broken: {exc}") from None
     sources, cell_notes = notebook_cells(nb)
+    if max_code_bytes is not None:
+        _check_code_size(sources, max_code_bytes)
     return sources, notes + cell_notes
+
+
+def _check_code_size(sources: list[str], max_bytes: int) -> None:
+    # The grader reads every line of code before any of it runs; a bound on the code bounds that
+    # reading, whatever the code's shape.
+    size = sum(len(source.encode()) for source in sources)
+    if size > max_bytes:
+        raise Unreadable(
+            f"the notebook's code is {size / 1024:.0f} KB, over the {max_bytes / 1024:.0f} KB the grader reads: "
+            "keep long data (pasted output, large literals) out of code cells and hand it in again"
+        )
 
 
 def notebook_cells(nb) -> tuple[list[str], list[str]]:
