@@ -123,9 +123,9 @@ def _assignment(notebook: str, source_nb) -> Assignment:
     return Assignment.from_notebook(chapter_of(notebook).assignment, notebook, source_nb(notebook))
 
 
-def _scan(assignment: Assignment, cells: list[str]):
+def _scan(assignment: Assignment, cells: list[str], deadline: float | None = None):
     rules = {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions}
-    return scan([*assignment.given, *cells], rules, assignment.given)
+    return scan([*assignment.given, *cells], rules, assignment.given, deadline)
 
 
 @pytest.mark.parametrize(("notebook", "function", "source", "phrase"), FORBIDDEN,
@@ -316,14 +316,9 @@ def test_the_scan_s_work_grows_in_step_with_the_source(shape, source_nb):
 def test_the_scan_stops_at_the_submission_s_deadline(source_nb):
     assignment = _assignment("attention", source_nb)
     with pytest.raises(OutOfTime):
-        _scan_by(assignment, time.monotonic() - 1)
+        _scan(assignment, ["x = 1"], deadline=time.monotonic() - 1)
     outcomes, _ = grade_cells(assignment, notebook_cells(source_nb("attention"))[0], Limits(submission_seconds=0), [])
     assert all(o.points == 0 and "ran out while the grader read its source" in o.message for o in outcomes), outcomes
-
-
-def _scan_by(assignment: Assignment, deadline: float):
-    rules = {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions}
-    return scan([*assignment.given, "x = 1"], rules, assignment.given, deadline)
 
 
 def test_a_notebook_with_more_code_than_the_grader_reads_is_not_graded(tmp_path):
