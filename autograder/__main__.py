@@ -22,6 +22,7 @@ LIMIT_OPTIONS = (
     ("--processes", "processes", int, "processes and threads the learner's code may run at once (sandbox only)"),
     ("--scratch-mb", "scratch_mb", int, "size of the learner's /tmp (sandbox only)"),
     ("--notebook-mb", "notebook_mb", int, "largest notebook that is graded"),
+    ("--source-kb", "source_kb", int, "most code (all code cells together) that is graded"),
 )
 
 

@@ -138,8 +138,8 @@ def _definitions(cells: Sequence[str]) -> dict[str, ast.AST]:
     for source in cells:
         try:
             tree = source_trees.parse(source)
-        except (SyntaxError, ValueError):
-            continue
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # it cannot run, or the scan of shortcuts charges it as unread
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 found[node.name] = node

@@ -28,7 +28,7 @@ from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
-from .shortcuts import scan
+from .shortcuts import OutOfTime, scan
 from .submissions import Submission, Unreadable, code_cells, notebook_cells
 
 
@@ -170,11 +170,18 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
     ``output``, when given, receives what the sandboxed worker printed; ``flags`` what the
     instructor should review (constructs the scan of the source cannot decide)."""
     notes: list[str] = []
-    shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
-                     assignment.given)
+    # The session's clock starts first: reading the source is part of the submission's time.
+    session = Session(assignment, cells, limits, hidden_paths, notes)
+    try:
+        shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
+                         assignment.given, deadline=session.deadline)
+    except OutOfTime:
+        session.close()
+        message = (f"the grading time for this submission ({limits.submission_seconds:g} s) ran out while the grader "
+                   "read its source, before any test")
+        return [TestOutcome(t.grade_id, 0.0, t.points, False, message) for t in assignment.tests], notes
     if flags is not None:
         flags += shortcuts.flags()
-    session = Session(assignment, cells, limits, hidden_paths, notes)
     session.needs = shortcuts.needs
     outcomes = []
     try:
@@ -212,7 +219,8 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         result.error = submission.rejected
     else:
         try:
-            cells, notes = code_cells(submission.path, limits.notebook_mb << 20, assignment.test_ids)
+            cells, notes = code_cells(submission.path, limits.notebook_mb << 20, assignment.test_ids,
+                                      limits.source_kb << 10)
             result.notes += notes
             outcomes, run_notes = grade_cells(assignment, cells, limits, hidden_paths, flags=result.flags)
             result.outcomes, result.notes = outcomes, result.notes + run_notes

@@ -11,7 +11,7 @@ from course.layout import REPO, SOLUTIONS
 
 from .engine import Assignment, grade_cells
 from .sandbox import Limits, sandboxed
-from .submissions import Unreadable, notebook_cells, read_submission
+from .submissions import Unreadable, check_code_size, notebook_cells, read_submission
 
 
 def report(path: Path, limits: Limits = Limits()) -> int:
@@ -31,6 +31,11 @@ def report(path: Path, limits: Limits = Limits()) -> int:
         print(f"{path} has no graded test cells: is it an exercise notebook from exercises/?")
         return 2
     cells, cell_notes = notebook_cells(nb, assignment.test_ids)
+    try:
+        check_code_size(cells, limits.source_kb << 10)
+    except Unreadable as exc:
+        print(f"{path} is not graded: {exc}")
+        return 2
     notes += cell_notes
     outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS], include_hidden=False)
     for note in notes + run_notes:

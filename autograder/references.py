@@ -83,8 +83,8 @@ def imported_modules(sources: list[str] | tuple[str, ...]) -> set[str]:
     for source in sources:
         try:
             tree = source_trees.parse(source)
-        except (SyntaxError, ValueError):
-            continue
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue  # it cannot run, or the scan of shortcuts charges it as unread
         for node in ast.walk(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else (
                 [node.module] + [f"{node.module}.{a.name}" for a in node.names]

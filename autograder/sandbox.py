@@ -61,6 +61,7 @@ class Limits:
     scratch_mb: int = 64  # its /tmp, all files together (in memory)
     processes: int = 64  # processes and threads it may run at once
     notebook_mb: int = 64  # largest notebook that is read at all
+    source_kb: int = 512  # most code (all code cells together, UTF-8) that is read and graded
     reply_mb: int = 64  # largest message the learner's side may send
 
 

@@ -89,11 +89,26 @@ def _without_magics(source: str) -> tuple[str, bool]:
     return "\n".join(lines), changed
 
 
-def code_cells(path: Path, max_bytes: int, tests: Collection[str]) -> tuple[list[str], list[str]]:
-    """The sources of the cells to run (the cells of the graded ``tests`` left out), and notes for the learner."""
+def code_cells(path: Path, max_bytes: int, tests: Collection[str],
+               max_code_bytes: int | None = None) -> tuple[list[str], list[str]]:
+    """The sources of the cells to run (the cells of the graded ``tests`` left out), and notes for the
+    learner. A notebook over ``max_bytes``, or whose code is over ``max_code_bytes``, is Unreadable."""
     nb, notes = read_submission(path, max_bytes)
     sources, cell_notes = notebook_cells(nb, tests)
+    if max_code_bytes is not None:
+        check_code_size(sources, max_code_bytes)
     return sources, notes + cell_notes
+
+
+def check_code_size(sources: list[str], max_bytes: int) -> None:
+    # The grader reads every line of code before any of it runs; a bound on the code bounds that
+    # reading, whatever the code's shape.
+    size = sum(len(source.encode()) for source in sources)
+    if size > max_bytes:
+        raise Unreadable(
+            f"the notebook's code is {size / 1024:.0f} KB, over the {max_bytes / 1024:.0f} KB the grader reads: "
+            "keep long data (pasted output, large literals) out of code cells and hand it in again"
+        )
 
 
 def read_submission(path: Path, max_bytes: int):

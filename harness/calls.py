@@ -8,12 +8,15 @@ and the course's references live in :mod:`autograder`, in the grader's own proce
 The tripwires watch at the level every alias of a function shares: a torch function mode sees
 each call of a torch function (public name, ``torch._C`` binding, ``torch.ops`` entry or Tensor
 method alike) and a dispatch mode each ATen operator it runs. Nothing is wrapped, so there is no
-original to take from a wrapper. They are advisory all the same: code in the learner's process
-can reach anything in it. What is enforced is the grader's scan of the submission's source
-(:mod:`autograder.shortcuts`), made in the grader's process before anything runs.
+original to take from a wrapper. Those modes belong to a thread, so every thread the learner's
+code starts (:func:`follow_threads`) runs under them too. They are advisory all the same: code in
+the learner's process can reach anything in it, and a process it starts is out of their sight.
+What is enforced is the grader's scan of the submission's source (:mod:`autograder.shortcuts`),
+made in the grader's process before anything runs.
 """
 from __future__ import annotations
 
+import _thread
 import ast
 import contextlib
 import copy
@@ -24,6 +27,7 @@ import os
 import re
 import sys
 import textwrap
+import threading
 import traceback
 import types
 from collections.abc import Callable, Mapping, Sequence
@@ -272,25 +276,38 @@ def _function_name(func: Any) -> str:
     return f"{module}.{name}" if module else name
 
 
+class _Recording:
+    """What the tripwires of the call under way watch for, and what they saw: one for the process,
+    since a thread started before the call, or by it, reports into the same lists."""
+
+    def __init__(self):
+        self.watched: tuple[str, ...] = ()
+        self.functions: list[str] = []
+        self.operators: list[str] = []
+
+
+_NOW = _Recording()
+
+
 class _Functions(TorchFunctionMode):
     """Sees every call of a torch function, whatever name it was reached by."""
 
-    def __init__(self, watched: tuple[str, ...], used: list[str]):
+    def __init__(self, recording: _Recording):
         super().__init__()
-        self.watched, self.used = watched, used
+        self.recording = recording
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if any(w in _plain(str(getattr(func, "__name__", ""))) for w in self.watched):
-            self.used.append(_function_name(func))
+        if any(w in _plain(str(getattr(func, "__name__", ""))) for w in self.recording.watched):
+            self.recording.functions.append(_function_name(func))
         return func(*args, **(kwargs or {}))
 
 
 class _Operators(TorchDispatchMode):
     """Sees every ATen operator that runs: what all the aliases of a function come down to."""
 
-    def __init__(self, watched: tuple[str, ...], used: list[str]):
+    def __init__(self, recording: _Recording):
         super().__init__()
-        self.watched, self.used = watched, used
+        self.recording = recording
 
     @classmethod
     def _should_skip_dynamo(cls) -> bool:
@@ -300,9 +317,38 @@ class _Operators(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         namespace, _, name = func.name().partition("::")  # "aten::_softmax"
         name = name.split(".")[0]  # an overload's name without its variant ("softmax.int")
-        if any(w in _plain(name) for w in self.watched):
-            self.used.append(f"torch.ops.{namespace}.{name}")
+        if any(w in _plain(name) for w in self.recording.watched):
+            self.recording.operators.append(f"torch.ops.{namespace}.{name}")
         return func(*args, **(kwargs or {}))
+
+
+def _under_the_tripwires(function: Callable, args: tuple, kwargs: dict) -> Any:
+    """Run a new thread's function under the modes, which report into the call under way, if any."""
+    with _Functions(_NOW), _Operators(_NOW):
+        return function(*args, **kwargs)
+
+
+def follow_threads() -> Callable[[], None]:
+    """From now on, every thread started in this process (threading, concurrent.futures, _thread)
+    runs under the tripwires' modes, as the thread that calls the learner's function does: a torch
+    mode belongs to one thread. Returns what undoes it. The learner's process does this once, for
+    its whole life, before any of the learner's code runs."""
+    start = _thread.start_new_thread
+    originals = {(module, name): getattr(module, name) for module, name in
+                 ((_thread, "start_new_thread"), (_thread, "start_new"), (threading, "_start_new_thread"))
+                 if hasattr(module, name)}
+
+    def start_new_thread(function, args, kwargs=None):
+        return start(_under_the_tripwires, (function, tuple(args), dict(kwargs or {})))
+
+    for module, name in originals:
+        setattr(module, name, start_new_thread)
+
+    def undo() -> None:
+        for (module, name), original in originals.items():
+            setattr(module, name, original)
+
+    return undo
 
 
 class Tripwires:
@@ -324,14 +370,14 @@ class Tripwires:
         if not self.watched:
             yield used
             return
-        functions: list[str] = []
-        operators: list[str] = []
+        _NOW.watched, _NOW.functions, _NOW.operators = self.watched, [], []
         try:
-            with _Functions(self.watched, functions), _Operators(self.watched, operators):
+            with _Functions(_NOW), _Operators(_NOW):
                 yield used
         finally:
             # The function the learner named, when it was a torch function; else the operator it ran.
-            used += list(dict.fromkeys(functions or operators))
+            used += list(dict.fromkeys(_NOW.functions or _NOW.operators))
+            _NOW.watched = ()
 
 
 @dataclass(frozen=True)

@@ -437,7 +437,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     import torch
 
     from . import seccomp, wire
-    from .calls import Tripwires, call_learner, raised, remember_cell
+    from .calls import Tripwires, call_learner, follow_threads, raised, remember_cell
     from .observe import Observed, Observer
 
     # Its own group: without a sandbox, that is how its processes are found and ended. Its own
@@ -449,6 +449,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     # Before anything of the learner's: nothing the kernel keeps past this process (keys, message
     # queues, shared memory) can be made or read, so no later process of the submission finds it.
     seccomp.install()
+    follow_threads()  # a thread the learner's code starts is watched as this one is
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     frames = _Frames(channel, request_limit)
     namespace: dict = {"__name__": "__main__", "__builtins__": __builtins__}

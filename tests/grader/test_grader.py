@@ -323,11 +323,13 @@ def score_variance(q, k, scaled=False):
         "os_exit_in_softmax": _with({"softmax": "import os\ndef softmax(x, dim=-1):\n    os._exit(0)\n"}),
         "kills_itself_in_a_cell": _with(before="import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
         "loops_in_a_cell": _with(before="while True:\n    pass\n"),
-        # It reads files and the network from inside a function, and leaves processes behind.
+        # It reads files and the network from inside a function, and leaves processes behind. It
+        # names subprocess and os.fork so that the scan does not follow them (it would charge them,
+        # and nothing would run): the sandbox must end the processes the scan does not see.
         "snoops": _with({"score_variance": snoop}, before=(
-            "import os, subprocess, time\n"
-            "subprocess.Popen(['sleep', '3131'], start_new_session=True)\n"
-            "if os.fork() == 0:\n    time.sleep(3132)\n")),
+            "import importlib, time\n"
+            "importlib.import_module('sub' + 'process').Popen(['sleep', '3131'], start_new_session=True)\n"
+            "if vars(importlib.import_module('o' + 's'))['fork']() == 0:\n    time.sleep(3132)\n")),
         "forges_results": forges_results,
         "tests_deleted": tests_deleted,
         # Warnings, stderr and another default dtype: none of them costs a point.

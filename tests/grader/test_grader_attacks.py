@@ -7,9 +7,12 @@ Only the tests of the attacked functions are graded, so that the file stays quic
 
 The attacks: the grader's own oracles imported (its checks' Levenshtein distance and schedule,
 oracles.layer_norm), private aliases of a forbidden built-in (torch._C, torch.ops.aten,
-_scaled_dot_product_attention_math, cross_entropy_loss with label smoothing), a reference passed
-from one function's process to another's through a POSIX message queue, and the cached decoder's
-budget switched off from the learner's side with a decoder that keeps no cache.
+_scaled_dot_product_attention_math, cross_entropy_loss with label smoothing), one of them called
+in a thread the function starts, after a line that never runs and that the scan once could not
+read (the scan then saw nothing of the function, and the tripwires, which watched one thread,
+nothing of the call), a reference passed from one function's process to another's through a
+POSIX message queue, and the cached decoder's budget switched off from the learner's side with a
+decoder that keeps no cache.
 """
 from __future__ import annotations
 
@@ -61,7 +64,11 @@ def score_variance(q, k, scaled=False):
 
 ATTACKS = {
     "attention": ({
-        "softmax": "import torch\ndef softmax(x, dim=-1):\n    return torch._C._VariableFunctions.softmax(x, dim)\n",
+        "softmax": ("import torch\ndef softmax(x, dim=-1):\n    if False:\n        y = "
+                    + " + ".join(["x"] * 700) + "\n    import threading\n    out = []\n"
+                    "    thread = threading.Thread(target=lambda: "
+                    "out.append(torch._C._VariableFunctions.softmax(x, dim)))\n    thread.start()\n    thread.join()\n"
+                    "    return out[0]\n"),
         "scaled_dot_product_attention": (
             "import torch\ndef scaled_dot_product_attention(q, k, v, mask=None):\n"
             "    return torch.ops.aten._scaled_dot_product_attention_math(q, k, v, attn_mask=mask)\n"),

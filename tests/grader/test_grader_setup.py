@@ -106,8 +106,9 @@ def test_every_limit_option_defaults_to_its_field_of_limits():
     for command in (["grade", ASSIGNMENT], ["check", "notebook.ipynb"]):
         args = parser.parse_args(command)
         assert cli._limits(args) == defaults
-    args = parser.parse_args(["grade", ASSIGNMENT, "--memory-mb", "512", "--processes", "8", "--notebook-mb", "3"])
-    assert cli._limits(args) == Limits(memory_mb=512, processes=8, notebook_mb=3)
+    args = parser.parse_args(["grade", ASSIGNMENT, "--memory-mb", "512", "--processes", "8", "--notebook-mb", "3",
+                              "--source-kb", "64"])
+    assert cli._limits(args) == Limits(memory_mb=512, processes=8, notebook_mb=3, source_kb=64)
 
 
 @pytest.mark.skipif(not sandbox.sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")

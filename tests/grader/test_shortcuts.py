@@ -3,18 +3,29 @@ reaches past the checks, is judged before anything runs; correct code in any sty
 from __future__ import annotations
 
 import csv
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
 
+import nbformat
 import pytest
 import torch
 
 from autograder.checks import get
-from autograder.engine import Assignment, Result
+from autograder.engine import Assignment, Result, grade_cells
 from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
 from autograder.reports import feedback_html, summary, write_csv
-from autograder.shortcuts import scan
-from autograder.submissions import notebook_cells
+from autograder.sandbox import Limits
+from autograder.shortcuts import OutOfTime, scan
+from autograder.submissions import Unreadable, code_cells, notebook_cells
+from course import source_trees
+from harness.calls import follow_threads
 from tests.conftest import NOTEBOOKS, chapter_of
+
+#: a line that never runs and that the scan once could not read: an expression of 700 terms
+PADDING = "    if False:\n        y = " + " + ".join(["x"] * 700) + "\n"
 
 # (notebook, function, the learner's cell, what the message must say)
 FORBIDDEN = [
@@ -59,6 +70,29 @@ FORBIDDEN = [
      "    from harness.toys import ToyGPT\n    return None", "own packages"),
     ("prerequisites", "rnn_forward", "import torch\ndef rnn_forward(x, h, W_xh, W_hh, b):\n"
      "    return torch.rnn_tanh_cell(x, h, W_xh, W_hh, b)", "calls torch.rnn_tanh_cell"),
+    # The tripwires are the learner process's own; a thread or process started beside them is not
+    # seen by them, so the source may not start one.
+    ("attention", "softmax", "import threading, torch\ndef softmax(x, dim=-1):\n    out = []\n"
+     "    t = threading.Thread(target=lambda: out.append(torch.exp(x)))\n    t.start(); t.join()\n"
+     "    return out[0] / out[0].sum(dim, keepdim=True)", "thread or process"),
+    ("attention", "softmax", "from concurrent.futures import ThreadPoolExecutor as Pool\ndef softmax(x, dim=-1):\n"
+     "    return Pool().submit(x.exp).result()", "thread or process"),
+    ("attention", "softmax", "import os as o\ndef softmax(x, dim=-1):\n    o.fork()\n    return x", "thread or process"),
+    ("attention", "softmax", "import os\ndef softmax(x, dim=-1):\n    getattr(os, 'fo' + 'rk')()\n    return x",
+     "named at run time"),
+    ("attention", "softmax", "def softmax(x, dim=-1):\n    import subprocess\n    return subprocess.run(['true'])",
+     "thread or process"),
+    # a thread the notebook starts as it runs, which the graded function never names
+    ("attention", "softmax", "import queue, threading, torch\nasked, answers = queue.Queue(), queue.Queue()\n"
+     "def serve():\n    while True:\n        answers.put(torch.softmax(*asked.get()))\n"
+     "threading.Thread(target=serve, daemon=True).start()\n"
+     "def softmax(x, dim=-1):\n    asked.put((x, dim))\n    return answers.get()", "thread or process"),
+    # the scan reads a line nested 700 deep: what else the function does is charged
+    ("attention", "softmax", "import threading, torch\ndef softmax(x, dim=-1):\n" + PADDING
+     + "    out = []\n    t = threading.Thread(target=lambda: out.append(torch.softmax(x, dim)))\n"
+     "    t.start(); t.join()\n    return out[0]", "calls torch.softmax"),
+    ("attention", "softmax", "import torch\ndef softmax(x, dim=-1):\n" + PADDING + "    return torch.softmax(x, dim)",
+     "calls torch.softmax"),
 ]
 
 # Correct code in other styles, and demonstrations that compare with the built-ins outside the
@@ -89,9 +123,9 @@ def _assignment(notebook: str, source_nb) -> Assignment:
     return Assignment.from_notebook(chapter_of(notebook).assignment, notebook, source_nb(notebook))
 
 
-def _scan(assignment: Assignment, cells: list[str]):
+def _scan(assignment: Assignment, cells: list[str], deadline: float | None = None):
     rules = {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions}
-    return scan([*assignment.given, *cells], rules, assignment.given)
+    return scan([*assignment.given, *cells], rules, assignment.given, deadline)
 
 
 @pytest.mark.parametrize(("notebook", "function", "source", "phrase"), FORBIDDEN,
@@ -191,3 +225,126 @@ def test_the_tripwires_replace_nothing_so_no_original_can_be_taken_back():
         assert torch.Tensor.softmax is torch._C.TensorBase.softmax
         torch.ones(2).softmax(0)
     assert used == ["torch.Tensor.softmax"]
+
+
+@pytest.fixture
+def unreadable(monkeypatch):
+    """The grader's reading fails, with the given error, on every statement that holds "UNREADABLE"."""
+    def install(error: Exception):
+        read = source_trees.symbol_table
+
+        def failing(source, *args):
+            if "UNREADABLE" in source:
+                raise error
+            return read(source, *args)
+
+        monkeypatch.setattr(source_trees, "symbol_table", failing)
+    return install
+
+
+# (the learner's cell, the functions that must score 0): an unread helper costs those that use it;
+# an unread statement that runs as its cell runs (a default, a class's body, a plain statement),
+# every function, since what it does cannot be known.
+UNREAD = [
+    ("def helper(x):\n    return x, 'UNREADABLE'\ndef softmax(x, dim=-1):\n    return helper(x)", {"softmax"}),
+    ("def helper(x):\n    return x, 'UNREADABLE'", set()),
+    ("import torch\ny = torch.ones(1), 'UNREADABLE'", "all"),
+    ("def helper(x, scale=2):\n    return x, 'UNREADABLE'", "all"),
+    ("class Helper:\n    tag = 'UNREADABLE'", "all"),
+]
+
+
+@pytest.mark.parametrize("error", [RecursionError("maximum recursion depth exceeded"), SyntaxError("unknown syntax"),
+                                   ValueError("anything")], ids=lambda e: type(e).__name__)
+@pytest.mark.parametrize(("source", "charged"), UNREAD, ids=range(len(UNREAD)))
+def test_what_the_grader_cannot_read_is_charged_never_passed(source, charged, error, unreadable, source_nb):
+    unreadable(error)
+    assignment = _assignment("attention", source_nb)
+    found = _scan(assignment, [source])
+    assert set(found.forbidden) == (set(assignment.functions) if charged == "all" else charged)
+    for function in found.forbidden:
+        assert "could not read line" in found.message(function), found.message(function)
+
+
+def test_a_cell_the_grader_cannot_parse_costs_every_function(source_nb):
+    assignment = _assignment("attention", source_nb)
+    found = _scan(assignment, ["y = " + " + ".join(["1"] * 5000)])
+    assert set(found.forbidden) == set(assignment.functions)
+    assert "nested too deeply" in found.message("softmax")
+
+
+def _in_a_thread(x, dim=-1):
+    out = []
+    thread = threading.Thread(target=lambda: out.append(torch.softmax(x, dim)))
+    thread.start()
+    thread.join()
+    return out[0]
+
+
+def _in_a_pool_started_before(pool: ThreadPoolExecutor):
+    pool.submit(int).result()  # its thread runs before the call, as a pool a cell starts would
+    return lambda x, dim=-1: pool.submit(torch.softmax, x, dim).result()
+
+
+@pytest.mark.parametrize("function", [lambda pool: _in_a_thread, _in_a_pool_started_before],
+                         ids=["a thread the call starts", "a pool started before"])
+def test_the_tripwires_see_the_threads_of_the_learner_s_process(function):
+    undo = follow_threads()
+    try:
+        with ThreadPoolExecutor(1) as pool, pytest.raises(CheckFailed, match="which this exercise asks you to build yourself"):
+            run_check(get("attention.softmax"), function(pool))
+    finally:
+        undo()
+
+
+def _lines_run(function, *args) -> int:
+    """How many lines of Python a call runs: its work, which no other load on the machine changes."""
+    count = 0
+
+    def trace(frame, event, arg):
+        nonlocal count
+        count += event == "line"
+        return trace
+
+    before = sys.gettrace()
+    sys.settrace(trace)
+    try:
+        function(*args)
+    finally:
+        sys.settrace(before)
+    return count
+
+
+# Sources of n statements or terms in the shapes that once cost the scan the square of their size.
+SHAPES = {
+    "chained assignments": lambda n: "import torch\nx0 = torch\n" + "".join(f"x{i} = x{i - 1}\n" for i in range(1, n)),
+    "many definitions": lambda n: "".join(f"def f{i}(x):\n    return f{i - 1}(x) + x.exp()\n" for i in range(n))
+    + "".join(f"def {graded}(x, *args):\n    return f{n - 1}(x)\n" for graded in ("softmax", "score_variance",
+                                                                                  "scaled_dot_product_attention")),
+    "a name for many modules": lambda n: "".join(f"import m{i} as a\nb{i} = a\n" for i in range(n)),
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_the_scan_s_work_grows_in_step_with_the_source(shape, source_nb):
+    assignment = _assignment("attention", source_nb)
+    small, large = (_lines_run(_scan, assignment, [SHAPES[shape](n)]) for n in (200, 800))
+    assert large < 5 * small, (small, large)  # four times the source: about four times the work, not sixteen
+
+
+def test_the_scan_stops_at_the_submission_s_deadline(source_nb):
+    assignment = _assignment("attention", source_nb)
+    with pytest.raises(OutOfTime):
+        _scan(assignment, ["x = 1"], deadline=time.monotonic() - 1)
+    outcomes, _ = grade_cells(assignment, notebook_cells(source_nb("attention"))[0], Limits(submission_seconds=0), [])
+    assert all(o.points == 0 and "ran out while the grader read its source" in o.message for o in outcomes), outcomes
+
+
+def test_a_notebook_with_more_code_than_the_grader_reads_is_not_graded(tmp_path):
+    limit = Limits().source_kb
+    path = tmp_path / "attention.ipynb"
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {'1' * (limit << 10)}")]), path)
+    with pytest.raises(Unreadable, match=f"over the {limit} KB the grader reads"):
+        code_cells(path, Limits().notebook_mb << 20, limit << 10)
+    nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
+    assert code_cells(path, Limits().notebook_mb << 20, limit << 10)[0] == ["x = 1"]
