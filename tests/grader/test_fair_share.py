@@ -27,26 +27,39 @@ pytestmark = [
     pytest.mark.slow,  # about two minutes: three submissions on one CPU, one of them busy throughout
 ]
 
+# The fork is reached through a computed import, which the source rules only flag for review, so that
+# the busy processes do run; the softmax then waits out most of its time limit at every call, so that
+# they stay busy throughout.
 BUSY = r'''
-import os
+import importlib, time
+_os = vars(importlib.import_module("o" + "s"))
 for _ in range(56):
     try:
-        if os.fork() == 0:
+        if _os["fork"]() == 0:
             while True:
                 pass
     except OSError:
         break
 '''
+SLOW = r'''
+_softmax = softmax
+def softmax(x, dim=-1):
+    start = time.monotonic()
+    while time.monotonic() - start < 2.5:
+        pass
+    return _softmax(x, dim)
+'''
 
 
 def test_a_learner_who_keeps_the_cpu_busy_costs_its_neighbours_nothing(tmp_path):
     root = sc.course(tmp_path / "course")
-    for learner in ("alice", "bob"):
+    folder = sc.hand_in(root, "abe", "solved")  # first in the order of grading, beside the first neighbour
+    for learner in ("bea", "cal"):
         sc.hand_in(root, learner, "solved")
-    folder = sc.hand_in(root, "mallory", "solved")
     notebook = folder / f"{sc.NOTEBOOK}.ipynb"
     nb = nbformat.read(notebook, as_version=4)
     nb.cells.insert(1, nbformat.v4.new_code_cell(BUSY))
+    nb.cells.append(nbformat.v4.new_code_cell(SLOW))
     nbformat.write(nb, notebook)
     group = CPU_CGROUPS / f"grading-test-{os.getpid()}"
     group.mkdir()
@@ -54,7 +67,7 @@ def test_a_learner_who_keeps_the_cpu_busy_costs_its_neighbours_nothing(tmp_path)
         (group / "cpu.cfs_period_us").write_text("100000")
         (group / "cpu.cfs_quota_us").write_text("100000")  # one CPU
         command = [sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--root", str(root), "--jobs", "2",
-                   "--learners", "mallory,alice,bob", *sc.FAST]
+                   *sc.FAST]
         inside = ["sh", "-c", f'echo $$ > {group / "cgroup.procs"} && exec "$@"', "sh", *command]
         done = subprocess.run(inside, capture_output=True, text=True, timeout=900, env=sc.ENV, cwd=root)
     finally:
@@ -63,4 +76,4 @@ def test_a_learner_who_keeps_the_cpu_busy_costs_its_neighbours_nothing(tmp_path)
     assert "grading one submission at a time instead of 2" in done.stderr
     with (root / "grades" / f"{sc.ASSIGNMENT}.csv").open() as f:
         scores = {r["learner"]: float(r["score"]) for r in csv.DictReader(f)}
-    assert scores["alice"] == scores["bob"] == sc.FULL, (scores, done.stderr[-3000:])
+    assert scores["bea"] == scores["cal"] == sc.FULL, (scores, done.stderr[-3000:])
