@@ -278,7 +278,7 @@ def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: 
     try:
         outcomes, notes = grade_cells(assignment, cells, limits, hidden_paths, output=session_output)
     except WorkerBroken as exc:
-        return str(exc)
+        return str(exc) + (f"; the worker printed:\n{exc.printed}" if exc.printed.strip() else "")
     failed = [o for o in outcomes if not o.passed]
     if not failed:
         return None

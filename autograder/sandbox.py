@@ -66,7 +66,15 @@ class Limits:
 
 
 class WorkerBroken(Exception):
-    """The worker failed before any learner code ran: the grader's set-up, not the learner's doing."""
+    """The worker failed before any learner code ran: the grader's set-up, not the learner's doing.
+
+    What the worker printed is kept apart (``printed``), for the instructor's self-check only: once a
+    learner's code has run, the worker's output is the learner's, which may hold the hidden cases'
+    inputs, and the message goes into that learner's feedback."""
+
+    def __init__(self, message: str, printed: str = ""):
+        super().__init__(message)
+        self.printed = printed
 
 
 class WorkerGone(Exception):

@@ -88,7 +88,7 @@ class Session:
             if self.left(1) <= 0:
                 raise TimeoutError
             if self.worker_starts >= MAX_WORKER_STARTS:
-                raise WorkerBroken(f"the worker stopped {self.worker_starts} times; the last one printed:\n{self.output[-1500:]}")
+                raise WorkerBroken(f"the worker stopped {self.worker_starts} times", printed=self.output[-1500:])
             self.worker_starts += 1
             self.worker = Worker(self.limits, self.hidden_paths, preload=getattr(self.assignment, "imports", ()))
         return self.worker
@@ -149,8 +149,8 @@ class Session:
         except (WorkerGone, WorkerTimeout, wire.WireError) as exc:
             # No learner code has run in this process yet: this is the grader's set-up failing.
             self._drop_worker()
-            raise WorkerBroken(f"a learner process could not be set up ({type(exc).__name__}: {exc}); "
-                               f"the worker printed:\n{self.output[-1500:]}") from None
+            raise WorkerBroken(f"a learner process could not be set up ({type(exc).__name__}: {exc})",
+                               printed=self.output[-1500:]) from None
         if reply != {"ok": True}:
             raise WorkerBroken(f"a learner process could not load the course's code: {str(reply)[:1500]}")
         for index, source in enumerate(self.cells):

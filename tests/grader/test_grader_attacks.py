@@ -254,3 +254,4 @@ def test_an_answer_cell_that_also_runs_a_check_is_graded_as_an_answer(source_nb)
     outcomes, notes = grade_cells(dataclasses.replace(full, tests=tests), cells, LIMITS, [REPO], include_hidden=False)
     assert [(o.grade_id, o.points, o.message) for o in outcomes] == [(t.grade_id, t.points, "") for t in tests]
     assert notes == []
+
