@@ -336,7 +336,8 @@ def test_the_scan_stops_at_the_submission_s_deadline(source_nb):
     assignment = _assignment("attention", source_nb)
     with pytest.raises(OutOfTime):
         _scan(assignment, ["x = 1"], deadline=time.monotonic() - 1)
-    outcomes, _ = grade_cells(assignment, notebook_cells(source_nb("attention"))[0], Limits(submission_seconds=0), [])
+    cells, _ = notebook_cells(source_nb("attention"), assignment.test_ids)
+    outcomes, _ = grade_cells(assignment, cells, Limits(submission_seconds=0), [])
     assert all(o.points == 0 and "ran out while the grader read its source" in o.message for o in outcomes), outcomes
 
 
@@ -345,6 +346,6 @@ def test_a_notebook_with_more_code_than_the_grader_reads_is_not_graded(tmp_path)
     path = tmp_path / "attention.ipynb"
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x = {'1' * (limit << 10)}")]), path)
     with pytest.raises(Unreadable, match=f"over the {limit} KB the grader reads"):
-        code_cells(path, Limits().notebook_mb << 20, limit << 10)
+        code_cells(path, Limits().notebook_mb << 20, (), limit << 10)
     nbformat.write(nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell("x = 1")]), path)
-    assert code_cells(path, Limits().notebook_mb << 20, limit << 10)[0] == ["x = 1"]
+    assert code_cells(path, Limits().notebook_mb << 20, (), limit << 10)[0] == ["x = 1"]
