@@ -371,6 +371,7 @@ class NoamRateCheck(Check):
             case(250, 128, 500, factor=2.0),
             case(int(torch.randint(501, 5000, (1,), generator=g)), 128, 500, factor=2.0),
             case(0, 512, 4000, tag="invalid"),
+            case(10, 512, 0, tag="invalid"),  # the text refuses a warm-up below one step
         ]
         if hidden:
             warmup, d_model = draw(g, 8, 40), 2 ** draw(g, 5, 8)
@@ -382,7 +383,7 @@ class NoamRateCheck(Check):
                 case(draw(g, 1, 300), 256, 300),
                 case(draw(g, 500_000, 2_000_000), 1024, 8000, factor=3.0),
                 case(-5, 512, 4000, tag="invalid"),
-                case(10, 512, 0, tag="invalid"),
+                case(draw(g, 2, 50), 512, -draw(g, 1, 100), tag="invalid"),
             ]
         return out
 

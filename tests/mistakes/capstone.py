@@ -151,6 +151,12 @@ def _checked(step, warmup):
         raise ValueError("step and warmup start at 1")
 
 
+def rate_warmup_unchecked(step, d_model, warmup, factor=1.0):
+    if step < 1:  # warmup is never looked at: 0 divides by zero
+        raise ValueError("step starts at 1")
+    return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
+
+
 def rate_max(step, d_model, warmup, factor=1.0):
     _checked(step, warmup)
     return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup ** -1.5)
@@ -429,6 +435,7 @@ MISTAKES = [
     Mistake(RATE, "factor ignored", rate_ignores_factor, "factor argument was ignored"),
     Mistake(RATE, "returns 0 at step 0", rate_no_validation, "raise ValueError"),
     Mistake(RATE, "ZeroDivisionError at step 0", rate_zero_division, "raise ValueError"),
+    Mistake(RATE, "warmup 0 not refused", rate_warmup_unchecked, "warmup=0; raise ValueError"),
     # length_batches
     Mistake(BATCHES, "examples of equal length never shuffled", batches_equal_lengths_unshuffled,
             "the examples of equal length were not shuffled"),
