@@ -18,6 +18,7 @@ What runs beside the learner's code (cases built, calls made, results reduced to
 from __future__ import annotations
 
 import hashlib
+import hmac
 import math
 import re
 from collections.abc import Callable, Sequence
@@ -131,9 +132,11 @@ def describe(value: Any) -> str:
     return repr(value)
 
 
-def stable_seed(*parts: Any) -> int:
-    """A seed for torch.Generator that depends on ``parts`` only (not on Python's hash salt)."""
-    digest = hashlib.sha256("\x1f".join(map(str, parts)).encode()).digest()
+def stable_seed(*parts: Any, key: bytes | None = None) -> int:
+    """A seed for torch.Generator that depends on ``parts`` only (not on Python's hash salt); with ``key``,
+    an HMAC of them, which only the key's holder can compute (the hidden cases' course secret)."""
+    message = "\x1f".join(map(str, parts)).encode()
+    digest = (hashlib.sha256(message) if key is None else hmac.new(key, message, hashlib.sha256)).digest()
     return int.from_bytes(digest[:8], "big") >> 1  # 63 bits: manual_seed takes any of them
 
 
@@ -202,7 +205,7 @@ class Check:
         Hidden cases draw from the course secret (:mod:`autograder.course_secret`): the course's
         code alone cannot rebuild them."""
         if hidden:
-            return seeded(course_secret.hidden_seed(self.check_id, *parts))
+            return seeded(stable_seed(self.check_id, *parts, key=course_secret.current()))
         return seeded(self.seed("visible", *parts))
 
     def cases(self, hidden: bool) -> list[Case]:
