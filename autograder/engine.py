@@ -149,8 +149,9 @@ def _run_check(session: Session, check: Check, function: str, hidden: bool, own:
     cases = check.cases(hidden)
     results: list = []
     observed: list = []
-    for case in cases:
-        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed)
+    plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
+    for case, probes in zip(cases, plan):
+        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed, probes=probes)
         if isinstance(result, Failure):
             return result.message
         results.append(result)

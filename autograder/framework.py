@@ -17,6 +17,7 @@ What runs beside the learner's code (cases built, calls made, results reduced to
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import math
@@ -49,6 +50,7 @@ from harness.calls import (  # noqa: F401
     to_plain,
 )
 from harness.observe import Observed, Observer, tensors_in
+from harness.probes import probe
 
 from . import course_secret
 from .locate import Stage, locate
@@ -74,6 +76,8 @@ class CheckFailed(AssertionError):
     unexplained: bool = False
     #: the message without the mistake's name, for when the name does not hold on every case
     plain: str = ""
+    #: the case a failure of several cases' results (``judge_all``) is about, for locating its wrong value
+    case: Case | None = None
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -268,10 +272,19 @@ class Check:
         early = [(c, r, o) for c, r, o in valid if not (self.values_first and _deferrable(r))]
         for case, result, _ in early:
             self._reject(case, result)
+            self.judge_dtype(case, result)
         self._judge_each(early)
         for case, result in late:
             self._reject(case, result)
-        self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
+            self.judge_dtype(case, result)
+        try:
+            self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
+        except CheckFailed as failure:
+            seen_ = next((o for c, _, o in valid if c is failure.case), None) if failure.case else None
+            where = self.where_values_part(failure.case, seen_) if failure.names is None and seen_ else ""
+            if where:
+                raise _failure(f"{failure}\n{where}", unexplained=True) from None
+            raise
         for case, result, seen_ in valid:
             if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
                 self.judge_effects(case, seen_)
@@ -326,6 +339,64 @@ class Check:
             dtype = next((t.dtype for t in case.state.values() if t.is_floating_point()), dtype)
         return locate(seen.steps, stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0), seen.truncated)
 
+    #: the dtype of every floating tensor returned: "arguments" (the one PyTorch promotes the case's floating
+    #: arguments and module parameters to), a torch.dtype, or None where the check judges it itself
+    result_dtype: ClassVar[Any] = "arguments"
+
+    def judge_dtype(self, case: Case, result: Any) -> None:
+        """Fail when a floating tensor of ``result`` is not in ``result_dtype``: a learner who made a tensor with
+        a fixed dtype (``torch.tensor(1.0)``, ``dtype=torch.float32``, ``.float()``) silently changes the
+        precision the caller chose, and a float64 check can no longer tell right from nearly right."""
+        expected, source = self.result_dtype, "the exercise asks for"
+        if expected == "arguments":
+            values = [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
+            dtypes = [t.dtype for t in values if t.is_floating_point()]
+            if not dtypes:
+                return
+            # float64 inputs to a float32 module give float64, as PyTorch's own arithmetic does
+            expected, source = functools.reduce(torch.promote_types, dtypes), "the inputs were"
+        if expected is None:
+            return
+        output = result.output if isinstance(result, ModuleResult) else result
+        found = [(i, t) for i, t in enumerate(tensors_in(output)) if t.is_floating_point() and t.dtype != expected]
+        if found:
+            i, t = found[0]
+            what = f"`{self.function}`'s result" if isinstance(output, torch.Tensor) else \
+                f"value {i + 1} of what `{self.function}` returned"
+            raise CheckFailed(
+                f"{what} has dtype {t.dtype} but {source} {expected} on the case {case.label}: keep the input's dtype "
+                "(a tensor made with a fixed dtype, such as torch.tensor(1.0) or dtype=torch.float32, or a .float(), "
+                "changes it)."
+            )
+
+    #: the result follows the arguments to their device (probed on one visible case, :mod:`harness.probes`);
+    #: off for functions that draw from a generator the caller holds on the CPU
+    follows_device: ClassVar[bool] = True
+    #: a model trains through the function: gradients must reach its arguments and parameters (probed)
+    trained_through: ClassVar[bool] = False
+
+    def probe_plan(self, cases: Sequence[Case]) -> list[tuple[str, ...]]:
+        """The probes to run beside each of ``cases`` (visible ones): each probe once, on the valid case with
+        floating tensors (in its arguments or its module's parameters) that gives the function the most
+        tensors, so that its optional ones (a mask, say) are used; for the gradient, one without dropout
+        where there is one."""
+        def tensors(case: Case) -> int:
+            values = [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
+            provided = any(isinstance(a, Provided) for a in (*case.args, *case.kwargs.values()))
+            usable = case.tag != INVALID and not provided and any(t.is_floating_point() for t in values)
+            return len(values) if usable else 0
+
+        counts = [tensors(c) for c in cases]
+        plan: list[list[str]] = [[] for _ in cases]
+        if max(counts, default=0) == 0:
+            return [()] * len(cases)
+        if self.follows_device:
+            plan[counts.index(max(counts))].append("device")
+        if self.trained_through:
+            calm = [n if not c.train else 0 for n, c in zip(counts, cases)]
+            plan[(calm if max(calm) else counts).index(max(calm) or max(counts))].append("gradient")
+        return [tuple(p) for p in plan]
+
     #: the exercise lets the function return a view of an argument (a reshape, say)
     may_return_view: ClassVar[bool] = False
     #: attributes the exercise says to store detached from the autograd graph
@@ -360,6 +431,12 @@ class Check:
                 f"exercise says to store it detached (`self.{stored[0]} = weights.detach()`), so that keeping it "
                 "for a plot does not keep the whole graph of the step alive."
             )
+        device = seen.findings.get("device", ())
+        if device:
+            raise CheckFailed(device_message(name, case, device))
+        gradient = seen.findings.get("gradient", ())
+        if gradient:
+            raise CheckFailed(gradient_message(name, case, gradient))
 
     def _reject(self, case: Case, result: Any) -> None:
         try:
@@ -418,6 +495,45 @@ class Check:
             raise CheckFailed(f"{name} returned None on the case {case.label}: did you forget `return`?")
 
 
+def device_message(name: str, case: Case, finding: tuple[str, ...]) -> str:
+    """What the device probe's ``finding`` (:mod:`harness.probes`) tells the learner."""
+    moved = (f"on the case {case.label}, run again with its arguments moved to another device (PyTorch's `meta` "
+             "device, standing in for a GPU)")
+    create = ("create each tensor beside the arguments: `torch.zeros(..., device=x.device)`, "
+              "`torch.arange(T, device=x.device)`, or `x.new_zeros(...)`.")
+    if finding[0] == "raised":
+        where = f" ({finding[1].strip()})" if len(finding) > 1 and finding[1] else ""
+        attributes = [a for a in finding[2:] if a]
+        kept = (f" `{attributes[0]}` is a plain tensor attribute, which `.to(device)` leaves on the CPU: keep it with "
+                f"`self.register_buffer(\"{attributes[0].removeprefix('self.')}\", ...)` instead." if attributes else "")
+        return (f"{name} mixes a tensor made on the CPU with its arguments {moved}, and that raised a device "
+                f"mismatch{where}: on a GPU it would fail the same way.{kept} " + create[0].upper() + create[1:])
+    which = finding[1] if len(finding) > 1 else "the result"
+    on = finding[2] if len(finding) > 2 else "CPU"
+    return f"{name}'s {which.removeprefix('the ')} stays on the {on} {moved}: " + create
+
+
+def gradient_message(name: str, case: Case, finding: tuple[str, ...]) -> str:
+    """What the gradient probe's ``finding`` (:mod:`harness.probes`) tells the learner."""
+    cut = ("`.detach()`, `.data`, `.item()` or `.tolist()` and back, `torch.no_grad()`, or a tensor rebuilt with "
+           "`torch.tensor(...)`")
+    if finding[0] == "detached":
+        names = [n for n in finding[1:] if n]
+        what = ("its parameters" if names and all(n.startswith("self.") for n in names)
+                else " and ".join(f"`{n}`" for n in names[:4]) or "its inputs")
+        return (f"{name}'s result on the case {case.label} does not require a gradient although {what} "
+                f"{'does' if len(names) == 1 and not names[0].startswith('self.') else 'do'}: "
+                f"it is cut off from the autograd graph, so `loss.backward()` could never train what made it. "
+                f"Look for {cut} on the way to the result.")
+    leaf, autograd, change = (list(finding[1:4]) + ["", "", ""])[:3]
+    reaching = f"the gradient reaching `{leaf}`" if leaf else "its gradient"
+    numbers = (f": along a random direction autograd gives {autograd}, while the result itself changes by {change}"
+               if autograd and change else "")
+    return (f"{name}'s values are right but {reaching} is wrong on the case {case.label}{numbers}. Part of the "
+            f"computation that depends on {f'`{leaf}`' if leaf else 'its inputs'} is cut off from the autograd graph: "
+            f"look for {cut}.")
+
+
 def _mistake_key(advice: str) -> str:
     """One mistake's advice, whatever numbers it quotes: "normalised along dim=1, not dim=0" on one
     case and "dim=3, not dim=1" on another are the same mistake (ignoring ``dim``)."""
@@ -456,11 +572,14 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden, check.forbidden_ops)
     results, observed = [], []
-    for case in cases:
+    plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
+    for case, probes in zip(cases, plan):
         observer = Observer(trace=check.traced and not hidden)
         try:
             with call_time_limit(seconds):
                 results.append(call_learner(fn, case, wires, observer))
+                if probes and not isinstance(results[-1], (Raised, UsedForbidden)):
+                    observer.findings = probe(fn, case, probes)
         except CallTimedOut:
             raise CheckFailed(endless_loop_message(check.function, seconds, case.label)) from None
         observed.append(observer.observed())

@@ -61,6 +61,8 @@ _SYMBOLS = {"add": "+", "radd": "+", "sub": "-", "rsub": "-", "mul": "*", "rmul"
 def _maker(step: Step) -> str:
     if step.made_by.startswith("return"):
         return "the value it returns"
+    if step.made_by.startswith("="):  # a Python variable, as that line left it
+        return f"the value of `{step.made_by[1:]}`"
     return f"what `{_SYMBOLS.get(step.made_by, step.made_by)}` gives"
 
 
@@ -133,8 +135,9 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     last = max(_agreeing(found, furthest), default=-1)
     if furthest == final:
         step = steps[last]
-        return (f"Your {_where(step)} computes {stages[final].name} correctly, but that value is not what your "
-                "function returns: look at what happens to it after that line.")
+        where = _where(step)
+        return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "
+                "your function returns: look at what happens to it after that line.")
     following = stages[furthest + 1]
     culprit = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2])
     head = (f"Up to {_where(steps[last])}, your values agree with the computation ({stages[furthest].name})"
@@ -148,7 +151,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     step = steps[culprit]
     same = last >= 0 and (steps[last].line, steps[last].function) == (step.line, step.function)
     first = "the first value after that which does not is" if last >= 0 else "the first that should is"
-    text = f"{head}; {first} {_maker(step)} " + ("on the same line" if same else f"on {_where(step)}")
+    on = "after" if step.made_by.startswith("=") else "on"
+    text = f"{head}; {first} {_maker(step)} " + (f"{on} the same line" if same else f"{on} {_where(step)}")
     shapes = {tuple(v.shape) for v in following.values}
     agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
     if step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed:

@@ -187,14 +187,15 @@ class Session:
     # -- calls --------------------------------------------------------------------------------
 
     def call(self, function: str, case, own: tuple[str, ...] = (), trace: bool = False,
-             observed: list | None = None) -> Any:
+             observed: list | None = None, probes: tuple[str, ...] = ()) -> Any:
         """The learner's result for one case, or a :class:`Failure` explaining why there is none;
         the graded functions in ``own`` stay the learner's instead of the course's. What the call did
-        besides returning (its trace when ``trace``) is appended to ``observed``, when given."""
+        besides returning (its trace when ``trace``, what the ``probes`` found) is appended to
+        ``observed``, when given."""
         for attempt in range(1, CALL_TRIES + 1):
             child = self._child(function, own)
             try:
-                reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace},
+                reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes)},
                                       timeout=self.left(self.limits.call_seconds))
                 break
             except WorkerTimeout:

@@ -171,7 +171,10 @@ class ModuleResult:
     attributes: Mapping[str, Any]
 
 
-def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:
+def build_module(cls: Callable, case: Case) -> Any:
+    """The learner's module for a case: built from ``case.init``, in the dtype of ``case.state``, holding
+    those parameters, in the case's mode, with torch's seed set so that dropout draws the same masks
+    every time the case runs."""
     module = cls(**materialize(dict(case.init)))
     if case.state is not None:
         # A module is built in float32; a case whose weights are float64 runs it in float64.
@@ -189,7 +192,12 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer:
                 raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}")
         module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
     module.train(case.train)
-    torch.manual_seed(0)  # dropout draws the same masks every time the case runs
+    torch.manual_seed(0)
+    return module
+
+
+def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:
+    module = build_module(cls, case)
     if observer is None:
         output = getattr(module, case.method)(*args, **kwargs)
     else:
@@ -393,7 +401,7 @@ COURSE_PACKAGES = frozenset({"reference", "autograder", "harness", "transformer"
 _CELL_FILE = re.compile(r"<cell [^>]+>|<ipython-input-[^>]*>|.*[/\\]ipykernel_\d+[/\\][^/\\]+\.py")
 
 
-def _own_code(fn: Callable) -> set:
+def own_code(fn: Callable) -> set:
     """The code objects of the function or class under test (its methods, those of its base classes
     written beside it, and the functions nested in them); not those of a library's base class."""
     if isinstance(fn, type):
@@ -466,7 +474,7 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     code that the learner called, it names that function too. ``origin`` names the function it
     came from when that is not ``fn`` itself (a helper the learner has not written yet, say).
     """
-    own = _own_code(fn) if fn is not None else set()
+    own = own_code(fn) if fn is not None else set()
     own_files = {code.co_filename for code in own}
     frames = []  # (frame, line number, kind): kind is "learner", "course" or "library"
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
@@ -524,7 +532,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
     if observer is not None:
         observer.arguments = Arguments(argument_names(fn, case.method, args, kwargs), [*case.args, *case.kwargs.values()])
         if observer.trace:
-            observer.recorder = Recorder(_own_code(fn), _is_cell)
+            observer.recorder = Recorder(own_code(fn), _is_cell)
     used: list[str] = []
     # A provided model that counts what it reads does so from here, before the learner holds it.
     watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())

@@ -21,6 +21,7 @@ that it stops recording and says so.
 from __future__ import annotations
 
 import contextlib
+import dis
 import inspect
 import linecache
 import os
@@ -76,6 +77,9 @@ class Observed:
     truncated: bool = False
     #: whether a trace was asked for at all
     traced: bool = False
+    #: what the probes of :mod:`harness.probes` found, by probe: where the result does not follow the
+    #: arguments' device, where gradients do not reach what it was made from
+    findings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
 def _tensors(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
@@ -156,6 +160,8 @@ class Recorder(TorchFunctionMode):
         self.on = False
         #: id of a tensor a step made -> (that step's index, a weak reference that proves the id is still it)
         self.made: dict[int, tuple[int, weakref.ref]] = {}
+        #: id of a learner's frame -> (the line it is on, the values its variables last held, its loops' counters)
+        self.python: dict[int, tuple[int, dict[str, torch.Tensor], frozenset[str]]] = {}
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -242,21 +248,101 @@ class Recorder(TorchFunctionMode):
         if hasattr(module, "named_modules"):
             self.module_names = {id(m): name for name, m in module.named_modules() if name}
 
+    # -- Python values: what the learner's variables hold, line by line ---------------------------
+
+    def _trace(self, frame, event, arg):
+        """sys.settrace's global tracer: the learner's own frames get a line tracer, no other frame does."""
+        if event == "call" and self.on and not self.truncated and self._learner(frame):
+            self.on = False
+            try:  # the arguments are inputs, not values a line made
+                given = {name: _number_tensor(value) for name, value in frame.f_locals.items()}
+            finally:
+                self.on = True
+            self.python[id(frame)] = (frame.f_lineno, {k: t for k, t in given.items() if t is not None},
+                                      _loop_names(frame.f_code))
+            return self._trace_lines
+        return None
+
+    def _trace_lines(self, frame, event, arg):
+        """On each new line (and on return), the numbers and lists of numbers that the line before changed."""
+        if event not in ("line", "return") or id(frame) not in self.python:
+            return self._trace_lines
+        line, held, loops = self.python[id(frame)]
+        if self.on and not self.truncated:
+            self.on = False
+            try:
+                for name, value in list(frame.f_locals.items()):
+                    if name in loops or isinstance(value, torch.Tensor):
+                        continue  # a loop's counter matches anything; tensors have their own record
+                    t = _number_tensor(value)
+                    if t is None or (name in held and _same(held[name], t)):
+                        continue
+                    held[name] = t
+                    self._add_python(frame, line, name, t)
+            finally:
+                self.on = True
+        if event == "return":
+            del self.python[id(frame)]
+        else:
+            self.python[id(frame)] = (frame.f_lineno, held, loops)
+        return self._trace_lines
+
+    def _add_python(self, frame, line: int, name: str, value: torch.Tensor) -> None:
+        if len(self.steps) >= MAX_STEPS or self.elements + value.numel() > MAX_ELEMENTS:
+            self.truncated = True
+            return
+        self.elements += value.numel()
+        source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
+        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        self.steps.append(Step(line, source[:300], function[:200], f"={name}"[:200], value, tuple(value.shape)))
+
     @contextlib.contextmanager
     def recording(self):
-        previous = sys.getprofile()
+        previous, previous_trace = sys.getprofile(), sys.gettrace()
         handle = torch.nn.modules.module.register_module_forward_hook(self._forward_hook)
         try:
             with self:
                 sys.setprofile(self._profile)
+                sys.settrace(self._trace)
                 self.on = True
                 try:
                     yield self
                 finally:
                     self.on = False
+                    sys.settrace(previous_trace)
                     sys.setprofile(previous)
         finally:
             handle.remove()
+
+
+#: a Python value larger than this is not recorded
+MAX_PYTHON_ELEMENTS = 10_000
+
+
+def _number_tensor(value: Any) -> torch.Tensor | None:
+    """A float, or a list of numbers, as a float64 tensor; None for anything else. A lone int is left out
+    (a count, an index or a cost of 0 or 1 equals some value of any computation by chance), and so is a
+    table of lists: filled in place a cell at a time, all but its last state are rightly unfinished."""
+    if type(value) is float:
+        return torch.tensor(value, dtype=torch.float64)
+    if type(value) in (list, tuple) and value and len(value) <= MAX_PYTHON_ELEMENTS \
+            and all(type(v) in (int, float) for v in value):
+        return torch.tensor([float(v) for v in value], dtype=torch.float64)
+    return None
+
+
+def _loop_names(code: Any) -> frozenset[str]:
+    """The variables a code object's ``for`` loops count with (the stores right after each FOR_ITER, an
+    unpacking between): a counter equals some value of any computation by chance."""
+    names, collecting = set(), False
+    for instruction in dis.get_instructions(code):
+        if instruction.opname == "FOR_ITER":
+            collecting = True
+        elif collecting and instruction.opname.startswith("STORE_"):
+            names.add(instruction.argval)
+        elif not (collecting and instruction.opname in ("UNPACK_SEQUENCE", "UNPACK_EX")):
+            collecting = False
+    return frozenset(names)
 
 
 def _op_name(func: Any) -> str:
@@ -278,6 +364,7 @@ class Observer:
     arguments: Arguments | None = None
     result: Any = None
     attached: list[str] = field(default_factory=list)
+    findings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
     def watching(self):
         """The context in which the call runs: recording its values when a trace was asked for."""
@@ -285,7 +372,7 @@ class Observer:
 
     def observed(self) -> Observed:
         if self.arguments is None:
-            return Observed(traced=self.trace)
+            return Observed(traced=self.trace, findings=dict(self.findings))
         r = self.recorder
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
-                        tuple(r.steps) if r else (), bool(r and r.truncated), self.trace)
+                        tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings))

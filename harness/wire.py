@@ -23,6 +23,7 @@ import torch
 
 from .calls import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
 from .observe import MAX_STEPS, Observed, Step
+from .probes import PROBES
 
 HEADER = struct.Struct(">Q")
 MAX_DEPTH = 32  # nesting of values inside one document
@@ -245,7 +246,8 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
 def encode_observed(seen: Observed) -> dict:
     steps = [[s.line, s.source, s.function, s.made_by, encode(s.value), list(s.shape), list(s.uses)] for s in seen.steps]
     return {"written": list(seen.written), "aliased": list(seen.aliased), "attached": list(seen.attached),
-            "steps": steps, "truncated": seen.truncated, "traced": seen.traced}
+            "steps": steps, "truncated": seen.truncated, "traced": seen.traced,
+            "findings": {k: list(v) for k, v in seen.findings.items()}}
 
 
 def _optional_tensor(value: Any) -> torch.Tensor | None:
@@ -280,9 +282,20 @@ def decode_observed(value: Any) -> Observed:
     flags = [value.get(k, False) for k in ("truncated", "traced")]
     if not all(type(f) is bool for f in flags):
         raise WireError("an observation's flags are not booleans")
+    findings = value.get("findings", {})
+    if type(findings) is not dict or not set(findings) <= set(PROBES):
+        raise WireError("an observation's findings are not the probes' records")
     return Observed(_names(value.get("written", []), "the written arguments"),
                     _names(value.get("aliased", []), "the aliased arguments"),
-                    _names(value.get("attached", []), "the attached attributes"), tuple(read), *flags)
+                    _names(value.get("attached", []), "the attached attributes"), tuple(read), *flags,
+                    {k: _finding(v, k) for k, v in findings.items()})
+
+
+def _finding(value: Any, probe: str) -> tuple[str, ...]:
+    parts = _list(value, f"the {probe} probe's finding")
+    if len(parts) > 8:
+        raise WireError(f"the {probe} probe's finding is too long")
+    return tuple(_text(p, f"the {probe} probe's finding", 500) for p in parts)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -437,8 +437,9 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     import torch
 
     from . import seccomp, wire
-    from .calls import Tripwires, call_learner, follow_threads, raised, remember_cell
+    from .calls import Raised, Tripwires, UsedForbidden, call_learner, follow_threads, raised, remember_cell
     from .observe import Observed, Observer
+    from .probes import PROBES, probe
 
     # Its own group: without a sandbox, that is how its processes are found and ended. Its own
     # session too, the last one it may make: the kernel shares the CPU between sessions first, so
@@ -495,8 +496,13 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                         injected = True
                     torch.manual_seed(0)
                     observer = Observer(trace=request.get("trace") is True)
+                    asked = request.get("probe", [])
+                    asked = tuple(p for p in PROBES if p in asked) if type(asked) is list else ()
                     try:
-                        result = call_learner(fn, wire.decode(request["case"], wire.REQUEST_TAGS), wires, observer)
+                        case = wire.decode(request["case"], wire.REQUEST_TAGS)
+                        result = call_learner(fn, case, wires, observer)
+                        if asked and not isinstance(result, (Raised, UsedForbidden)):
+                            observer.findings = probe(fn, case, asked)
                         seen = wire.encode_observed(observer.observed())
                     except BaseException as exc:
                         result, seen = raised(exc), wire.encode_observed(Observed())

@@ -144,6 +144,19 @@ class EditDistanceCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        """The table D[i][j] (the distance between the first i symbols of a and the first j of b), a row at a
+        time; a learner whose loops run over b first fills its columns, so column i stands beside row i."""
+        a, b = case.args
+        n, m = len(a), len(b)
+        D = torch.tensor([[levenshtein(a[:i], b[:j]) for j in range(m + 1)] for i in range(n + 1)], dtype=torch.float64)
+        rows = [Stage(f"row {i} of the table D[i][j]" + (f" (or column {i}, when your loops run over b first)"
+                                                          if i <= m else ""),
+                      tuple(v for v in (D[i] if i <= n else None, D[:, i] if i <= m else None) if v is not None))
+                for i in range(max(n, m))]
+        return [*rows, Stage.of("the last row of the table (or its last column), whose last entry is the distance",
+                                D[n], D[:, m])]
+
     def judge(self, case: Case, result: Any) -> None:
         result = _as_int(result)
         if isinstance(result, float) and result.is_integer():
@@ -188,11 +201,13 @@ class EditDistanceCheck(Check):
                 "sequence into an empty one (or the other way round) takes one deletion (insertion) per symbol, so "
                 "start from D[i, 0] = i and D[0, j] = j."
             )
-        raise CheckFailed(
+        failure = CheckFailed(
             f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: fill the table "
             "D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]) for every prefix and return "
             "D[len(a), len(b)]."
         )
+        failure.case = case
+        raise failure
 
 
 # ----------------------------------------------------------------------------------------
@@ -215,6 +230,7 @@ def _smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: in
 
 class LabelSmoothedCrossEntropyCheck(Check):
     function = "label_smoothed_cross_entropy"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "F.cross_entropy(label_smoothing=..., ignore_index=pad_id)"
     #: torch._C._nn.cross_entropy_loss is where both lead, with label_smoothing or without
     forbidden = ("torch.nn.functional.cross_entropy", "torch.nn.CrossEntropyLoss")

@@ -31,7 +31,6 @@ from ..framework import (
     Stage,
     draw,
     expect_close,
-    expect_dtype,
     expect_finite,
     expect_shape,
     expect_tensor,
@@ -459,7 +458,6 @@ class _DecoderCheck(Check):
         x = case.args[0]
         expect_shape(out, x.shape, f"{name}'s output", case,
                      "The decoder keeps the shape of its input x, (B, T_tgt, d_model): one row per target position.")
-        expect_dtype(out, x.dtype, f"{name}'s output", case)
         expect_finite(out, f"{name}'s output", case, "No query in these cases is fully masked; look for a division by "
                       "zero or a mask filled with -inf that hides every key.")
         if case.train:
@@ -544,6 +542,7 @@ def _layer_state(g: torch.Generator, init: dict):
 
 class DecoderLayerCheck(_DecoderCheck):
     function = "DecoderLayer"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "torch.nn.TransformerDecoderLayer (post-norm) with the same weights"
     hint = (
         "Check the three sub-layers in order, each wrapped as LayerNorm(x + Dropout(Sublayer(x))): masked "
@@ -647,6 +646,7 @@ def _stack_state(g: torch.Generator, init: dict):
 
 class DecoderCheck(_DecoderCheck):
     function = "Decoder"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "torch.nn.TransformerDecoder (post-norm, no final norm) with the same weights"
     hint = (
         "If your DecoderLayer passes its checks, look at the loop: every layer takes the previous layer's output "

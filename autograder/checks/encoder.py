@@ -27,7 +27,6 @@ from ..framework import (
     Raised,
     Stage,
     expect_close,
-    expect_dtype,
     expect_finite,
     expect_shape,
     expect_tensor,
@@ -64,6 +63,7 @@ def _output(result: Any, name: str, case: Case) -> torch.Tensor:
 
 class PositionwiseFeedForwardCheck(Check):
     function = "PositionwiseFeedForward"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "max(0, x W_1 + b_1) W_2 + b_2 and nn.Linear, nn.ReLU, nn.Linear with the same weights"
     hints = (Hint("StateMismatch", lambda name, case, result: mismatched(
         name, case, result, "The paper's FFN has biases b_1 and b_2: keep nn.Linear's default bias=True."),
@@ -109,7 +109,6 @@ class PositionwiseFeedForwardCheck(Check):
                 "after the ReLU, w_2 maps the d_ff hidden features back to d_model."
             )
         expect_shape(y, x.shape, name, case, "The FFN keeps the shape (..., d_model) of its input.")
-        expect_dtype(y, x.dtype, name, case)
         expect_finite(y, name, case, "")
 
         state, xd = case.state, x.double()
@@ -197,6 +196,7 @@ def _last_axis_hint(message: str) -> str:
 
 class LayerNormCheck(Check):
     function = "LayerNorm"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "torch.nn.LayerNorm with the same gamma and beta"
     forbidden = NORM_BUILTINS
     forbidden_ops = NORM_OPS
@@ -248,7 +248,6 @@ class LayerNormCheck(Check):
         name = f"`{self.function}`'s output"
         y = _output(result, self.function, case)
         expect_shape(y, x.shape, name, case, "LayerNorm keeps the shape of its input.")
-        expect_dtype(y, x.dtype, name, case)
         d = x.shape[-1]
         eps = case.init.get("eps", 1e-5)
         expect_finite(y, name, case, "A position whose features are all equal has variance 0: eps inside the square "
@@ -595,6 +594,7 @@ def _training_mistakes(p: float) -> list[tuple[Callable[[oracles.Dropout], dict]
 
 class EncoderLayerCheck(_StackCheck):
     function = "EncoderLayer"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "nn.TransformerEncoderLayer (post-norm, ReLU) with the same weights"
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -624,7 +624,6 @@ class EncoderLayerCheck(_StackCheck):
         name = f"`{self.function}`'s output"
         y = _output(result, self.function, case)
         expect_shape(y, x.shape, name, case, "An encoder layer keeps the shape (B, T, d_model) of its input.")
-        expect_dtype(y, x.dtype, name, case)
         expect_finite(y, name, case, "")
         for attr in ("dropout1", "dropout2"):
             got = result.attributes.get(attr)
@@ -708,6 +707,7 @@ def _encoder_mismatch(name: str, case: Case, result: Raised) -> str:
 
 class EncoderCheck(_StackCheck):
     function = "Encoder"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "nn.TransformerEncoder (post-norm, no final norm) with the same weights"
     hints = (Hint("StateMismatch", _encoder_mismatch, whole=True), *_StackCheck.hints)
 
@@ -741,7 +741,6 @@ class EncoderCheck(_StackCheck):
         name = f"`{self.function}`'s output"
         y = _output(result, self.function, case)
         expect_shape(y, x.shape, name, case, "The encoder keeps the shape (B, T, d_model) of its input.")
-        expect_dtype(y, x.dtype, name, case)
         expect_finite(y, name, case, "")
         d_model, h, d_ff, N, p = (case.init[k] for k in ("d_model", "h", "d_ff", "N", "dropout"))
         mask = case.kwargs.get("key_padding_mask")

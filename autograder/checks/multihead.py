@@ -20,7 +20,6 @@ from ..framework import (
     Hint,
     ModuleResult,
     expect_close,
-    expect_dtype,
     expect_finite,
     expect_shape,
     expect_tensor,
@@ -79,6 +78,7 @@ class _HeadsCheck(Check):
 
 class SplitHeadsCheck(_HeadsCheck):
     function = "split_heads"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     invalid_hint, invalid_returned = _indivisible("split_heads")
     oracle = "slicing the features into h consecutive blocks of d_k"
 
@@ -132,7 +132,6 @@ class SplitHeadsCheck(_HeadsCheck):
                 (h, B, T, d_k): "The head axis went in front of the batch: it belongs at position 1, (B, h, T, d_k).",
             }
             expect_shape(y, shape, f"{name}'s result", case, hints.get(tuple(y.shape), ""))
-        expect_dtype(y, x.dtype, f"{name}'s result", case)
         xd = x.double()
         diagnoses = [
             (lambda: xd.reshape(B, h, T, d_k),
@@ -154,6 +153,7 @@ class SplitHeadsCheck(_HeadsCheck):
 
 class MergeHeadsCheck(_HeadsCheck):
     function = "merge_heads"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "concatenating the heads along the features (the inverse of the split)"
 
     def stages(self, case: Case) -> list[Stage]:
@@ -211,7 +211,6 @@ class MergeHeadsCheck(_HeadsCheck):
             hint = next((text for made, text in hints
                          if tuple(made().shape) == tuple(y.shape) and matches(y, made(), x.dtype)), "")
             expect_shape(y, shape, f"{name}'s result", case, hint)
-        expect_dtype(y, x.dtype, f"{name}'s result", case)
         xd = x.double()
         diagnoses = [
             (lambda: xd.reshape(B, T, h * d_k),
@@ -330,6 +329,7 @@ def _oracle(case: Case) -> tuple[torch.Tensor, torch.Tensor]:
 class MultiHeadAttentionCheck(Check):
     detached_attributes = ("attn_weights",)  # the exercise: "detached from the graph ..., so that you can plot them"
     function = "MultiHeadAttention"
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "torch.nn.MultiheadAttention with the same weights"
     forbidden = MHA_BUILTINS
     forbidden_ops = MHA_OPS
@@ -457,7 +457,6 @@ class MultiHeadAttentionCheck(Check):
         out = expect_tensor(result.output, f"{name}'s output", case)
         expect_shape(out, (B, T_q, d_model), f"{name}'s output", case,
                      "The output has one d_model vector per query: merge the heads and apply w_o.")
-        expect_dtype(out, query.dtype, f"{name}'s output", case)
         expect_finite(out, f"{name}'s output", case,
                       "a query that may attend to no key must get zero weights (scaled_dot_product_attention "
                       "already does this), so its output is w_o's bias." if case.tag == "fully-masked" else "")

@@ -321,6 +321,8 @@ SHAPE_HINT = (
 
 class PositionalEmbeddingCheck(Check):
     function = "PositionalEmbedding"
+    result_dtype = None  # float32 like its embedding, whatever the table: judged with its own message
+    trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "embedding weight[tokens] * sqrt(d_model) + the closed-form encoding, in float64"
     invalid_hint = (
         "its sequence is longer than max_len. Check the length yourself at the start of forward and raise ValueError "

@@ -130,6 +130,17 @@ def lm_loss_rolled_targets(logits, ids, pad_id):
     return nll[real].sum() / real.sum()
 
 
+def edit_distance_diagonal_from_the_row_above(a, b):  # Python lists, line by line
+    previous = list(range(len(b) + 1))
+    for i, x in enumerate(a, start=1):
+        current = [i]
+        for j, y in enumerate(b, start=1):
+            cost = 0 if x == y else 1
+            current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j] + cost))  # FAULT
+        previous = current
+    return previous[-1]
+
+
 UNSEEN = [
     ("attention.softmax", softmax_sum_over_rows),
     ("attention.scaled_dot_product_attention", sdpa_scale_from_keys_length),
@@ -139,6 +150,7 @@ UNSEEN = [
     ("decoder.DecoderLayer", DecoderLayerValuesFromTarget),
     ("positional.sinusoidal_encoding", sinusoidal_integer_exponent),
     ("bert_gpt.causal_lm_loss", lm_loss_rolled_targets),
+    ("capstone.edit_distance", edit_distance_diagonal_from_the_row_above),
 ]
 
 
@@ -477,3 +489,32 @@ def test_a_verdict_without_observations_still_judges_values():
         check.verdict(cases, results)
     assert "Up to line" not in str(failure.value)
     assert Observed().steps == ()
+
+
+def test_python_values_are_recorded_line_by_line_without_counters_or_arguments():
+    def cumulative(values):
+        total, running = 0.0, []
+        for i, v in enumerate(values):
+            total = total + v * 0.5 + 0 * i
+            running.append(total)
+        return running
+
+    seen = Observer(trace=True)
+    call_learner(cumulative, Case("values", ([1, 2, 3],)), observer=seen)
+    made = [(s.made_by, s.value.tolist()) for s in seen.observed().steps]
+    assert ("=running", [0.5, 1.5, 3.0]) in made and ("=total", 3.0) in made
+    assert not any(name in ("=i", "=v", "=values") for name, _ in made)  # counters and arguments are no steps
+
+
+def test_a_right_table_row_that_is_not_returned_is_said_so():
+    def edit_distance_returns_the_row_before(a, b):
+        previous = list(range(len(b) + 1))
+        for i, x in enumerate(a, start=1):
+            current = [i]
+            for j, y in enumerate(b, start=1):
+                current.append(min(previous[j] + 1, current[j - 1] + 1, previous[j - 1] + (x != y)))
+            previous = current
+        return previous[-2] if len(previous) > 1 else previous[-1]
+
+    message = _message("capstone.edit_distance", edit_distance_returns_the_row_before)
+    assert "`previous = current`, computes the last row of the table" in message and "not what your function" in message

@@ -35,6 +35,7 @@ def _bert_batch(g: torch.Generator, B: int, T: int, ordinary: list[int], pad: in
 
 class MaskTokensCheck(Check):
     function = "mask_tokens"
+    follows_device = False  # it draws from the caller\'s generator, which lives on the CPU
     oracle = "BERT's rule: the exact properties, and its rates within a 5-sigma binomial bound"
     invalid_hint = "a rate outside (0, 1] means nothing: raise ValueError with a message that names rate."
     invalid_returned = RETURNED

@@ -36,6 +36,7 @@ from .draws import RETURNED, bound, seed_groups, seeded_generator
 
 class SampleNextCheck(Check):
     function = "sample_next"
+    follows_device = False  # it draws from the caller\'s generator, which lives on the CPU
     oracle = ("the renormalised top-k / top-p distribution, over thousands of seeded draws per row "
               "(a 5-sigma binomial bound per token), and argmax where the choice is greedy")
     invalid_hint = "raise ValueError with a message that names the argument that is wrong."
