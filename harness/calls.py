@@ -532,7 +532,10 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
     if observer is not None:
         observer.arguments = Arguments(argument_names(fn, case.method, args, kwargs), [*case.args, *case.kwargs.values()])
         if observer.trace:
-            observer.recorder = Recorder(own_code(fn), _is_cell)
+            # A function of plain Python values has its variables recorded line by line; one given tensors
+            # has its tensors (a float beside them, a scale say, would only be matched by chance).
+            plain = not observe.tensors_in((args, kwargs))
+            observer.recorder = Recorder(own_code(fn), _is_cell, python_values=plain)
     used: list[str] = []
     # A provided model that counts what it reads does so from here, before the learner holds it.
     watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())

@@ -150,9 +150,9 @@ class Arguments:
 class Recorder(TorchFunctionMode):
     """Records the values the learner's lines make (see the module's docstring)."""
 
-    def __init__(self, own: set, is_cell: Callable[[str], bool]):
+    def __init__(self, own: set, is_cell: Callable[[str], bool], python_values: bool = False):
         super().__init__()
-        self.own, self.is_cell = own, is_cell
+        self.own, self.is_cell, self.python_values = own, is_cell, python_values
         self.steps: list[Step] = []
         self.elements = 0
         self.truncated = False
@@ -303,7 +303,8 @@ class Recorder(TorchFunctionMode):
         try:
             with self:
                 sys.setprofile(self._profile)
-                sys.settrace(self._trace)
+                if self.python_values:
+                    sys.settrace(self._trace)
                 self.on = True
                 try:
                     yield self
