@@ -22,6 +22,7 @@ import hashlib
 import hmac
 import math
 import re
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -50,7 +51,7 @@ from harness.calls import (  # noqa: F401
     to_plain,
 )
 from harness.observe import Observed, Observer, tensors_in
-from harness.probes import probe
+from harness.probes import PROBE_SECONDS, probe
 
 from . import course_secret
 from .locate import Stage, locate
@@ -577,9 +578,11 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
         observer = Observer(trace=check.traced and not hidden)
         try:
             with call_time_limit(seconds):
+                start = time.monotonic()
                 results.append(call_learner(fn, case, wires, observer))
-                if probes and not isinstance(results[-1], (Raised, UsedForbidden)):
-                    observer.findings = probe(fn, case, probes)
+            if probes and not isinstance(results[-1], (Raised, UsedForbidden)):
+                with call_time_limit(seconds + PROBE_SECONDS):
+                    observer.findings = probe(fn, case, probes, time.monotonic() - start)
         except CallTimedOut:
             raise CheckFailed(endless_loop_message(check.function, seconds, case.label)) from None
         observed.append(observer.observed())

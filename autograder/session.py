@@ -19,6 +19,7 @@ from typing import Any
 
 from course.layout import reference_module
 from harness import wire
+from harness.probes import PROBE_SECONDS
 
 from .references import imported_modules, reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
@@ -196,7 +197,7 @@ class Session:
             child = self._child(function, own)
             try:
                 reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes)},
-                                      timeout=self.left(self.limits.call_seconds))
+                                      timeout=self.left(self.limits.call_seconds + (PROBE_SECONDS if probes else 0)))
                 break
             except WorkerTimeout:
                 self._end_child()

@@ -20,6 +20,7 @@ observed in the learner's process, the probes are advisory: the learner's code c
 """
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -38,15 +39,32 @@ _DIFFERENCES = ((1e-7, 1e-4), (1e-4, 1e-2))
 _MAX_LEAVES = 48
 
 
-def probe(fn: Callable, case: Case, names: tuple[str, ...]) -> dict[str, tuple[str, ...]]:
-    """The findings of the probes ``names`` on ``case``: {probe: finding}, only where there is one."""
-    if _provided(case.args) or _provided(tuple(case.kwargs.values())):
+#: the probes call the function again several times: not one that took longer than this once, and not for
+#: longer than the budget in all (the call's time limit covers them), so that a slow function that is right
+#: never looks like an endless loop
+SLOWEST_CALL = 0.5
+BUDGET = 3.0
+#: what a call's time limit grows by when probes follow it: their budget, and the seconds PyTorch takes to
+#: import its meta kernels the first time a process uses the meta device
+PROBE_SECONDS = BUDGET + 6.0
+
+
+class _OutOfTime(Exception):
+    pass
+
+
+def probe(fn: Callable, case: Case, names: tuple[str, ...], call_seconds: float = 0.0) -> dict[str, tuple[str, ...]]:
+    """The findings of the probes ``names`` on ``case``, whose call took ``call_seconds``: {probe: finding},
+    only where there is one."""
+    if _provided(case.args) or _provided(tuple(case.kwargs.values())) or call_seconds > SLOWEST_CALL:
         return {}  # a provided object (a toy model) is the course's, not something to move or differentiate
     findings = {}
+    deadline = time.monotonic() + BUDGET
     for name in names:
         try:
-            finding = _device(fn, case) if name == "device" else _gradient(fn, case) if name == "gradient" else ()
-        except Exception:  # a probe that cannot run on this function says nothing
+            finding = _device(fn, case) if name == "device" else _gradient(fn, case, deadline) if name == "gradient" \
+                else ()
+        except Exception:  # a probe that cannot run on this function, or not in time, says nothing
             finding = ()
         if finding:
             findings[name] = finding
@@ -138,7 +156,7 @@ def _plain_attributes(module: Any) -> list[tuple[str, torch.Tensor]]:
 # -- gradient -------------------------------------------------------------------------------------
 
 
-def _gradient(fn: Callable, case: Case) -> tuple[str, ...]:
+def _gradient(fn: Callable, case: Case, deadline: float) -> tuple[str, ...]:
     """("detached", names) when the result does not require a gradient although what it was made from
     does; ("differs", name, autograd's, the difference's) when the gradient along a random direction
     disagrees with the result's own change; else ()."""
@@ -165,6 +183,8 @@ def _gradient(fn: Callable, case: Case) -> tuple[str, ...]:
 
     def run(shift: float = 0.0, which: list[int] | None = None, directions=()) -> Any:
         """The result with each leaf in ``which`` moved by ``shift`` times its direction (graph kept only at 0)."""
+        if time.monotonic() > deadline:
+            raise _OutOfTime
         moved = {}
         if shift:
             with torch.no_grad():
@@ -206,10 +226,13 @@ def _gradient(fn: Callable, case: Case) -> tuple[str, ...]:
 
     if disagreement(list(range(len(leaves)))) is None:
         return ()
-    for i in range(min(len(leaves), _MAX_LEAVES)):
-        found = disagreement([i])
-        if found is not None:
-            return ("differs", leaves[i][0], f"{found[0]:.6g}", f"{found[1]:.6g}")
+    try:
+        for i in range(min(len(leaves), _MAX_LEAVES)):
+            found = disagreement([i])
+            if found is not None:
+                return ("differs", leaves[i][0], f"{found[0]:.6g}", f"{found[1]:.6g}")
+    except _OutOfTime:
+        pass  # the gradient is wrong; only which argument's is left unsaid
     return ("differs", "", "", "")
 
 

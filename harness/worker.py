@@ -38,6 +38,7 @@ import os
 import signal
 import socket
 import sys
+import time
 import traceback
 
 try:
@@ -500,9 +501,10 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                     asked = tuple(p for p in PROBES if p in asked) if type(asked) is list else ()
                     try:
                         case = wire.decode(request["case"], wire.REQUEST_TAGS)
+                        start = time.monotonic()
                         result = call_learner(fn, case, wires, observer)
                         if asked and not isinstance(result, (Raised, UsedForbidden)):
-                            observer.findings = probe(fn, case, asked)
+                            observer.findings = probe(fn, case, asked, time.monotonic() - start)
                         seen = wire.encode_observed(observer.observed())
                     except BaseException as exc:
                         result, seen = raised(exc), wire.encode_observed(Observed())

@@ -17,7 +17,7 @@ from autograder.framework import Case, CheckFailed, run_check
 from harness import wire
 from harness.calls import call_learner
 from harness.observe import Observer
-from harness.probes import probe
+from harness.probes import SLOWEST_CALL, probe
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 
 
@@ -211,3 +211,9 @@ def test_findings_cross_the_wire_and_malformed_ones_are_refused():
     for broken in ({"elsewhere": ["x"]}, {"gradient": "detached"}, {"gradient": ["x"] * 9}, {"gradient": [1]}):
         with pytest.raises(wire.WireError):
             wire.decode_observed({**sent, "findings": broken})
+
+
+def test_a_slow_call_is_not_probed_so_that_a_right_function_never_runs_out_of_time():
+    case = Case("x", (torch.randn(2, 3),), {"dim": -1})
+    assert probe(softmax_detached, case, ("gradient",), call_seconds=0.0) != {}
+    assert probe(softmax_detached, case, ("gradient",), call_seconds=SLOWEST_CALL + 0.1) == {}
