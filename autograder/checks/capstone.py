@@ -998,7 +998,7 @@ CHECKS = [EditDistanceCheck, LabelSmoothedCrossEntropyCheck, NoamRateCheck, Leng
 STATED = {
     "edit_distance": (
         Stated("the distance is an int", "a=['TH', 'AO', 'T']", "return an int"),
-        Stated("a symbol is a whole element of the sequence", "symbols", "you compared letters, not phonemes"),
+        Stated("a symbol is a whole element of the sequence", "a=['AO', 'B'", "you compared letters, not phonemes"),
         Stated("either sequence may be empty", "empty", "D[i, 0] = i and D[0, j] = j"),
         Stated("swapping two neighbours is two edits", "swap", "swapping two neighbours is two edits"),
         Stated("a substitution costs 1", "a=['TH', 'AO', 'T']", "a substitution costs 1"),
@@ -1027,7 +1027,7 @@ STATED = {
     ),
     "length_batches": (
         Stated("every index appears in exactly one batch", "lengths [3, 5, 2, 7, 4]", "exactly one batch"),
-        Stated("a batch costs its size times its longest length", "lengths [3, 5, 2, 7, 4]",
+        Stated("a batch costs its size times its longest length", "fits exactly",
                "not the sum of its lengths"),
         Stated("no batch costs more than max_tokens", "lengths [3, 5, 2, 7, 4]", "more than max_tokens"),
         Stated("an example exactly as long as max_tokens fits", "fits exactly", "exactly as long as max_tokens fits"),
@@ -1035,7 +1035,7 @@ STATED = {
         Stated("batches hold examples of similar lengths", "main", "sort the examples by length"),
         Stated("batches are filled up to the budget", "main", "fill each batch up to the budget"),
         Stated("the order of the batches is shuffled", "main", "shuffle the order of the batches"),
-        Stated("examples of equal length are shuffled", "all equal to 5", "examples of equal length were not shuffled"),
+        Stated("examples of equal length are shuffled", "600 lengths", "examples of equal length were not shuffled"),
         Stated("the shuffling comes from a generator seeded from seed and epoch", "seed=0, epoch=0",
                "never from the global random generator"),
         Stated("another epoch gives another order", "600 lengths", "for another epoch"),
@@ -1043,12 +1043,12 @@ STATED = {
     ),
     "beam_search": (
         Stated("a score sums log-probabilities", "beam_size=3, max_len=10, alpha=0.0", "the raw logits were added up"),
-        Stated("the beam_size best of all extensions together are kept", "exhaustive", "compare all extensions"),
-        Stated("a finished hypothesis leaves the beam", "beam_size=3, max_len=10, alpha=0.0",
+        Stated("the beam_size best of all extensions together are kept", "alpha=2.0", "compare all extensions"),
+        Stated("a finished hypothesis leaves the beam", "alpha=1.0",
                "did not finish at <eos>"),
         Stated("a finished hypothesis is never extended", "beam_size=3, max_len=10, alpha=0.0",
                "went on after <eos>"),
-        Stated("a finished hypothesis takes a place only at the step it finishes", "beam_size=3, max_len=10, alpha=0.0",
+        Stated("a finished hypothesis takes a place only at the step it finishes", "alpha=2.0",
                "the beam stayed smaller after a hypothesis finished"),
         Stated("with nothing finished, the best live hypothesis is returned", "no hypothesis can end in time",
                "no hypothesis finished within max_len"),

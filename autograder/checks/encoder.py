@@ -838,7 +838,7 @@ STATED = {
                "did not reach the self-attention"),
         Stated("key_padding_mask is True where a position is padding", "lengths [4, 2, 3]",
                "key_padding_mask is inverted"),
-        Stated("the padding mask goes to the attention's key_padding_mask", "lengths [4, 2, 3]",
+        Stated("the padding mask goes to the attention's key_padding_mask", "lengths [4, 2, 3, 1]",
                "the padding mask reached `attn_mask`"),
         Stated("norm1 serves the self-attention and norm2 the feed-forward network", "x (2, 5, 16)",
                "norm1 and norm2 are swapped"),

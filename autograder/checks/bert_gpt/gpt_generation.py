@@ -466,7 +466,7 @@ STATED = {
                "more than the vocabulary's"),
         Stated("top-k keeps the top_k largest logits, the k-th included", "top_k=4,", "the k-th included"),
         Stated("the nucleus is the smallest set reaching top_p", "top_p=0.7", "left out the token that takes"),
-        Stated("the most likely token is always kept", "top_p=0.5", "the most likely token is always kept"),
+        Stated("the most likely token is always kept", "top_p=0.6", "the most likely token is always kept"),
         Stated("temperature, then top-k, then top-p", "temperature=2.5", "applied after top-k and top-p"),
         Stated("top-p reads what top-k kept", "temperature=2.5", "taken from the whole vocabulary"),
         Stated("a token id is the vocabulary's, not a sorted position", "top_p=0.7",
