@@ -745,3 +745,14 @@ def named_failure(what: str, explaining: Sequence[str], plain: str) -> CheckFail
     return failure
 
 
+
+
+@dataclass(frozen=True)
+class Stated:
+    """A rule or an edge case that an exercise's instructions state, and the visible case that holds a
+    learner to it: ``case`` is a fragment of that case's label or of its tag, and ``message`` a phrase of
+    what a learner who breaks the rule is told. A check module lists them in ``STATED``, by function."""
+
+    rule: str
+    case: str
+    message: str

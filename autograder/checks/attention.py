@@ -18,6 +18,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     Stage,
+    Stated,
     draw,
     expect_close,
     expect_finite,
@@ -615,3 +616,49 @@ class ScoreVarianceCheck(Check):
 
 
 CHECKS = [SoftmaxCheck, ScaledDotProductAttentionCheck, AdditiveAttentionCheck, ScoreVarianceCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and
+# device followed, gradients reaching them) are the base class's (Check.judge_effects, judge_dtype)
+# and are not repeated here.
+STATED = {
+    "softmax": (
+        Stated("entries near 1000 do not overflow: subtract the maximum", "large",
+               "subtract the maximum along `dim`"),
+        Stated("the maximum is taken per slice", "large", "not one maximum of the whole tensor"),
+        Stated("the softmax runs along `dim`", "dim=0", "use the `dim` argument"),
+        Stated("entries equal to -inf get zero probability", "neg-inf", "is wrong on the case"),
+        Stated("torch.softmax is not used", "x (3, 5)", "asks you to build yourself"),
+    ),
+    "scaled_dot_product_attention": (
+        Stated("the scores are divided by sqrt(d_k)", "float64", "not divided by sqrt(d_k)"),
+        Stated("the softmax runs over the keys", "no mask", "over the queries (dim=-2)"),
+        Stated("a mask is True where a query may attend", "causal mask", "mask is inverted"),
+        Stated("masked scores become -inf before the softmax", "pair-", "before the softmax"),
+        Stated("masked scores become -inf, not a large negative number", "fully-masked", "-1e9 instead of -inf"),
+        Stated("a query whose keys are all masked gets zero weights and a zero output", "fully-masked",
+               "replace the NaN rows"),
+        Stated("q may have no batch dimension", "no batch dimension", "raised IndexError"),
+        Stated("any number of batch dimensions: transpose the last two axes only", "(2, 3, 4, 16)",
+               "k.T reverses every axis"),
+        Stated("F.scaled_dot_product_attention is not used", "no mask", "asks you to build yourself"),
+    ),
+    "additive_attention": (
+        Stated("there is no 1/sqrt(d_k) scale", "no mask", "no 1/sqrt(d_k) scale"),
+        Stated("the score is w_v . tanh(q W_q + k W_k)", "no mask", "after projecting with w_v"),
+        Stated("every (query, key) pair is scored: (..., T_q, 1, d_a) against (..., 1, T_k, d_a)", "no mask",
+               "(q @ W_q).unsqueeze(-2) is"),
+        Stated("q may have no batch dimension", "no batch dimension", "Mind the shapes"),
+        Stated("a mask is True where a query may attend", "causal mask", "mask is inverted"),
+        Stated("masked scores become -inf before the softmax", "pair-", "before the softmax"),
+        Stated("a query whose keys are all masked gets zero weights and a zero output", "fully-masked",
+               "replace the NaN rows"),
+    ),
+    "score_variance": (
+        Stated("the sample variance divides by n - 1", "uniform", "biased variance"),
+        Stated("scaled=True divides the scores by sqrt(d_k)", "scaled=True", "although scaled=True"),
+        Stated("the scores are the n row-wise products q_i . k_i", "normal", "whole matrix"),
+        Stated("the result is a Python float", "normal", "for a Python float"),
+    ),
+}

@@ -26,6 +26,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     Provided,
+    Stated,
     draw,
     expect_close,
     expect_loss,
@@ -987,3 +988,73 @@ BEAM_MISTAKES: list[tuple[dict[str, Any], str]] = [
 
 
 CHECKS = [EditDistanceCheck, LabelSmoothedCrossEntropyCheck, NoamRateCheck, LengthBatchesCheck, BeamSearchCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and
+# device followed, gradients reaching them) are the base class's (Check.judge_effects, judge_dtype)
+# and are not repeated here. Two pieces of advice are not held: noam_rate accepts a 0-dimensional
+# tensor as well as a float, and beam_search's scores in float64 make no difference on models this small.
+STATED = {
+    "edit_distance": (
+        Stated("the distance is an int", "a=['TH', 'AO', 'T']", "return an int"),
+        Stated("a symbol is a whole element of the sequence", "a=['AO', 'B'", "you compared letters, not phonemes"),
+        Stated("either sequence may be empty", "empty", "D[i, 0] = i and D[0, j] = j"),
+        Stated("swapping two neighbours is two edits", "swap", "swapping two neighbours is two edits"),
+        Stated("a substitution costs 1", "a=['TH', 'AO', 'T']", "a substitution costs 1"),
+        Stated("the sequences may be tuples", "a=('AH'", "raised TypeError"),
+        Stated("the symbols may be integer ids", "a=[2, 1, 1", "raised TypeError"),
+    ),
+    "label_smoothed_cross_entropy": (
+        Stated("epsilon is spread over all V tokens, the right one included", "smoothing=0.1, pad_id=0",
+               "over all V tokens"),
+        Stated("the right token's term is weighted by 1 - epsilon", "smoothing=0.1, pad_id=0",
+               "must be weighted by (1 - smoothing)"),
+        Stated("padding is left out of the sum", "1 padding positions", "padding positions were counted"),
+        Stated("padding is left out of the count", "1 padding positions", "not out of the count"),
+        Stated("pad_id is the argument, not 0", "pad_id=3", "averaged over non-padding positions"),
+        Stated("log p comes from torch.log_softmax", "large", "torch.log_softmax"),
+        Stated("logits may have any number of leading axes", "target (6,)", "not enough values to unpack"),
+        Stated("the loss is a 0-dimensional tensor, not a Python number", "target (6,)", "no .item()"),
+        Stated("F.cross_entropy is not used", "target (6,)", "asks you to build yourself"),
+    ),
+    "noam_rate": (
+        Stated("the rate takes the smaller of the two terms", "step=100000", "not max"),
+        Stated("factor scales the whole curve", "factor=2.0", "factor argument was ignored"),
+        Stated("steps are counted from 1", "step=1,", "not step + 1"),
+        Stated("a step below 1 raises ValueError", "step=0", "raise ValueError"),
+        Stated("a warmup below 1 raises ValueError", "warmup=0", "warmup=0; raise ValueError"),
+    ),
+    "length_batches": (
+        Stated("every index appears in exactly one batch", "lengths [3, 5, 2, 7, 4]", "exactly one batch"),
+        Stated("a batch costs its size times its longest length", "fits exactly",
+               "not the sum of its lengths"),
+        Stated("no batch costs more than max_tokens", "lengths [3, 5, 2, 7, 4]", "more than max_tokens"),
+        Stated("an example exactly as long as max_tokens fits", "fits exactly", "exactly as long as max_tokens fits"),
+        Stated("an example longer than max_tokens raises ValueError", "invalid", "raise ValueError"),
+        Stated("batches hold examples of similar lengths", "main", "sort the examples by length"),
+        Stated("batches are filled up to the budget", "main", "fill each batch up to the budget"),
+        Stated("the order of the batches is shuffled", "main", "shuffle the order of the batches"),
+        Stated("examples of equal length are shuffled", "600 lengths", "examples of equal length were not shuffled"),
+        Stated("the shuffling comes from a generator seeded from seed and epoch", "seed=0, epoch=0",
+               "never from the global random generator"),
+        Stated("another epoch gives another order", "600 lengths", "for another epoch"),
+        Stated("no lengths give no batches", "no lengths", "max() arg is an empty sequence"),
+    ),
+    "beam_search": (
+        Stated("a score sums log-probabilities", "beam_size=3, max_len=10, alpha=0.0", "the raw logits were added up"),
+        Stated("the beam_size best of all extensions together are kept", "alpha=2.0", "compare all extensions"),
+        Stated("a finished hypothesis leaves the beam", "alpha=1.0",
+               "did not finish at <eos>"),
+        Stated("a finished hypothesis is never extended", "beam_size=3, max_len=10, alpha=0.0",
+               "went on after <eos>"),
+        Stated("a finished hypothesis takes a place only at the step it finishes", "alpha=2.0",
+               "the beam stayed smaller after a hypothesis finished"),
+        Stated("with nothing finished, the best live hypothesis is returned", "no hypothesis can end in time",
+               "no hypothesis finished within max_len"),
+        Stated("hypotheses are ranked by score / lp(Y)", "alpha=2.0", "ignored the length penalty"),
+        Stated("lp(Y) = ((5 + |Y|) / 6) ** alpha", "alpha=2.0", "not |Y| ** alpha"),
+        Stated("the normalised score is returned", "alpha=2.0", "return the normalised score"),
+        Stated("tokens is a LongTensor of shape (L,)", "greedy", "return a LongTensor of shape (L,)"),
+    ),
+}

@@ -29,6 +29,7 @@ from ..framework import (
     Hint,
     ModuleResult,
     Stage,
+    Stated,
     draw,
     expect_close,
     expect_finite,
@@ -716,3 +717,47 @@ class DecoderCheck(_DecoderCheck):
 
 
 CHECKS = [SubsequentMaskCheck, DecoderLayerCheck, DecoderCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and
+# device followed, gradients reaching its parameters) are the base class's (Check.judge_effects,
+# judge_dtype) and are not repeated here.
+STATED = {
+    "subsequent_mask": (
+        Stated("the mask is boolean", "size=4", "returned a float tensor"),
+        Stated("a query may attend to itself: True where j <= i", "size=4", "the diagonal is False"),
+        Stated("True means may attend", "size=4", "the mask is inverted"),
+        Stated("the shape is (size, size), with no batch axis", "size=4", "extra batch axis"),
+        Stated("size=0 gives an empty (0, 0) mask", "empty", "an empty sequence is valid"),
+        Stated("a negative size raises ValueError", "invalid", "raise ValueError"),
+    ),
+    "DecoderLayer": (
+        Stated("with a causal tgt_mask a target token never changes an earlier position", "future-",
+               "ignored tgt_mask"),
+        Stated("tgt_mask is True where a position may attend", "causal tgt_mask (5, 5)", "tgt_mask was inverted"),
+        Stated("target padding never changes a real position", "tgtpad-", "ignored tgt_key_padding_mask"),
+        Stated("memory padding never changes a real position", "mempad-", "ignored memory_key_padding_mask"),
+        Stated("no mask at all is allowed", "no masks at all", "raised AttributeError"),
+        Stated("the cross-attention's keys and values come from memory", "causal tgt_mask (5, 5)",
+               "keys and values of the cross-attention came from the decoder"),
+        Stated("cross_attn has weights of its own", "causal tgt_mask (5, 5)", "used self_attn's weights"),
+        Stated("post-norm, as in the paper", "causal tgt_mask (5, 5)", "pre-norm"),
+        Stated("norm1, norm2, norm3 serve the sub-layers in order", "causal tgt_mask (5, 5)",
+               "LayerNorms are used in the wrong places"),
+        Stated("dropout acts on each sub-layer's output, before the residual sum", "train",
+               "dropout was applied to the residual sum"),
+    ),
+    "Decoder": (
+        Stated("each of the N layers has weights of its own", "causal tgt_mask (5, 5)",
+               "the same DecoderLayer object"),
+        Stated("the output is the last layer's, with no final LayerNorm", "causal tgt_mask (5, 5)",
+               "no final LayerNorm"),
+        Stated("every layer reads the same encoder output", "causal tgt_mask (5, 5)",
+               "did not attend to the encoder's output"),
+        Stated("tgt_mask reaches every layer", "future-", "tgt_mask did not reach the layers"),
+        Stated("tgt_key_padding_mask reaches every layer", "tgtpad-", "tgt_key_padding_mask did not reach"),
+        Stated("memory_key_padding_mask reaches every layer", "mempad-", "memory_key_padding_mask did not reach"),
+        Stated("each layer is built with the decoder's dropout", "train", "the layers drop with probability 0.1"),
+    ),
+}

@@ -26,6 +26,7 @@ from ..framework import (
     Opaque,
     Raised,
     Stage,
+    Stated,
     expect_close,
     expect_finite,
     expect_shape,
@@ -806,3 +807,54 @@ class EncoderCheck(_StackCheck):
 
 
 CHECKS = [PositionwiseFeedForwardCheck, LayerNormCheck, EncoderLayerCheck, EncoderCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# module keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and device
+# followed, gradients reaching its parameters) are the base class's (Check.judge_effects, judge_dtype)
+# and are not repeated here.
+STATED = {
+    "PositionwiseFeedForward": (
+        Stated("x may have any number of leading axes", "no batch axis", "not enough values to unpack"),
+        Stated("a ReLU sits between w_1 and w_2", "x (2, 5, 16)", "the ReLU is missing"),
+        Stated("dropout acts on the hidden activations, after the ReLU", "train",
+               "dropout was applied to the output of w_2"),
+        Stated("dropout drops with the constructor's probability", "train", "not the constructor's dropout=0.5"),
+        Stated("in eval mode dropout does nothing", "x (2, 5, 16), eval mode", "dropout is active in eval mode"),
+    ),
+    "LayerNorm": (
+        Stated("gamma starts at ones and beta at zeros", "init", "gamma must start at ones"),
+        Stated("the constructor's eps is used", "small", "the eps argument is ignored"),
+        Stated("eps sits inside the square root", "small", "eps is outside the square root"),
+        Stated("the variance is biased, as nn.LayerNorm's", "x (2, 5, 16)", "unbiased variance"),
+        Stated("it agrees with nn.LayerNorm whatever the offset of the features", "offset", "E[x^2] - E[x]^2"),
+        Stated("each position's d_model features are normalised", "x (2, 5, 16)", "you normalised over dim="),
+        Stated("the parameters are named gamma and beta", "x (2, 5, 16)", "Name the scale `gamma`"),
+        Stated("F.layer_norm is not used", "x (2, 5, 16)", "asks you to build yourself"),
+    ),
+    "EncoderLayer": (
+        Stated("post-norm: LayerNorm(x + Sublayer(x))", "x (2, 5, 16)", "this is the pre-norm layer"),
+        Stated("whatever sits at a padded position never changes a real one", "pair-",
+               "did not reach the self-attention"),
+        Stated("key_padding_mask is True where a position is padding", "lengths [4, 2, 3]",
+               "key_padding_mask is inverted"),
+        Stated("the padding mask goes to the attention's key_padding_mask", "lengths [4, 2, 3, 1]",
+               "the padding mask reached `attn_mask`"),
+        Stated("norm1 serves the self-attention and norm2 the feed-forward network", "x (2, 5, 16)",
+               "norm1 and norm2 are swapped"),
+        Stated("norm1 and norm2 each have their own gamma and beta", "x (2, 5, 16)",
+               "one and the same object"),
+        Stated("dropout acts on each sub-layer's output, before the residual sum", "train",
+               "dropout was applied to the residual sum"),
+        Stated("dropout1 and dropout2 are submodules", "x (2, 5, 16)", "has no submodule dropout1"),
+        Stated("self_attn is built with the layer's dropout", "train", "drops no attention weights"),
+    ),
+    "Encoder": (
+        Stated("each of the N layers has weights of its own", "N=3", "the same EncoderLayer object was repeated"),
+        Stated("the output is the last layer's, with no final LayerNorm", "N=3", "add no final LayerNorm"),
+        Stated("the padding mask reaches every layer", "pair-", "reached only the first layer"),
+        Stated("there are N layers", "N=3", "only 2 of the N=3 layers"),
+        Stated("layers is an nn.ModuleList", "N=3", "a plain Python list hides its modules"),
+        Stated("each layer is built with the encoder's dropout", "train", "the layers drop with probability 0.1"),
+    ),
+}

@@ -19,6 +19,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     ModuleResult,
+    Stated,
     expect_close,
     expect_finite,
     expect_shape,
@@ -415,6 +416,11 @@ class MultiHeadAttentionCheck(Check):
         # Built with dropout but called in eval mode: the dropout must then do nothing.
         out.append(case("self-attention, x (2, 5, 16), dropout=0.3 in eval mode", 2, 5, 5, 16, 4, dropout=0.3,
                         attn_mask=causal(5)))
+        # The course gives a query that may attend to no key zero weights, where PyTorch's layer gives NaN.
+        blind = torch.ones(2, 3, 5, dtype=torch.bool)
+        blind[0, 1] = False
+        out.append(case("cross-attention, query (2, 3, 16), key = value (2, 5, 16), attn_mask (2, 3, 5) with a query "
+                        "that may attend to nothing", 2, 3, 5, 16, 2, kind="cross", attn_mask=blind, tag="fully-masked"))
         out.append(Case("MultiHeadAttention(d_model=12, h=5)", (), {}, "invalid",
                         init={"d_model": 12, "h": 5}, method="extra_repr"))
         if hidden:
@@ -587,3 +593,47 @@ class MultiHeadAttentionCheck(Check):
 
 
 CHECKS = [SplitHeadsCheck, MergeHeadsCheck, MultiHeadAttentionCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned where the exercise does not
+# allow one, the arguments' dtype and device followed, gradients reaching them, attributes stored
+# detached where the exercise says so) are the base class's (Check.judge_effects, judge_dtype) and
+# are not repeated here, except the detached attn_weights, which this exercise asks for by name.
+STATED = {
+    "split_heads": (
+        Stated("head i takes features i*d_k .. (i+1)*d_k - 1 at every position", "x (2, 5, 8)",
+               "without the transpose"),
+        Stated("the blocks are consecutive, not every h-th feature", "x (2, 5, 8)", "every h-th feature"),
+        Stated("d_model not a multiple of h raises ValueError", "invalid", "raise ValueError"),
+        Stated("that ValueError names both numbers", "invalid", "name both numbers"),
+    ),
+    "merge_heads": (
+        Stated("merging is the exact inverse of split_heads", "round-trip", "interleaved"),
+        Stated("the head axis goes back behind the positions", "x (2, 2, 5, 4)",
+               "not moved back behind the positions"),
+        Stated("the heads are concatenated, not summed", "x (2, 2, 5, 4)", "The heads were summed"),
+    ),
+    "MultiHeadAttention": (
+        Stated("bias=False leaves the biases out", "bias=False", "parameters the exercise does not ask for"),
+        Stated("the layer keeps h and d_k", "x (2, 5, 24)", "store the number of heads as self.h"),
+        Stated("attn_weights is stored detached from the graph", "x (2, 5, 24)",
+               "still attached to the autograd graph"),
+        Stated("attn_weights holds every head's weights", "x (2, 5, 24)", "rather than averaging them"),
+        Stated("attn_weights is taken before dropout", "dropout=0.5", "holds the weights after dropout"),
+        Stated("in training mode dropout acts on the attention weights", "dropout=0.5",
+               "applied dropout to the output"),
+        Stated("in eval mode dropout does nothing", "in eval mode", "dropout is active although the layer is in eval"),
+        Stated("d_model not a multiple of h raises ValueError in the constructor", "invalid", "did not raise"),
+        Stated("that ValueError names both numbers", "invalid", "name both numbers"),
+        Stated("attn_mask is True where a query may attend", "causal attn_mask (5, 5)", "attn_mask is inverted"),
+        Stated("attn_mask may be (B, T_q, T_k), one per sequence", "attn_mask (2, 4, 6)",
+               "attn_mask.unsqueeze(1)"),
+        Stated("key_padding_mask is True where a key is padding", "pair-", "key_padding_mask is inverted"),
+        Stated("padded keys never change the output", "pair-", "key_padding_mask was ignored"),
+        Stated("key and value are separate tensors", "three different tensors",
+               "the value was projected with w_k"),
+        Stated("a query that may attend to no key gets zero weights and a zero output, not NaN", "fully-masked",
+               "a query that may attend to no key must get zero weights"),
+    ),
+}

@@ -22,6 +22,7 @@ from ..framework import (
     Hint,
     ModuleResult,
     Stage,
+    Stated,
     draw,
     expect_finite,
     expect_shape,
@@ -611,3 +612,35 @@ class PositionalEmbeddingCheck(Check):
 
 
 CHECKS = [SinusoidalEncodingCheck, PositionalEmbeddingCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the device followed, gradients
+# reaching the embedding) are the base class's (Check.judge_effects) and are not repeated here. The
+# advice to compute the table in float64 is not held: the tolerance grows with the position so as to
+# accept a table computed in float32 (see ATOL_PER_POSITION).
+STATED = {
+    "sinusoidal_encoding": (
+        Stated("the table is float32", "max_len=50", "return float32"),
+        Stated("sines and cosines are interleaved", "max_len=50", "interleaves them"),
+        Stated("each pair is the sine and cosine of the same angle, with exponent 2i", "max_len=50",
+               "odd columns used their own index"),
+        Stated("an odd d_model ends with a sine column", "d_model=5", "one more sin column than cos columns"),
+        Stated("positions run from 0", "max_len=50", "positions start at 1"),
+        Stated("max_len < 1 or d_model < 1 raises ValueError", "invalid", "raise ValueError instead"),
+    ),
+    "PositionalEmbedding": (
+        Stated("the table is a buffer named pe", "buffer", "`pe` is not a buffer"),
+        Stated("pe keeps the shape sinusoidal_encoding gives it", "buffer",
+               "keep the table as sinusoidal_encoding returns it"),
+        Stated("pe is not persistent: state_dict() leaves it out", "state-dict",
+               "registered as a persistent buffer"),
+        Stated("the embedding's weight is the only parameter", "state-dict", "register it with self.register_buffer"),
+        Stated("the embeddings are multiplied by sqrt(d_model)", "tokens (2, 7)", "not multiplied by sqrt(d_model)"),
+        Stated("dropout acts on the sum", "train mode", "before the encoding was added"),
+        Stated("the table is sliced by the sequence length", "tokens (2, 7)",
+               "slice the table by the sequence length"),
+        Stated("T > max_len raises ValueError", "invalid", "raise ValueError"),
+        Stated("a sequence of exactly max_len tokens fits", "full-length", "This case is valid"),
+    ),
+}

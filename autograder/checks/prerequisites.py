@@ -20,6 +20,7 @@ from ..framework import (
     CheckFailed,
     Hint,
     Provided,
+    Stated,
     draw,
     expect_close,
     expect_dtype,
@@ -527,3 +528,48 @@ class GreedyDecodeCheck(Check):
 
 
 CHECKS = [ReceptiveFieldCheck, RnnForwardCheck, GreedyDecodeCheck]
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and
+# device followed, gradients reaching them) are the base class's (Check.judge_effects, judge_dtype)
+# and are not repeated here.
+STATED = {
+    "receptive_field": (
+        Stated("the receptive field is returned as an int", "kernel_sizes=[5]", "return a Python int"),
+        Stated("with no layer at all, r = 1", "empty", "for an empty stack"),
+        Stated("missing strides or dilations mean 1 for every layer", "kernel_sizes=[3, 3, 3, 3]",
+               "This case is valid"),
+        Stated("the product runs over the strides of the layers below only", "strides=[2, 1, 3]",
+               "its own stride"),
+        Stated("each layer adds (k - 1) d steps", "dilations=[1, 2, 4, 8]", "the dilations are ignored"),
+        Stated("lengths that differ raise ValueError", "strides=[2]", "raise ValueError instead"),
+        Stated("a kernel size, stride or dilation below 1 raises ValueError", "kernel_sizes=[3, 0, 3]",
+               "raise ValueError instead"),
+        Stated("a description that makes no sense fails with ValueError, not an assert", "invalid",
+               "not an assert"),
+    ),
+    "rnn_forward": (
+        Stated("outputs holds h_1 .. h_T, not h_0", "x (2, 5, 3)", "shifted by one step"),
+        Stated("h_T is the last state", "x (2, 5, 3)", "state after the first step"),
+        Stated("outputs has shape (B, T, d_h)", "x (2, 5, 3)", "stacked along dim 0"),
+        Stated("x[:, t] is the input at step t", "x (2, 5, 3)", "the input at step t is x[:, t]"),
+        Stated("W_hh multiplies the previous state on the right, as (d_h, d_h)", "x (2, 5, 3)",
+               "W_hh was used transposed"),
+        Stated("h_t depends on the inputs up to step t only", "pair-", "backwards in time"),
+    ),
+    "greedy_decode": (
+        Stated("model.encode(src) is called once", "every row ends", "call model.encode(src) once"),
+        Stated("the next token comes from the last position", "every row ends",
+               "you read the logits of the first position"),
+        Stated("every row starts with bos_id in column 0", "every row ends", "BOS is missing"),
+        Stated("at most max_len tokens follow bos_id", "no row ends", "max_len + 1 tokens"),
+        Stated("after its eos_id a row holds pad_id, whatever the model says", "every row ends",
+               "kept generating after its EOS"),
+        Stated("the padding is pad_id, not a fixed id", "pad_id=7", "fill them with pad_id"),
+        Stated("decoding stops as soon as every row has produced eos_id", "every row ends",
+               "ran on after every row"),
+        Stated("decoding goes on while any row has not ended", "every row ends", "as soon as the first row"),
+        Stated("the result is a LongTensor", "every row ends", "LongTensor"),
+    ),
+}

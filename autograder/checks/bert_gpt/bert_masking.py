@@ -14,6 +14,7 @@ from ...framework import (
     Case,
     Check,
     CheckFailed,
+    Stated,
     expect_tensor,
     expect_tuple,
 )
@@ -259,3 +260,27 @@ class MaskTokensCheck(Check):
                         f"{main_case.label}, and the same with another seed): the random choices must come from the "
                         "generator passed in, not from torch's global generator or a generator of your own."
                     )
+
+
+# What the instructions state, and the visible case that holds a learner to it. The base class's rules
+# (Check.judge_effects) are not repeated here, except that ids stays unchanged, which the exercise
+# states and this check names in its own words.
+STATED = {
+    "mask_tokens": (
+        Stated("ids is not modified", "main", "Did you write into ids itself"),
+        Stated("a special token is never chosen", "main", "chose the special token"),
+        Stated("the rate applies to the ordinary tokens only", "main", "count only the ordinary tokens"),
+        Stated("one uniform number per chosen position decides 80/10/10", "main",
+               "Draw one number u per chosen position"),
+        Stated("a random replacement is an ordinary id", "main",
+               "a random replacement is drawn from the ordinary ids only"),
+        Stated("a random replacement may by chance be the original token", "two ordinary ids",
+               "never gave back the original token"),
+        Stated("every chosen position gets its original id as label", "main", "every chosen position gets its label"),
+        Stated("the other positions get the label -100", "main", "must have the label -100"),
+        Stated("everything is drawn from generator", "seeded with 1", "never from torch's global generator"),
+        Stated("rate=1.0 is valid", "all", "This case is valid"),
+        Stated("a rate outside (0, 1] raises ValueError", "invalid", "raise ValueError"),
+        Stated("that ValueError names rate", "invalid", "say which argument is wrong"),
+    ),
+}

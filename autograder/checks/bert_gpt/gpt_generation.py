@@ -20,6 +20,7 @@ from ...framework import (
     Hint,
     Opaque,
     Provided,
+    Stated,
     expect_close,
     expect_dtype,
     expect_shape,
@@ -452,3 +453,43 @@ class GenerateWithCacheCheck(Check):
                         f"{where_it_differs(got, expected)}. Store, for block {i}, the {what} of every position read: "
                         "w_k (or w_v) of norm1(x), split into heads, the cached ones first."
                     )
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned) are the base class's
+# (Check.judge_effects, judge_dtype) and are not repeated here.
+STATED = {
+    "sample_next": (
+        Stated("the logits are divided by the temperature", "temperature=0.5", "multiplied by the temperature"),
+        Stated("temperature 0 is greedy", "temperature=0,", "greedy"),
+        Stated("top_k at least the vocabulary size keeps every token", "top_k above V",
+               "more than the vocabulary's"),
+        Stated("top-k keeps the top_k largest logits, the k-th included", "top_k=4,", "the k-th included"),
+        Stated("the nucleus is the smallest set reaching top_p", "top_p=0.7", "left out the token that takes"),
+        Stated("the most likely token is always kept", "top_p=0.6", "the most likely token is always kept"),
+        Stated("temperature, then top-k, then top-p", "temperature=2.5", "applied after top-k and top-p"),
+        Stated("top-p reads what top-k kept", "temperature=2.5", "taken from the whole vocabulary"),
+        Stated("a token id is the vocabulary's, not a sorted position", "top_p=0.7",
+               "positions in the sorted order"),
+        Stated("all randomness comes from generator", "seeded with 1", "never from torch's global generator"),
+        Stated("the result is a LongTensor of token ids", "main", "token ids are torch.long"),
+        Stated("a negative temperature or top_k, or top_p outside (0, 1], raises ValueError", "invalid",
+               "raise ValueError"),
+        Stated("that ValueError names the argument", "invalid", "say which argument is wrong"),
+    ),
+    "generate_with_cache": (
+        Stated("each step reads only the positions not read yet", "prompt (1, 4)", "read positions again"),
+        Stated("the prompt is read with a causal mask", "prompt (1, 4)", "without a causal mask"),
+        Stated("the first generated token sits at position T0", "prompt (1, 4)", "got position 0"),
+        Stated("the cache holds the keys and values of every position read", "prompt (1, 4)",
+               "the cache never grew"),
+        Stated("the last token is returned but never read", "prompt (1, 4)", "one more than were needed"),
+        Stated("tokens holds the generated ids only", "prompt (1, 4)", "they begin with the prompt"),
+        Stated("the final LayerNorm comes before the output layer", "prompt (1, 4)",
+               "the final LayerNorm was skipped"),
+        Stated("every row of a batch is generated", "prompt (3, 5)", "no .item()"),
+        Stated("each cache entry is (k, v)", "prompt (1, 4)", "store each pair as (k, v)"),
+        Stated("the cache keeps the heads apart, (B, h, T, d_k)", "prompt (1, 4)", "keep the heads apart"),
+        Stated("steps below 1 raises ValueError", "invalid", "raise ValueError"),
+    ),
+}

@@ -22,6 +22,7 @@ from ...framework import (
     ModuleResult,
     Opaque,
     Stage,
+    Stated,
     expect_close,
     expect_finite,
     expect_loss,
@@ -325,3 +326,37 @@ class GPTBlockCheck(Check):
                     f"position ({case.label}); {where_it_differs(early_b, early_a)}. Position t may see positions "
                     "0..t only: give the attention the causal mask subsequent_mask(T)."
                 )
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged, no view of them returned, the arguments' dtype and
+# device followed, gradients reaching them) are the base class's (Check.judge_effects, judge_dtype)
+# and are not repeated here.
+STATED = {
+    "causal_lm_loss": (
+        Stated("position t predicts ids[:, t + 1]", "no padding", "there is no shift"),
+        Stated("a padding target is left out of the sum", "real lengths [7, 4, 5]", "padding was counted"),
+        Stated("a padding target is left out of the count", "real lengths [7, 4, 5]", "not out of the count"),
+        Stated("pad_id is the argument, not 0", "pad_id=5", "is not pad_id"),
+        Stated("a target is kept by its own id, not its input's", "real lengths [7, 4, 5]",
+               "instead of their target"),
+        Stated("every real target of the batch weighs the same", "real lengths [7, 4, 5]",
+               "mean of per-sequence means"),
+        Stated("the loss is a 0-dimensional tensor, not a Python number", "no padding", "no .item()"),
+        Stated("large logits do not give log(0)", "large", "underflows to log(0)"),
+    ),
+    "GPTBlock": (
+        Stated("pre-norm: x + Sublayer(LayerNorm(x))", "x (2, 5, 16), h=4, d_ff=32, dropout=0.1, eval",
+               "post-norm wiring"),
+        Stated("the block makes its own causal mask", "future-", "there is no causal mask"),
+        Stated("the mask is True where a query may attend", "future-", "the causal mask is flipped"),
+        Stated("norm2 has its own gamma and beta", "x (2, 5, 16), h=4, d_ff=32, dropout=0.1, eval",
+               "one and the same LayerNorm"),
+        Stated("dropout acts on each sub-layer's output before it is added", "train",
+               "dropout was applied to the residual sum"),
+        Stated("in eval mode the block is deterministic", "x (2, 5, 16), h=4, d_ff=32, dropout=0.1, eval",
+               "dropout is active in eval mode"),
+        Stated("the final LayerNorm belongs to the model, not the block", "x (2, 5, 16), h=4, d_ff=32, dropout=0.1, eval",
+               "belongs to the model"),
+    ),
+}

@@ -15,6 +15,7 @@ from ...framework import (
     Check,
     CheckFailed,
     Opaque,
+    Stated,
     relabelling,
 )
 from ...oracles.bpe import bpe_apply, bpe_merges, bpe_rounds, counted_once, longest_match, vocabulary
@@ -357,3 +358,32 @@ class BpeEncodeCheck(Check):
             "from the bytes and apply each merge k, in order, to the whole sequence, replacing its pair from the left "
             f"by 256 + k.{extra}"
         )
+
+
+# What the instructions state, and the visible case that holds a learner to it. The rules every graded
+# function keeps (its arguments left unchanged) are the base class's (Check.judge_effects) and are not
+# repeated here.
+STATED = {
+    "bpe_train": (
+        Stated("pairs are counted with overlaps: a a a holds (a, a) twice", "runs", "without overlaps"),
+        Stated("a tie goes to the pair whose first occurrence comes first", "ties", "you took the smallest pair"),
+        Stated("training stops when the best pair occurs only once", "stop", "occur only once"),
+        Stated("training stops when fewer than two tokens are left", "text=''", "max() arg is an empty sequence"),
+        Stated("a merge replaces occurrences from left to right", "runs",
+               "replaced the pair's occurrences from the right"),
+        Stated("the first tokens are the text's UTF-8 bytes", "accented", "started from the characters"),
+        Stated("the pairs are counted again after every merge", "the cat sat", "count again after every merge"),
+        Stated("a negative num_merges raises ValueError", "invalid", "raise ValueError"),
+    ),
+    "bpe_encode": (
+        Stated("the merges are applied in the order they were learnt", "'b' + 'c'",
+               "from the last to the first"),
+        Stated("encoding is not the longest known piece from the left", "'b' + 'c'", "WordPiece"),
+        Stated("pairs are replaced from left to right, never overlapping", "'aaaaa'",
+               "replaced the pairs from the right"),
+        Stated("a merge applies everywhere in the sequence", "'abcd abcd abd'", "only the first occurrence"),
+        Stated("a text starts as its UTF-8 bytes; a byte no merge covers stays a token", "naïve",
+               "started from the characters"),
+        Stated("merge k makes the id 256 + k", "'abc'", "the k-th merge makes the id 256 + k"),
+    ),
+}
