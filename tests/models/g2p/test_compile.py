@@ -118,7 +118,8 @@ def test_the_gpu_presets_model_compiles_without_graph_breaks():
 
 
 def test_compiling_bf16_on_the_cpu_through_the_chapters_attention_is_refused(tmp_path, g2p):
-    """The compiler's CPU code gives that combination NaN gradients (test_the_refused_combination_still_fails)."""
+    """The compiler's CPU code gives that combination NaN gradients: a fault of torch, which
+    benchmarks/compiler_fault.py measures again after a change of torch."""
     with pytest.raises(loop.TrainingError, match="NaN gradients.*--precision fp32, or --attention fused"):
         T.train(tiny(tmp_path / "refused", compile=True, precision="bf16"), data=g2p, progress=False)
     assert not (tmp_path / "refused").exists()  # refused before anything is written
@@ -127,26 +128,6 @@ def test_compiling_bf16_on_the_cpu_through_the_chapters_attention_is_refused(tmp
     for allowed in ({"attention": "fused"}, {"precision": "fp32"}, {"compile_backend": "aot_eager"}):
         settings = {"compile": True, "precision": "bf16", **allowed}
         loop.refuse_compiled_bf16_course_attention(tiny(tmp_path, **settings), CPU, settings["precision"] == "bf16")
-
-
-@pytest.mark.skipif(not loop.native_bf16(CPU), reason="measured on a CPU that computes bf16 natively")
-def test_the_refused_combination_still_fails():
-    """What the refusal above guards against, measured with the torch the course pins: where this test starts
-    failing, a newer torch computes those gradients and the refusal can go."""
-    from reference.attention import scaled_dot_product_attention
-
-    torch.manual_seed(0)
-    q, k, v = (torch.randn(8, 4, 6, 32, requires_grad=True) for _ in range(3))
-    mask = (torch.arange(6) < torch.tensor([6, 5, 4, 3, 6, 2, 1, 6])[:, None])[:, None, None, :]  # (8, 1, 1, 6)
-
-    def loss(q, k, v):
-        return scaled_dot_product_attention(q, k, v, mask)[0].float().square().sum()
-
-    for function, finite in ((loss, True), (torch.compile(loss), False)):
-        q.grad = None
-        with torch.autocast("cpu", dtype=torch.bfloat16):
-            function(q, k, v).backward()
-        assert bool(torch.isfinite(q.grad).all()) is finite
 
 
 def test_compile_settings_are_checked():
