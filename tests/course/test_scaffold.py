@@ -115,13 +115,18 @@ def test_the_course_tests_pass_on_the_example(course):
 
 def test_the_whole_class_gradings_pick_it_up(course):
     """The determinism tests list the chapters from the layout, and the chapter's catalogue names the
-    edit that spoils its solution; a class for the new chapter can be made from it."""
+    edit that spoils its solution; a class for the new chapter can be made from it, and the whole-class
+    test asks for the chapter's kind of check."""
     done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--collect-only", _test_file("test_determinism.py"))
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
     assert f"test_judging_leaves_the_global_generator_alone[{STEM}]" in done.stdout, done.stdout[-2000:]
     made = _run(course, "-c", f"from tests.grader.test_determinism import _class; print(sorted(_class({STEM!r})))")
     assert made.returncode == 0, made.stdout + made.stderr
     assert made.stdout.strip() == "['correct', 'wrong']"
+    # The whole-class grading takes one chapter per kind of check: the new one waits to be placed.
+    unplaced = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", _test_file("test_determinism.py"),
+                    "-k", "has_its_kind")
+    assert unplaced.returncode == 1 and "place each numbered chapter in KINDS" in unplaced.stdout, unplaced.stdout[-2000:]
 
 
 def test_the_page_checks_and_the_glossary_pick_it_up(course, chapter):

@@ -1,13 +1,12 @@
 """The same submission always gets the same grade: whatever the number of grading threads.
 
-Two levels. The judges themselves: a check judged from several threads at once gives the verdict
-it gives alone, and no judge touches torch's global random number generator. Then the whole
-grader: one class, in every chapter a correct and a wrong submission (and in one chapter an
-unfinished and a crashing one too), graded once with ``--jobs 1`` and once with ``--jobs 4``;
-the gradebook, the CSVs and the feedback must be the same both times.
-
-Every chapter of the course takes part: the list comes from the course's layout, and each
-chapter's mistake catalogue names the edit that makes its wrong submission (``SPOILED``).
+Two levels. The judges themselves, in every chapter: a check judged from several threads at once
+gives the verdict it gives alone, and no judge touches torch's global random number generator.
+Then the whole grader: one class, graded once with ``--jobs 1`` and once with ``--jobs 4``; the
+gradebook, the CSVs and the feedback must be the same both times. The class is a correct and a
+wrong submission (and in one chapter an unfinished and a crashing one too) in one chapter of each
+kind of check (``KINDS``): what could make a grade depend on the threads is the kind of work a
+check does, which the chapters of one kind share; every numbered chapter has its kind there.
 """
 from __future__ import annotations
 
@@ -38,8 +37,23 @@ from tests.grader.small_class import graded_cells_only, without_demonstrations
 # The judges
 # ---------------------------------------------------------------------------------------------
 
-#: every numbered chapter: a new one joins without being listed here
+#: every numbered chapter: a new one joins the judges' tests without being listed here
 CORE = [nb for nb in NOTEBOOKS if chapter_of(nb).number is not None]
+
+#: The kinds of check, each with the chapter graded end to end for it and the chapters whose checks do
+#: the same kind of work. A grade could depend on the threads through state a check shares: torch's
+#: generators, the modules it builds, the course objects it hands a learner's function.
+KINDS = {
+    # plain values in and out, and a course model (counting its calls) handed to the learner's function;
+    # the unfinished and crashing learners are graded here (ENGINE_PATHS_IN)
+    "functions of tensors and of Python values": ("prerequisites", ("attention", "capstone")),
+    # the judge draws the dropout masks it expects, from generators of its own, on modules it builds
+    "modules judged in training mode": ("encoder", ("multihead", "decoder", "positional")),
+    # the learner's function draws from the generator it is given (masking, sampling), and a tokenizer
+    # is trained; its checks are the largest
+    "functions that draw random numbers": ("bert_gpt", ()),
+}
+GRADED = [graded for graded, _ in KINDS.values()]
 
 
 def _judgement(check, case, result) -> str:
@@ -163,16 +177,23 @@ def test_the_grader_parses_source_only_under_the_parsing_lock():
 LIMITS = ["--call-timeout", "60", "--submission-timeout", "900", "--memory-mb", "1536"]
 CHAPTERS_AT_ONCE = 3
 
+
+def test_every_chapter_has_its_kind_of_check_graded_end_to_end():
+    """A new chapter is placed among the kinds, or graded as a kind of its own."""
+    placed = [graded for graded, _ in KINDS.values()] + [n for _, alike in KINDS.values() for n in alike]
+    assert sorted(placed) == sorted(CORE), "place each numbered chapter in KINDS, once"
+
+
 def _answer(nb, grade_id):
     return next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == grade_id)
 
 
-#: Each chapter's own checks judge a passing and a failing submission: that is what differs from
-#: chapter to chapter. What the engine does with an unfinished notebook (every function raises) and
+#: Each graded chapter's own checks judge a passing and a failing submission: that is what differs from
+#: kind to kind. What the engine does with an unfinished notebook (every function raises) and
 #: with a cell that raises and a function that takes its process down is the same code whatever the
 #: chapter, so one chapter's class has those two learners as well; grading them in every chapter
 #: would only repeat it (about a third of the test's time).
-ENGINE_PATHS_IN = CORE[0]
+ENGINE_PATHS_IN = GRADED[0]
 
 
 def _class(notebook: str) -> dict[str, nbformat.NotebookNode]:
@@ -202,7 +223,7 @@ def course(tmp_path_factory):
         pytest.skip("bubblewrap is not installed (apt-get install bubblewrap); .ci/run installs it")
     root = tmp_path_factory.mktemp("determinism")
     shutil.copy(REPO / "nbgrader_config.py", root)
-    for notebook in CORE:
+    for notebook in GRADED:
         chapter = chapter_of(notebook)
         (root / "solutions" / chapter.assignment).mkdir(parents=True)
         source = without_demonstrations(chapter.source.read_text())
@@ -238,12 +259,12 @@ def _grade_everything(root: Path, jobs: int) -> dict:
     # waiting for sandboxes to start); each process keeps its own --jobs threads, and its own
     # gradebook, since SQLite would not let several processes set one up at the same time.
     with ThreadPoolExecutor(max_workers=CHAPTERS_AT_ONCE) as pool:
-        for done in pool.map(grade, CORE):
+        for done in pool.map(grade, GRADED):
             assert done.returncode == 0, done.stdout + done.stderr
     from nbgrader.api import Gradebook
 
     scores = {}
-    for notebook in CORE:
+    for notebook in GRADED:
         assignment = chapter_of(notebook).assignment
         with Gradebook(_gradebook(root, assignment)) as gb:
             for submission in gb.assignment_submissions(assignment):
@@ -265,7 +286,7 @@ def test_grades_do_not_depend_on_the_number_of_jobs(course):
     runs = {(jobs, i): _grade_everything(course, jobs) for jobs, i in ((1, 0), (4, 0))}
     first = runs[(1, 0)]
     # The class really is mixed: every chapter has full marks and partial marks, one has zeros too.
-    for notebook in CORE:
+    for notebook in GRADED:
         assignment = chapter_of(notebook).assignment
         with (course / "grades" / f"{assignment}.csv").open() as f:
             rows = {r["learner"]: r for r in csv.DictReader(f)}
@@ -274,9 +295,9 @@ def test_grades_do_not_depend_on_the_number_of_jobs(course):
         if notebook == ENGINE_PATHS_IN:
             assert float(rows["stub"]["score"]) == 0, assignment
             assert float(rows["crashing"]["score"]) < float(rows["crashing"]["max_score"]), assignment
-    assert len(first["feedback"]) == sum(len(_class(notebook)) for notebook in CORE)
+    assert len(first["feedback"]) == sum(len(_class(notebook)) for notebook in GRADED)
     for key, run in runs.items():
         for part in ("scores", "csvs", "feedback"):
             differing = sorted(k for k in set(run[part]) | set(first[part]) if run[part].get(k) != first[part].get(k))
             assert not differing, f"--jobs {key[0]}, run {key[1] + 1}: {part} differ from --jobs 1, run 1: {differing[:5]}"
-    print(f"\n{len(runs)} gradings of {len(CORE)} chapters took {time.monotonic() - start:.0f} s")
+    print(f"\n{len(runs)} gradings of {len(GRADED)} chapters took {time.monotonic() - start:.0f} s")
