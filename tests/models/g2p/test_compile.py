@@ -177,7 +177,7 @@ def test_a_compiled_run_trains_marks_its_steps_and_its_checkpoint_loads(tmp_path
     """With the backend that traces but generates no code, in seconds. The mark of a new step, which CUDA
     graphs need, is forced on here to run that path too (on the CPU it changes nothing)."""
     marks = []
-    monkeypatch.setattr(loop, "uses_cuda_graphs", lambda config, device: True)
+    monkeypatch.setattr(loop.run, "uses_cuda_graphs", lambda config, device: True)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     result, graphs = compiled_run(tmp_path, g2p, "aot_eager")
     assert len(marks) == result.step == 6
