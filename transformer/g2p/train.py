@@ -336,6 +336,9 @@ class G2PTask(Task):
         assert self.data is not None
         draw_attention(model, list(self.data.dev.words[:3]), self.vocabs, _device_of(model), run_dir / "attention.png")
 
+    def course_attention(self) -> bool:
+        return self.config.attention == "course"
+
 
 def dev_line(measured: dict[str, float]) -> str:
     """The dev figures as printed, with a word on a PER above 100 %, which early in training is right."""

@@ -7,26 +7,8 @@ paper's checkpoint averaging, the progress bar, the metrics and the curves, and 
 (several processes with DistributedDataParallel, bf16 autocast, ``torch.compile``). A small *task*
 object supplies the rest: the model, the batches, the loss and the evaluation.
 
-Writing a new task::
-
-    @dataclass(frozen=True)
-    class MyConfig(LoopConfig):             # the loop's settings, then the task's own
-        vocab: int = 100
-
-    class MyTask(Task):
-        curves = (("accuracy", "accuracy"),)  # dev metrics drawn in curves.png
-        def prepare(self): ...                # load and check the data (raise TrainingError)
-        def build_model(self): ...            # a fresh model, on the CPU
-        def epoch_batches(self, epoch): ...   # lists of example indices, the same for the same (seed, epoch)
-        def make_batch(self, indices, device): return Batch(inputs=(x,), targets=y, count=..., tokens=..., flops=...)
-        def loss(self, output, batch): ...    # the mean over batch.count units
-        def evaluate(self, model): return {"accuracy": ...}
-
-    result = run_training(MyTask(MyConfig(run_dir="runs/mine")))
-
-and a command line with every setting as an option: ``config, resume, quiet = command_line(MyConfig,
-PRESETS, "python -m transformer.mine", "what it trains", argv, run_prefix="mine")``, then
-``launch(MyTask(config), resume, quiet)``.
+What a new model must provide, with an example: :mod:`transformer.loop.task`, the seam a new chapter's
+model builds on.
 
 One step, in order: the task turns the next batch of the epoch (this process's share of it) into
 tensors; the learning rate is set from equation 3 of the paper (:func:`noam_rate`, with its peak

@@ -221,13 +221,14 @@ def already_holds_a_run(run_dir: Path) -> TrainingError:
     return TrainingError(f"{run_dir} already holds a run: continue it with --resume {run_dir}, or choose another --run-dir")
 
 
-def refuse_compiled_bf16_course_attention(config: LoopConfig, device: torch.device, bf16: bool) -> None:
+def refuse_compiled_bf16_course_attention(task: Task, device: torch.device, bf16: bool) -> None:
     """torch.compile's inductor, on a CPU, with bf16 autocast, computes NaN gradients through the chapters'
     attention (measured with torch 2.13: the backward of the max that the course's softmax subtracts), so
     such a run would train nothing for its whole budget. F.scaled_dot_product_attention compiles correctly,
-    and fp32 does too."""
+    and fp32 does too. Whether the model computes the chapters' attention is the task's to say."""
+    config = task.config
     if (config.compile and config.compile_backend == "inductor" and bf16 and device.type == "cpu"
-            and getattr(config, "attention", "course") == "course"):
+            and task.course_attention()):
         offers_fused = "attention" in config.KERNEL_PATHS and config.parts != "mine"
         fused = ", or --attention fused" if offers_fused else ""
         raise TrainingError("torch.compile with bf16 on the CPU computes NaN gradients through the chapters' "
@@ -258,7 +259,7 @@ class Run:
         if self.processes.distributed and self.device.type == "cuda":
             self.device = torch.device("cuda", self.processes.local_rank)  # one GPU per process
         self.bf16 = config.bf16(self.device)
-        refuse_compiled_bf16_course_attention(config, self.device, self.bf16)
+        refuse_compiled_bf16_course_attention(task, self.device, self.bf16)
         saved = self._saved_run() if resume else self._no_run_yet()
         if config.parts == "mine":
             task.use_learner_parts(print if self.processes.main else lambda line: None)

@@ -1,6 +1,49 @@
-"""What one kind of model brings to the loop: a :class:`Task` and the :class:`Batch` it makes.
+"""What one kind of model brings to the loop: a :class:`Task`, and the :class:`Batch` it makes.
 
-The loop knows nothing of the model: it asks the task for it, for the batches, the loss and the evaluation.
+The loop knows nothing of the model. It owns the steps, the optimiser and equation 3's schedule, when to stop,
+the checkpoint and exact resume, averaging, DDP, bf16 and compilation; everything that depends on the model it
+asks of the task. A new model (a chapter's, say) brings two things.
+
+A config: a frozen dataclass that extends :class:`~transformer.loop.config.LoopConfig` with the model's and the
+data's settings, each with a comment on its line (the comment becomes the option's ``--help``), and a dict of
+presets. Settings that may change when a run is resumed go in ``RESUMABLE``; a setting that swaps a course
+part for a fused kernel goes in ``KERNEL_PATHS``.
+
+A task: a subclass of :class:`Task`. It must fill in
+
+* ``build_model()``: a freshly initialised model, on the CPU (torch's seed is already ``config.seed``);
+* ``epoch_batches(epoch)``: the epoch's batches as lists of example indices, the same for the same
+  (seed, epoch), so that a resumed run finds its place;
+* ``make_batch(indices, device)``: those examples as a :class:`Batch`: the model's positional inputs, what the
+  loss needs besides the model's output, and the counts the loop weighs processes and reports speed by;
+* ``loss(output, batch)``: a float32 scalar, the mean over ``batch.count`` units.
+
+and may fill in ``prepare()`` (load and check the data; raise :class:`TrainingError` with what to do),
+``evaluate(model)`` and ``evaluate_final(model)`` (held-out measures; ``curves`` names those drawn),
+``report`` (the progress bar's line), ``checkpoint_extra()`` (a vocabulary, saved with the weights),
+``finish(model, run_dir)`` (pictures), ``course_attention()`` (whether the model computes attention with the
+chapters' code), and, for ``--parts mine``, ``MODEL_PARTS`` and ``PARTS`` (see :mod:`transformer.parts`)::
+
+    @dataclass(frozen=True)
+    class MyConfig(LoopConfig):             # the loop's settings, then the task's own
+        vocab: int = 100  # symbols the model reads
+
+    class MyTask(Task):
+        curves = (("accuracy", "accuracy"),)  # dev metrics drawn in curves.png
+        def prepare(self): ...                # load and check the data (raise TrainingError)
+        def build_model(self): ...            # a fresh model, on the CPU
+        def epoch_batches(self, epoch): ...   # lists of example indices, the same for the same (seed, epoch)
+        def make_batch(self, indices, device): return Batch(inputs=(x,), targets=y, count=..., tokens=..., flops=...)
+        def loss(self, output, batch): ...    # the mean over batch.count units
+        def evaluate(self, model): return {"accuracy": ...}
+
+    result = run_training(MyTask(MyConfig(run_dir="runs/mine")))
+
+and a command line with every setting as an option: ``config, resume, quiet = command_line(MyConfig,
+PRESETS, "python -m transformer.mine", "what it trains", argv, run_prefix="mine")``, then
+``launch(MyTask(config), resume, quiet)``. ``tests/models/test_loop_task.py`` trains a task that fills in
+only what it must. The course's three tasks are :class:`transformer.g2p.train.G2PTask`,
+:class:`transformer.gpt.train.GPTTask` and the two of :mod:`transformer.bert.train`.
 """
 from __future__ import annotations
 
@@ -65,6 +108,7 @@ class Task:
     def rate(self, step: int) -> float:
         """The learning rate at ``step`` (from 1): equation 3, with the learner's noam_rate when it is used."""
         config = self.config
+        # lrate = d_model^-0.5 * min(step^-0.5, step * warmup^-1.5), scaled by lr_factor so that it peaks at peak_lr
         schedule = self.parts.functions.get("noam_rate", noam_rate)
         return schedule(step, config.d_model, config.warmup, config.lr_factor)
 
@@ -108,3 +152,9 @@ class Task:
 
     def finish(self, model: torch.nn.Module, run_dir: Path) -> None:
         """Pictures or files made from the final model (rank 0, after the last checkpoint)."""
+
+    def course_attention(self) -> bool:
+        """Whether the model computes attention with the chapters' code, which torch.compile with bf16 on a CPU
+        differentiates wrongly (the loop then refuses to start). Yes unless the task's model takes a fused
+        kernel in its place."""
+        return True

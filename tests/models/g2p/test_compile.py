@@ -126,7 +126,8 @@ def test_compiling_bf16_on_the_cpu_through_the_chapters_attention_is_refused(tmp
         T.train(tiny(tmp_path / "mine", compile=True, precision="bf16", parts="mine"), data=g2p, progress=False)
     for allowed in ({"attention": "fused"}, {"precision": "fp32"}, {"compile_backend": "aot_eager"}):
         settings = {"compile": True, "precision": "bf16", **allowed}
-        loop.refuse_compiled_bf16_course_attention(tiny(tmp_path, **settings), CPU, settings["precision"] == "bf16")
+        loop.refuse_compiled_bf16_course_attention(T.G2PTask(tiny(tmp_path, **settings)), CPU,
+                                                settings["precision"] == "bf16")
 
 
 @pytest.mark.skipif(not loop.native_bf16(CPU), reason="measured on a CPU that computes bf16 natively")
