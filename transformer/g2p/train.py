@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint
-from ..attention_paths import attention_path, use_attention
 from ..checkpoint import atomic_write, final_weights
 from ..flops import training_flops
+from ..fused import attention_path, use_attention, use_norm
 from ..loop import (
     Batch,
     LoopConfig,
@@ -53,7 +53,6 @@ from ..loop import (
     save_json,
 )
 from ..model import Transformer, TransformerConfig, count_parameters
-from ..norm_paths import use_norm
 from ..parts import EXERCISES, G2P_PARTS, NEEDED, LearnerTransformer, PartsError, load_parts
 from .baseline import TorchTransformer
 from .data import G2PData, Split, Vocabulary, load

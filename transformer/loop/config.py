@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 
 import torch
 
-from ..kernel_paths import PATHS
+from ..fused import PATHS
 from ..model import ModelShape
 
 
