@@ -136,25 +136,12 @@ PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
                         max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15, compare_words=40),
-    # ten minutes on two CPU cores, two models at once (members=2), one process of one thread each: a second
-    # thread made one model 1.4 to 1.7 times faster, a second process trains a second model at 0.8 times the
-    # speed of one model on both threads, and the two decoded as one beat one model trained alone.
-    # Chosen by measurement (benchmarks/RESULTS.md): 2,048-token batches, the matrix products in
-    # bf16 where the CPU computes it natively (AVX-512 BF16 or AMX: 1.3 times the steps of fp32), the
-    # rate cooled down to zero over the last 30 % of the ten minutes, and AdamW's weight decay, with which
-    # the same steps got both the training words and the dev words right more often (dropout, at 1.5 times
-    # the cost of a step, only slowed training down); 0.1 did best at the 7,000 steps of ten minutes on the
-    # machine the shipped model was trained on. The layer norm and Adam run as fused kernels (the same
-    # computation): a step of this small model waits on launching operations, and the two made it 1.3 times
-    # as fast; with --parts mine the learner's LayerNorm runs instead
+    # ten minutes on two CPU cores; why each setting: benchmarks/RESULTS.md, "The G2P presets, setting by setting"
     "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=2048, peak_lr=4e-3, warmup=300, threads=1,
                        members=2, norm="fused", fused_adam=True,
                        time_limit=600.0, cooldown=0.3, precision="auto", weight_decay=0.1, eval_every=1000,
                        eval_words=500, checkpoint_every=500, average_last=5, average_every=200),
-    # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
-    # A step is small (about 0.5 TFLOP) and would wait on kernel launches: compiled, and replayed as CUDA
-    # graphs, which need fixed shapes: batches padded to multiples of 8 tokens (a handful of shapes).
-    # Evaluations and checkpoints are spaced for steps of a few milliseconds (a guess until measured).
+    # one GPU, five minutes (benchmarks/gpu.py); why each setting: benchmarks/RESULTS.md, "The G2P presets, setting by setting"
     "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
                        time_limit=300.0, eval_every=2000, eval_words=0, checkpoint_every=5000, precision="bf16",
                        average_last=5, average_every=500, attention="fused", bucket=8, compile=True,
