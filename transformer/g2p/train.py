@@ -366,7 +366,7 @@ def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = T
         print(f"{config.members} models at once (seeds {config.seed} to {config.seed + config.members - 1}), one "
               f"process of {config.threads} thread(s) each; {folders[0]} shows its progress here, the others write "
               "train.log in their folders", flush=True)
-    codes = Members(config, resume, quiet=not progress).run()
+    codes = Members(config, resume, quiet=not progress, train_member=train_member).run()
     if any(code in (None, 130, -signal.SIGINT, -signal.SIGTERM) for code in codes):
         print(f"interrupted: `--resume {run_dir}` continues every model from its last checkpoint", file=sys.stderr)
         raise KeyboardInterrupt
@@ -375,6 +375,13 @@ def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = T
     if failed:
         raise TrainingError("; ".join(failed))
     return finish_ensemble(config)
+
+
+def train_member(settings: dict, index: int, resume: bool, quiet: bool) -> int:
+    """The ``index``-th member of the run ``settings`` describe, trained in the process :class:`Members` started
+    for it: its exit status."""
+    result = launch(G2PTask(member_config(TrainConfig(**settings), index)), resume, quiet, errors=(PartsError,))
+    return result if isinstance(result, int) else 0
 
 
 def finish_ensemble(config: TrainConfig) -> RunResult:
