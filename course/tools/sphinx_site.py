@@ -266,13 +266,14 @@ def add_search_keywords(app: Sphinx, doctree: nodes.document) -> None:
 
 
 def source_digest(root: Path, folders: list[str]) -> dict[str, str]:
-    """SHA-256 of every file under the given folders, by path: what the executed pages depend on."""
+    """SHA-256 of every file under the given folders (or of a file named alone), by path: what the executed
+    pages depend on."""
     digest = {}
     for folder in folders:
         base = root / folder
-        if not base.is_dir():
-            raise ExtensionError(f"course_execution_inputs names {folder!r}, which is not a folder of {root}")
-        for path in sorted(base.rglob("*")):
+        if not (base.is_dir() or base.is_file()):
+            raise ExtensionError(f"course_execution_inputs names {folder!r}, which is not a folder or file of {root}")
+        for path in sorted(base.rglob("*")) if base.is_dir() else [base]:
             if path.is_file() and "__pycache__" not in path.parts and not path.name.endswith(".pyc"):
                 digest[path.relative_to(root).as_posix()] = hashlib.sha256(path.read_bytes()).hexdigest()
     return digest

@@ -54,9 +54,9 @@ def test_a_stepper_trains_on_the_loops_own_batches_and_counts_their_real_tokens(
 
     import torch
 
+    from transformer.fused import norm_path
     from transformer.g2p import train as T
     from transformer.g2p.data import load
-    from transformer.norm_paths import norm_path
 
     config = dataclasses.replace(T.PRESETS["tiny"], device="cpu", norm="fused")
     stepper = capstone.Stepper(config, torch.device("cpu"), load())

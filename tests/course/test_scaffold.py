@@ -157,7 +157,7 @@ def test_the_parts_registries_pick_it_up(course):
     """--parts mine's registry lists every chapter of the layout, the example among them with no part of
     any command (it adds none by design), and the attention path keeps the course's one attention class;
     the test of the roles holds with the new chapter, untouched in transformer/."""
-    shown = _run(course, "-c", "from transformer.parts import registry; from transformer import attention_paths as a; "
+    shown = _run(course, "-c", "from transformer.parts import registry; from transformer import fused as a; "
                  f"print(registry()[{STEM!r}], a.MultiHeadAttention.__module__)")
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert shown.stdout.split() == ["{}", "reference.multihead"]

@@ -14,6 +14,7 @@ from transformer.g2p import __main__ as g2p_main
 from transformer.g2p import train
 from transformer.gpt import __main__ as gpt_main
 from transformer.gpt import train as gpt
+from transformer.loop.cli import _parser
 
 COMMANDS = [
     (train.TrainConfig, train.PRESETS),
@@ -25,7 +26,7 @@ COMMANDS = [
 
 @pytest.mark.parametrize("config_class, presets", COMMANDS, ids=[c.__name__ for c, _ in COMMANDS])
 def test_every_option_has_a_description(config_class, presets):
-    parser = loop._parser(config_class, presets, "prog", "description", "cpu")
+    parser = _parser(config_class, presets, "prog", "description", "cpu")
     undescribed = [a.option_strings[0] for a in parser._actions
                    if a.option_strings and not (a.help or "").split(" (preset")[0].strip()]
     assert not undescribed, f"options without a description: {undescribed}"
@@ -35,7 +36,7 @@ def test_every_option_has_a_description(config_class, presets):
 
 
 def test_the_help_is_the_fields_comment():
-    parser = loop._parser(train.TrainConfig, train.PRESETS, "prog", "", "cpu")
+    parser = _parser(train.TrainConfig, train.PRESETS, "prog", "", "cpu")
     parts = next(a for a in parser._actions if "--parts" in a.option_strings)
     assert parts.help.startswith(field_comments(train.TrainConfig)["parts"]) and "(preset cpu: 'reference')" in parts.help
     assert field_comments(train.TrainConfig)["parts_dir"] == "where your notebooks are (default: exercises/)"

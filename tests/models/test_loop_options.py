@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 import torch
 
+from reference.capstone import noam_rate
 from transformer import loop
 from transformer.loop import LoopConfig
 
@@ -44,13 +45,13 @@ def test_the_loop_trains_at_the_cooled_rate(tmp_path):
     config = dataclasses.replace(T.PRESETS["tiny"], run_dir=str(tmp_path / "run"), device="cpu", max_steps=30,
                                  cooldown=0.5, eval_every=15, eval_words=5)
     logged = {record["step"]: record["lr"] for record in T.train(config, progress=False).metrics["train"]}
-    assert logged[15] == pytest.approx(loop.noam_rate(15, config.d_model, config.warmup, config.lr_factor))
+    assert logged[15] == pytest.approx(noam_rate(15, config.d_model, config.warmup, config.lr_factor))
     assert logged[30] == 0.0  # the budget's last step
 
 
 @pytest.mark.parametrize("native", [True, False])
 def test_auto_precision_takes_bf16_only_where_the_cpu_computes_it(monkeypatch, native):
-    monkeypatch.setattr(loop, "native_bf16", lambda device: native)
+    monkeypatch.setattr(loop.config, "native_bf16", lambda device: native)
     assert LoopConfig(precision="auto").bf16(torch.device("cpu")) is native
     assert LoopConfig(precision="bf16").bf16(torch.device("cpu")) is True  # asked for: taken, even emulated
     assert LoopConfig(precision="fp32").bf16(torch.device("cpu")) is False

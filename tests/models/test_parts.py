@@ -285,5 +285,5 @@ def test_the_registries_are_the_roles():
     assert GPT_PARTS == {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
     assert BERT_PARTS == {"bert_gpt": ("mask_tokens",)}
     from reference.multihead import MultiHeadAttention
-    from transformer import attention_paths
-    assert attention_paths.MultiHeadAttention is MultiHeadAttention
+    from transformer import fused
+    assert fused.MultiHeadAttention is MultiHeadAttention

@@ -4,8 +4,8 @@ Pre-training reads the spellings of the capstone's G2P training words (the dev a
 are never seen), masked by BERT's rule as chapter 7's exercise :func:`mask_tokens` implements
 it: 15 % of the letters are chosen; of those, 80 % become [MASK], 10 % a random letter and 10 %
 stay as they are, and the loss is taken at the chosen positions only. [CLS], [SEP] and [PAD]
-are never chosen. Each batch's mask comes from a ``torch.Generator`` seeded by the run's seed
-and the batch's place in training, so a resumed run masks exactly as an uninterrupted one.
+are never chosen. Each batch's mask comes from a ``torch.Generator`` seeded from torch's global
+generator, which the checkpoint saves, so a resumed run masks exactly as an uninterrupted one.
 """
 from __future__ import annotations
 
@@ -21,11 +21,6 @@ from .model import BertClassifier, BertForMaskedLM, CharVocabulary
 from .syllables import Labelled
 
 IGNORE = -100  # the label of a position that is not scored, as torch's cross_entropy expects
-
-
-def batch_generator(seed: int, epoch: int, position: int) -> torch.Generator:
-    """The generator of one batch's masks, a function of where the batch is in training."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + epoch * 10_007 + position)
 
 
 def masked_batch(words: Sequence[str], vocab: CharVocabulary, max_len: int,

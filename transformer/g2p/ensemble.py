@@ -19,7 +19,7 @@ import os
 import signal
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -59,7 +59,12 @@ def member_config(config: Any, index: int) -> Any:
     return dataclasses.replace(config, members=1, seed=config.seed + index, run_dir=str(member_dir(config.run_dir, index)))
 
 
-def _train_member(settings: dict[str, Any], index: int, resume: bool, quiet: bool, log: str) -> None:
+#: one member's training: (the run's settings, the member's index, resume, quiet) -> the exit status
+TrainMember = Callable[[dict[str, Any], int, bool, bool], int]
+
+
+def _member_process(train_member: TrainMember, settings: dict[str, Any], index: int, resume: bool, quiet: bool,
+                    log: str) -> None:
     """One member's training, in its own process (started by :class:`Members`)."""
     os.setpgrp()  # the terminal's Ctrl-C reaches the parent alone, which passes on exactly one request
     if log:  # every member but the first writes its output to its folder instead of the terminal
@@ -67,24 +72,25 @@ def _train_member(settings: dict[str, Any], index: int, resume: bool, quiet: boo
         out = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(out, 1)
         os.dup2(out, 2)
-    from .train import G2PTask, PartsError, TrainConfig, launch  # the train module imports this one
-
-    config = member_config(TrainConfig(**settings), index)
-    result = launch(G2PTask(config), resume, quiet, errors=(PartsError,))
+    status = train_member(settings, index, resume, quiet)
     sys.stdout.flush()
-    sys.exit(result if isinstance(result, int) else 0)
+    sys.exit(status)
 
 
 class Members:
-    """The member processes of one run: started together, told together to stop, waited for together."""
+    """The member processes of one run: started together, told together to stop, waited for together.
 
-    def __init__(self, config: Any, resume: bool, quiet: bool) -> None:
+    ``train_member`` trains one member in its process: a function of a module (the spawned interpreter imports
+    it by name), so that this module needs nothing of the task's."""
+
+    def __init__(self, config: Any, resume: bool, quiet: bool, train_member: TrainMember) -> None:
         context = multiprocessing.get_context("spawn")  # a fresh interpreter: no torch state copied by a fork
         self.processes = []
         for i in range(config.members):
             log = "" if i == 0 else str(member_dir(config.run_dir, i) / "train.log")
             self.processes.append(context.Process(
-                target=_train_member, args=(asdict(config), i, resume, quiet or i > 0, log), name=MEMBER_DIR.format(i)))
+                target=_member_process, args=(train_member, asdict(config), i, resume, quiet or i > 0, log),
+                name=MEMBER_DIR.format(i)))
 
     def _forward(self, signum: int, frame: Any) -> None:
         self.stopped = True

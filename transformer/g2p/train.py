@@ -31,9 +31,9 @@ from pathlib import Path
 import torch
 
 from .. import checkpoint
-from ..attention_paths import attention_path, use_attention
 from ..checkpoint import atomic_write, final_weights
 from ..flops import training_flops
+from ..fused import attention_path, use_attention, use_norm
 from ..loop import (
     Batch,
     LoopConfig,
@@ -53,7 +53,6 @@ from ..loop import (
     save_json,
 )
 from ..model import Transformer, TransformerConfig, count_parameters
-from ..norm_paths import use_norm
 from ..parts import EXERCISES, G2P_PARTS, NEEDED, LearnerTransformer, PartsError, load_parts
 from .baseline import TorchTransformer
 from .data import G2PData, Split, Vocabulary, load
@@ -137,25 +136,12 @@ PRESETS: dict[str, TrainConfig] = {
     # seconds on a laptop: what the tests run
     "tiny": TrainConfig(d_model=32, h=2, N=1, d_ff=64, train_words=400, max_tokens=256, peak_lr=3e-3, warmup=10,
                         max_steps=30, eval_every=15, eval_words=40, checkpoint_every=15, compare_words=40),
-    # ten minutes on two CPU cores, two models at once (members=2), one process of one thread each: a second
-    # thread made one model 1.4 to 1.7 times faster, a second process trains a second model at 0.8 times the
-    # speed of one model on both threads, and the two decoded as one beat one model trained alone.
-    # Chosen by measurement (benchmarks/RESULTS.md): 2,048-token batches, the matrix products in
-    # bf16 where the CPU computes it natively (AVX-512 BF16 or AMX: 1.3 times the steps of fp32), the
-    # rate cooled down to zero over the last 30 % of the ten minutes, and AdamW's weight decay, with which
-    # the same steps got both the training words and the dev words right more often (dropout, at 1.5 times
-    # the cost of a step, only slowed training down); 0.1 did best at the 7,000 steps of ten minutes on the
-    # machine the shipped model was trained on. The layer norm and Adam run as fused kernels (the same
-    # computation): a step of this small model waits on launching operations, and the two made it 1.3 times
-    # as fast; with --parts mine the learner's LayerNorm runs instead
+    # ten minutes on two CPU cores; why each setting: benchmarks/RESULTS.md, "The G2P presets, setting by setting"
     "cpu": TrainConfig(d_model=128, h=4, N=2, d_ff=512, dropout=0.0, max_tokens=2048, peak_lr=4e-3, warmup=300, threads=1,
                        members=2, norm="fused", fused_adam=True,
                        time_limit=600.0, cooldown=0.3, precision="auto", weight_decay=0.1, eval_every=1000,
                        eval_words=500, checkpoint_every=500, average_last=5, average_every=200),
-    # one GPU: a wider, deeper model, large batches, bf16, five minutes (benchmarks/gpu.py measures it).
-    # A step is small (about 0.5 TFLOP) and would wait on kernel launches: compiled, and replayed as CUDA
-    # graphs, which need fixed shapes: batches padded to multiples of 8 tokens (a handful of shapes).
-    # Evaluations and checkpoints are spaced for steps of a few milliseconds (a guess until measured).
+    # one GPU, five minutes (benchmarks/gpu.py); why each setting: benchmarks/RESULTS.md, "The G2P presets, setting by setting"
     "gpu": TrainConfig(d_model=256, h=4, N=3, d_ff=1024, dropout=0.1, max_tokens=16384, peak_lr=2e-3, warmup=1000,
                        time_limit=300.0, eval_every=2000, eval_words=0, checkpoint_every=5000, precision="bf16",
                        average_last=5, average_every=500, attention="fused", bucket=8, compile=True,
@@ -336,6 +322,9 @@ class G2PTask(Task):
         assert self.data is not None
         draw_attention(model, list(self.data.dev.words[:3]), self.vocabs, _device_of(model), run_dir / "attention.png")
 
+    def course_attention(self) -> bool:
+        return self.config.attention == "course"
+
 
 def dev_line(measured: dict[str, float]) -> str:
     """The dev figures as printed, with a word on a PER above 100 %, which early in training is right."""
@@ -377,7 +366,7 @@ def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = T
         print(f"{config.members} models at once (seeds {config.seed} to {config.seed + config.members - 1}), one "
               f"process of {config.threads} thread(s) each; {folders[0]} shows its progress here, the others write "
               "train.log in their folders", flush=True)
-    codes = Members(config, resume, quiet=not progress).run()
+    codes = Members(config, resume, quiet=not progress, train_member=train_member).run()
     if any(code in (None, 130, -signal.SIGINT, -signal.SIGTERM) for code in codes):
         print(f"interrupted: `--resume {run_dir}` continues every model from its last checkpoint", file=sys.stderr)
         raise KeyboardInterrupt
@@ -386,6 +375,13 @@ def train_ensemble(config: TrainConfig, resume: bool = False, progress: bool = T
     if failed:
         raise TrainingError("; ".join(failed))
     return finish_ensemble(config)
+
+
+def train_member(settings: dict, index: int, resume: bool, quiet: bool) -> int:
+    """The ``index``-th member of the run ``settings`` describe, trained in the process :class:`Members` started
+    for it: its exit status."""
+    result = launch(G2PTask(member_config(TrainConfig(**settings), index)), resume, quiet, errors=(PartsError,))
+    return result if isinstance(result, int) else 0
 
 
 def finish_ensemble(config: TrainConfig) -> RunResult:

@@ -16,8 +16,7 @@ from torch import nn
 
 from reference import bert_gpt
 
-from ..attention_paths import use_attention
-from ..kernel_paths import PATHS
+from ..fused import PATHS, use_attention
 from ..model import ModelShape, positive_integers
 
 

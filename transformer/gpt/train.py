@@ -279,6 +279,9 @@ class GPTTask(Task):
             lines += [f"# ---- temperature {temperature} ----", sample, ""]
         (run_dir / "samples.txt").write_text("\n".join(lines), encoding="utf-8")
 
+    def course_attention(self) -> bool:
+        return self.config.attention == "course"
+
 
 def train(config: GPTTrainConfig, resume: bool = False, data: stdlib_text.StdlibText | None = None,
           progress: bool = True) -> RunResult:

@@ -130,7 +130,8 @@ def test_compiling_bf16_on_the_cpu_through_the_chapters_attention_is_refused(tmp
         T.train(tiny(tmp_path / "mine", compile=True, precision="bf16", parts="mine"), data=g2p, progress=False)
     for allowed in ({"attention": "fused"}, {"precision": "fp32"}, {"compile_backend": "aot_eager"}):
         settings = {"compile": True, "precision": "bf16", **allowed}
-        loop.refuse_compiled_bf16_course_attention(tiny(tmp_path, **settings), CPU, settings["precision"] == "bf16")
+        loop.refuse_compiled_bf16_course_attention(T.G2PTask(tiny(tmp_path, **settings)), CPU,
+                                                settings["precision"] == "bf16")
 
 
 def test_compile_settings_are_checked():
@@ -161,7 +162,7 @@ def test_a_compiled_run_trains_marks_its_steps_and_its_checkpoint_loads(tmp_path
     """With the backend that traces but generates no code, in seconds. The mark of a new step, which CUDA
     graphs need, is forced on here to run that path too (on the CPU it changes nothing)."""
     marks = []
-    monkeypatch.setattr(loop, "uses_cuda_graphs", lambda config, device: True)
+    monkeypatch.setattr(loop.run, "uses_cuda_graphs", lambda config, device: True)
     monkeypatch.setattr(torch.compiler, "cudagraph_mark_step_begin", lambda: marks.append(1))
     result, graphs = compiled_run(tmp_path, g2p, "aot_eager")
     assert len(marks) == result.step == 6

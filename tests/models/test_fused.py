@@ -9,9 +9,16 @@ import pytest
 import torch
 
 from transformer import Transformer, TransformerConfig
-from transformer.attention_paths import FusedMultiHeadAttention, attention_path, use_attention
+from transformer.fused import (
+    FusedLayerNorm,
+    FusedMultiHeadAttention,
+    LayerNorm,
+    attention_path,
+    norm_path,
+    use_attention,
+    use_norm,
+)
 from transformer.g2p import train as T
-from transformer.norm_paths import FusedLayerNorm, LayerNorm, norm_path, use_norm
 
 CONFIG = TransformerConfig(src_vocab_size=30, tgt_vocab_size=30, d_model=32, h=4, N=2, d_ff=64, dropout=0.0, max_len=64)
 
@@ -122,3 +129,24 @@ def test_training_and_loading_with_the_fused_layer_norm(tmp_path):
         dataclasses.replace(config, parts="mine")
     with pytest.raises(ValueError, match="nn.Transformer"):
         dataclasses.replace(config, implementation="torch")
+
+
+@pytest.mark.parametrize("keys", [5, 40], ids=["math backend", "flash kernel"])
+def test_a_query_that_sees_no_key_gets_zeros_on_both_paths(keys):
+    """What the module's docstring says: a zero context (so the output is w_o's bias) and finite gradients,
+    whichever CPU backend the fused path takes (at most CPU_MATH_MAX_KEYS keys: the math backend)."""
+    from transformer.fused import CPU_MATH_MAX_KEYS, MultiHeadAttention
+
+    assert (keys <= CPU_MATH_MAX_KEYS) == (keys == 5)
+    torch.manual_seed(0)
+    layer = MultiHeadAttention(16, 4)
+    x = torch.randn(2, keys, 16, requires_grad=True)
+    padding = torch.zeros(2, keys, dtype=torch.bool)
+    padding[0] = True  # the first sequence is all padding: none of its queries sees a key
+    for path in ("course", "fused"):
+        use_attention(layer, path)
+        x.grad = None
+        out = layer(x, x, x, key_padding_mask=padding)  # (2, keys, 16)
+        out.sum().backward()
+        assert torch.allclose(out[0], layer.w_o.bias.expand(keys, -1)), path
+        assert bool(torch.isfinite(x.grad).all()), path
