@@ -63,7 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.rehearse:
         return 0 if finite else 2
     if finite:
-        print("this torch computes them: the refusal in transformer/loop.py can go")
+        print("this torch computes them: the refusal in transformer/loop/run.py can go")
         return 1
     print("the fault is still there: keep the refusal")
     return 0
