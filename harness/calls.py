@@ -40,31 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import observe
 from .observe import Arguments, Observer, Recorder, argument_names
-
-
-@dataclass(frozen=True)
-class Provided:
-    """An object the grader builds on the learner's side from a name and plain arguments.
-
-    Used for things a function under test needs that are not plain data, such as the small
-    model a greedy decoder drives. Only factories registered in :data:`PROVIDERS` exist.
-    """
-
-    name: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-PROVIDERS: dict[str, Callable[..., Any]] = {}
-
-
-def provider(name: str):
-    """Register a factory for :class:`Provided` objects."""
-
-    def register(factory):
-        PROVIDERS[name] = factory
-        return factory
-
-    return register
+from .providers import PROVIDERS, Provided
 
 
 @dataclass(frozen=True)
@@ -548,8 +524,3 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
     if exceeded:
         result = Raised("Recomputed", exceeded)
     return UsedForbidden(tuple(dict.fromkeys(used))) if used else result
-
-
-
-def seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)

@@ -21,8 +21,9 @@ from typing import Any
 
 import torch
 
-from .calls import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
+from .calls import Case, ModuleResult, Opaque, Raised, UsedForbidden
 from .observe import MAX_STEPS, Observed, Step
+from .providers import Provided
 
 HEADER = struct.Struct(">Q")
 MAX_DEPTH = 32  # nesting of values inside one document
