@@ -22,6 +22,7 @@ from harness import wire
 
 from .references import imported_modules, reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
+from .submissions import cell_name
 from .time_limit import endless_loop_message
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
@@ -40,12 +41,6 @@ class Failure:
 
 class _Retry(Exception):
     """A cell was skipped: start the learner process again."""
-
-
-def cell_name(index: int, source: str) -> str:
-    """How a learner finds a cell again: its position and its first line."""
-    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
 
 
 def _cell_error(reply: Any) -> tuple[str, str] | None:

@@ -40,6 +40,8 @@ import torch
 from course import source_trees
 from harness.calls import watched_names
 
+from .submissions import cell_name
+
 #: what every rule of the second kind says, by its key
 RULES = {
     "private": "torch's private internals (torch._C, torch._VF, torch.ops, native_* kernels) reach its built-ins "
@@ -103,8 +105,6 @@ class Finding:
     line: int
 
     def where(self, cells: Sequence[str]) -> str:
-        from .session import cell_name
-
         if self.cell >= len(cells):
             return ""
         place = cell_name(self.cell, cells[self.cell])
