@@ -36,7 +36,7 @@ def _source_notebook(root: Path, assignment: str):
     """The instructor's notebook of an assignment (its name and its cells, with nbgrader's metadata)."""
     from course.layout import LayoutError
 
-    from .exports import load_assignment
+    from .assignment import load_assignment
 
     try:
         graded, source = load_assignment(root, assignment)

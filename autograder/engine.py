@@ -9,7 +9,6 @@ instructor's own solution the same way.
 """
 from __future__ import annotations
 
-import ast
 import time
 import traceback
 from collections.abc import Callable, Iterable
@@ -17,12 +16,7 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
-from course import source_trees
-from course.layout import reference_module
-from course.notebook_format import check_calls, graded_cells, is_graded
-
+from .assignment import Assignment
 from .checks import get
 from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
@@ -30,86 +24,6 @@ from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
 from .shortcuts import OutOfTime, scan
 from .submissions import Submission, Unreadable, code_cells, notebook_cells
-
-
-@dataclass(frozen=True)
-class GradedTest:
-    """One graded test cell: its id, its points and the checks it runs."""
-
-    grade_id: str
-    points: float
-    calls: tuple[tuple[str, str, bool], ...]  # (check id, function name, hidden)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    name: str
-    notebook: str
-    tests: tuple[GradedTest, ...]
-    #: the modules its notebook imports: the worker imports them once, before any learner process
-    imports: tuple[str, ...] = ()
-    #: the code cells the notebook gives (neither answers nor tests): the scan of shortcuts trusts them
-    given: tuple[str, ...] = ()
-
-    @property
-    def functions(self) -> list[str]:
-        return list(dict.fromkeys(fn for t in self.tests for _, fn, _ in t.calls))
-
-    @property
-    def test_ids(self) -> frozenset[str]:
-        """The grade ids of its test cells: those cells of a submission are left out, these run instead."""
-        return frozenset(t.grade_id for t in self.tests)
-
-    @property
-    def max_score(self) -> float:
-        return sum(t.points for t in self.tests)
-
-    @classmethod
-    def from_notebook(cls, name: str, notebook: str, nb) -> Assignment:
-        """From a notebook carrying nbgrader metadata: the instructor's source, or a release."""
-        tests = []
-        for cell in graded_cells(nb, "test"):
-            meta = cell.metadata["nbgrader"]
-            calls = tuple((c, f, h) for c, f, h in check_calls(cell.source) if c and f)
-            tests.append(GradedTest(meta["grade_id"], float(meta.get("points", 0)), calls))
-        return cls(name, notebook, tuple(tests), _imports(nb), _given(nb))
-
-    def forbidden(self, function: str) -> tuple[str, ...]:
-        """What ``function`` may not call: the built-ins it rebuilds, and the course's own answer."""
-        own = f"{reference_module(self.notebook)}.{function}"
-        return tuple(dict.fromkeys([n for ch in self._checks(function) for n in ch.forbidden] + [own]))
-
-    def forbidden_ops(self, function: str) -> tuple[str, ...]:
-        """Further fragments of the operator names ``function`` may not call (see Check.forbidden_ops)."""
-        return tuple(dict.fromkeys(n for ch in self._checks(function) for n in ch.forbidden_ops))
-
-    def _checks(self, function: str) -> list[Check]:
-        return list({get(c).__class__: get(c) for t in self.tests for c, f, _ in t.calls if f == function}.values())
-
-
-def _given(nb) -> tuple[str, ...]:
-    """The sources of the code cells the notebook gives, as the grader reads a submission's cells."""
-    cells = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")]
-    tests = [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(nb, "test")]
-    return tuple(notebook_cells(nbformat.from_dict({"cells": cells}), tests)[0])
-
-
-def _imports(nb) -> tuple[str, ...]:
-    """The installed modules a notebook's code cells import (not the course's reference code)."""
-    names: dict[str, None] = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code" or is_graded(cell):
-            continue
-        try:
-            tree = source_trees.parse(cell.source)
-        except (SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(dict.fromkeys(alias.name for alias in node.names))
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names[node.module] = None
-    return tuple(n for n in names if n.split(".")[0] not in ("reference", "autograder", "course"))
 
 
 @dataclass

@@ -41,7 +41,7 @@ def _gradebook(db_url: str):
 
 @functools.cache
 def _assignment(root: Path, name: str):
-    from .exports import load_assignment
+    from .assignment import load_assignment
 
     return load_assignment(root, name)[0]
 

@@ -23,23 +23,14 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import Assignment, Result
+from .assignment import Assignment, load_assignment
+from .engine import Result
 from .exchange import write_exchange_files
 from .gradebook import Gradebook, Record
 from .reports import HIDDEN_ONLY, write_csv, write_feedback, write_rows
 from .submissions import safe_name
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
-
-
-def load_assignment(root: Path, name: str):
-    """An assignment's graded tests and the instructor's notebook they come from."""
-    from course.layout import instructor_notebook
-    from course.notebook_format import read_instructor_notebook
-
-    path = instructor_notebook(name, root)
-    source = read_instructor_notebook(path)
-    return Assignment.from_notebook(name, path.stem, source), source
 
 
 def gradescope_results(assignment: Assignment, result: Result, seconds: float | None = None) -> dict:

@@ -33,7 +33,8 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModu
 from sqlalchemy.orm import Session
 
 from . import course_secret
-from .engine import Assignment, Result, TestOutcome
+from .assignment import Assignment
+from .engine import Result, TestOutcome
 from .submissions import Submission, safe_name
 
 #: the Python package that provides each database driver SQLAlchemy may ask for

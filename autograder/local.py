@@ -9,7 +9,8 @@ from pathlib import Path
 
 from course.layout import REPO, SOLUTIONS
 
-from .engine import Assignment, grade_cells
+from .assignment import Assignment
+from .engine import grade_cells
 from .sandbox import Limits, sandboxed
 from .submissions import Unreadable, check_code_size, notebook_cells, read_submission
 

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from course.notebook_format import is_graded
 
-from .engine import Assignment, Result
+from .assignment import Assignment
+from .engine import Result
 from .submissions import safe_name
 
 

@@ -15,7 +15,8 @@ import sys
 
 import pytest
 
-from autograder.engine import Assignment, GradedTest, Result
+from autograder.assignment import Assignment, GradedTest, load_assignment
+from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
 from autograder.exports import Learner, export, gradescope_results, write_canvas
 from autograder.gradebook import Record, SubmissionKey, open_gradebook
@@ -54,8 +55,6 @@ def exported(tmp_path_factory):
 
 
 def _assignment(root):
-    from autograder.exports import load_assignment
-
     return load_assignment(root, sc.ASSIGNMENT)
 
 

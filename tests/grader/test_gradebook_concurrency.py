@@ -17,7 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from autograder.engine import Assignment, Result
+from autograder.assignment import Assignment
+from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
 from autograder.gradebook import SubmissionKey, open_gradebook
 from course.notebook_format import to_nbgrader

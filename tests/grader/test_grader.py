@@ -34,7 +34,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.engine import Assignment
+from autograder.assignment import Assignment
 from autograder.reports import ensure_assignment
 from autograder.sandbox import sandboxed
 from course.layout import NBGRADER_CONFIG, REPO, chapter

@@ -17,7 +17,7 @@ import pytest
 
 from autograder import __main__ as cli
 from autograder import sandbox
-from autograder.engine import Assignment
+from autograder.assignment import Assignment
 from autograder.reports import ensure_assignment
 from autograder.sandbox import Limits
 from course.notebook_format import complete, to_nbgrader, write_notebook

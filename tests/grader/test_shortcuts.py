@@ -12,8 +12,9 @@ import nbformat
 import pytest
 import torch
 
+from autograder.assignment import Assignment
 from autograder.checks import get
-from autograder.engine import Assignment, Result, grade_cells
+from autograder.engine import Result, grade_cells
 from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
 from autograder.reports import feedback_html, summary, write_csv
