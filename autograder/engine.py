@@ -18,11 +18,11 @@ from pathlib import Path
 
 from .assignment import Assignment
 from .checks import get
-from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
-from .shortcuts import OutOfTime, scan
+from .source.helpers import substitution_notes
+from .source.shortcuts import OutOfTime, scan
 from .submissions import Submission, Unreadable, code_cells, notebook_cells
 
 

@@ -20,8 +20,8 @@ from typing import Any
 from course.layout import reference_module
 from harness import wire
 
-from .references import imported_modules, reference_sources
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
+from .source.references import imported_modules, reference_sources
 from .submissions import cell_name
 from .time_limit import endless_loop_message
 

@@ -11,7 +11,7 @@ method alike) and a dispatch mode each ATen operator it runs. Nothing is wrapped
 original to take from a wrapper. Those modes belong to a thread, so every thread the learner's
 code starts (:func:`follow_threads`) runs under them too. They are advisory all the same: code in
 the learner's process can reach anything in it, and a process it starts is out of their sight.
-What is enforced is the grader's scan of the submission's source (:mod:`autograder.shortcuts`),
+What is enforced is the grader's scan of the submission's source (:mod:`autograder.source.shortcuts`),
 made in the grader's process before anything runs.
 """
 from __future__ import annotations

@@ -25,7 +25,7 @@ route it likes, for instance by replying on its own socket itself, or by reachin
 built-in without passing its tripwire. That is the same as the graded function returning those
 answers: the grader judges them in its own process, and the course's answer for the function
 being graded is nowhere in the learner's process to be returned. The shortcuts that matter are
-judged from the submission's source, in the grader's process (:mod:`autograder.shortcuts`).
+judged from the submission's source, in the grader's process (:mod:`autograder.source.shortcuts`).
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
 from autograder.reports import feedback_html, summary, write_csv
 from autograder.sandbox import Limits
-from autograder.shortcuts import OutOfTime, scan
+from autograder.source.shortcuts import OutOfTime, scan
 from autograder.submissions import Unreadable, code_cells, notebook_cells
 from course import source_trees
 from harness.calls import follow_threads

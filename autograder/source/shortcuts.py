@@ -40,7 +40,7 @@ import torch
 from course import source_trees
 from harness.calls import watched_names
 
-from .submissions import cell_name
+from ..submissions import cell_name
 
 #: what every rule of the second kind says, by its key
 RULES = {
