@@ -1,4 +1,4 @@
-"""Grading: each submission's code runs in a sandboxed worker, every verdict is made here.
+"""Grading one submission: its code runs in a sandboxed worker, every verdict is made here.
 
 For each graded test cell of the instructor's notebook (never the submission's copy, which may
 have been edited, deleted or duplicated) the grader builds the check's cases, sends them to the
@@ -6,13 +6,14 @@ submission's sandboxed worker (:mod:`autograder.session`), receives plain data b
 it with the same checks the learner ran in the notebook. A test cell scores its points when all
 its checks pass, visible and hidden. Before a class is graded, :func:`self_check` grades the
 instructor's own solution the same way.
+
+Nothing here knows of a class, a gradebook or a file written for anyone: :mod:`autograder.run`
+grades a class one submission at a time with :func:`grade_submission` and keeps each result.
 """
 from __future__ import annotations
 
 import time
 import traceback
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -149,34 +150,6 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         result.outcomes = [TestOutcome(t.grade_id, 0.0, t.points, False, "not graded: " + result.error) for t in assignment.tests]
     result.seconds = time.monotonic() - start
     return result
-
-
-def grade_all(assignment: Assignment, submissions: Iterable[Submission], limits: Limits, hidden_paths: list[Path],
-              jobs: int = 1, progress=None, on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Every submission's Result, sorted by learner. ``on_result`` receives each one as soon as it
-    is graded (to record it); when it raises, or the run is interrupted, no further submission is
-    started and the exception propagates: what was handed to ``on_result`` is kept."""
-    import torch
-
-    # The judges work on small tensors; extra threads would only fight the workers for the cores.
-    torch.set_num_threads(1)
-    submissions = list(submissions)
-    results: list[Result] = []
-    pool = ThreadPoolExecutor(max_workers=max(jobs, 1))
-    try:
-        futures = [pool.submit(grade_submission, assignment, s, limits, hidden_paths) for s in submissions]
-        for future in as_completed(futures):
-            result = future.result()
-            if on_result is not None:
-                on_result(result)
-            results.append(result)
-            if progress is not None:
-                progress.update(1)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return sorted(results, key=lambda r: r.learner)
 
 
 def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: list[Path]) -> str | None:

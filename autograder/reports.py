@@ -268,18 +268,3 @@ def write_feedback(root: Path, assignment: Assignment, results: list[Result],
         path.write_text(feedback_html(assignment, r, graded_at), encoding="utf-8")
         written.append(path)
     return written
-
-
-def summary(assignment: Assignment, results: list[Result], seconds: float) -> str:
-    graded = [r for r in results if not r.error]
-    failed = [r for r in results if r.error]
-    lines = [f"{assignment.name}: graded {len(graded)} of {len(results)} submissions in {seconds:.1f} s"]
-    if graded:
-        mean = sum(r.score for r in graded) / len(graded)
-        lines.append(f"mean score {mean:.2f} / {assignment.max_score:g} ({100 * mean / assignment.max_score:.0f}%)")
-    for r in failed:
-        lines.append(f"failed to grade {r.learner!r}: {visible(r.error)}")
-    for r in results:
-        if r.flags:
-            lines.append(f"to review in {r.learner!r}: {visible('; '.join(r.flags))}")
-    return "\n".join(lines)

@@ -153,12 +153,12 @@ def test_the_cpu_cgroup_is_read_from_proc(memberships, below_root, group):
 
 
 def test_where_the_cpu_is_shared_by_process_submissions_are_graded_one_at_a_time(course, monkeypatch, capsys):
-    from autograder import engine
+    from autograder import engine, run
 
     monkeypatch.setattr(sandbox, "shared_by_process", lambda: "the grader runs in the CPU cgroup /kubepods/pod1")
     monkeypatch.setattr(engine, "self_check", lambda *args: None)
     used = []
-    monkeypatch.setattr(engine, "grade_all", lambda *args, jobs, **kwargs: used.append(jobs) or [])
+    monkeypatch.setattr(run, "grade_all", lambda *args, jobs, **kwargs: used.append(jobs) or [])
     cli.main(["grade", ASSIGNMENT, "--root", str(course), "--jobs", "4", *FAST]
              + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
     assert used == [1]

@@ -17,7 +17,8 @@ from autograder.checks import get
 from autograder.engine import Result, grade_cells
 from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
-from autograder.reports import feedback_html, summary, write_csv
+from autograder.reports import feedback_html, write_csv
+from autograder.run import summary
 from autograder.sandbox import Limits
 from autograder.source.shortcuts import OutOfTime, scan
 from autograder.submissions import Unreadable, code_cells, notebook_cells
