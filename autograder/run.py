@@ -24,7 +24,7 @@ from pathlib import Path
 from . import course_secret, engine
 from .assignment import Assignment
 from .engine import Result
-from .reports import visible
+from .outputs.escapes import visible
 from .sandbox import Limits
 from .submissions import Submission
 
@@ -64,7 +64,7 @@ def _source_notebook(root: Path, assignment: str):
 
 
 def _open_gradebook(db_url: str):
-    from .gradebook import GradebookError, open_gradebook
+    from .outputs.gradebook import GradebookError, open_gradebook
 
     try:
         return open_gradebook(db_url)
@@ -130,12 +130,12 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
 
     from course.layout import REPO
 
-    from . import reports
     from .engine import self_check
-    from .exchange import write_exchange_files
-    from .gradebook import GradebookError
+    from .outputs.autograded import write_autograded
+    from .outputs.feedback import write_feedback
+    from .outputs.grade_files import write_csv
+    from .outputs.gradebook import GradebookError
     from .sandbox import fallback_warning, sandbox_gaps, sandboxed, shared_by_process
-    from .submissions import safe_name
 
     if not sandboxed():
         if sandbox_required:
@@ -177,11 +177,8 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
         """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
         key = keys[result.learner]
         graded_at = gradebook.record(assignment, result, key)
-        if safe_name(result.learner):
-            reports.write_feedback(root, assignment, [result], graded_at)
-            for folder in reports.write_autograded(root, assignment, [result], source, limits.notebook_mb << 20):
-                write_exchange_files(folder, key.timestamp, key.secret)
-            write_exchange_files(root / "feedback" / result.learner / assignment.name, key.timestamp, key.secret)
+        write_feedback(root, assignment, result, graded_at, key.timestamp, key.secret)
+        write_autograded(root, assignment, result, source, key.timestamp, key.secret, limits.notebook_mb << 20)
 
     results = []
     try:
@@ -196,7 +193,7 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
     csv_path = csv or root / "grades" / f"{assignment.name}.csv"
     recorded = [r.result for r in gradebook.records(assignment.name)]
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
-    reports.write_csv(csv_path, assignment, recorded)
+    write_csv(csv_path, assignment, recorded)
     print(summary(assignment, results, time.monotonic() - start))
     print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners)\n"
           f"feedback: {root / 'feedback'}/<learner>/{assignment.name}/{assignment.notebook}.html")
@@ -252,8 +249,8 @@ def export(root: Path, names: list[str], db: str | None = None) -> Outcome:
     """Every grade file of the assignments ``names``, and their feedback pages, from the gradebook alone."""
     from course.layout import LayoutError
 
-    from .exports import export as export_all
-    from .gradebook import GradebookError
+    from .outputs.grade_files import export as export_all
+    from .outputs.gradebook import GradebookError
 
     gradebook = _open_gradebook(db or f"sqlite:///{root / 'gradebook.db'}")
     if gradebook is None:

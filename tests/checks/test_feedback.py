@@ -23,7 +23,7 @@ from autograder.assignment import Assignment
 from autograder.checks import chapter_checks, get
 from autograder.engine import Result, grade_cells
 from autograder.framework import remember_cell, run_check
-from autograder.reports import feedback_html
+from autograder.outputs.feedback import feedback_html
 from autograder.sandbox import Limits
 from autograder.source.helpers import helpers_in_source, helpers_of, substitution_notes
 from course.layout import SOLUTIONS

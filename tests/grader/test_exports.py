@@ -18,9 +18,8 @@ import pytest
 from autograder.assignment import Assignment, GradedTest, load_assignment
 from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.exports import Learner, export, gradescope_results, write_canvas
-from autograder.gradebook import Record, SubmissionKey, open_gradebook
-from autograder.reports import write_csv
+from autograder.outputs.grade_files import Learner, export, gradescope_results, write_canvas, write_csv
+from autograder.outputs.gradebook import Record, SubmissionKey, open_gradebook
 from autograder.shards import Shard, ShardError, parse_shard, select, shard_of
 from tests.grader import small_class as sc
 

@@ -8,7 +8,7 @@ import pytest
 
 from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.gradebook import GradebookError, grader_digest, open_gradebook, submission_key
+from autograder.outputs.gradebook import GradebookError, grader_digest, open_gradebook, submission_key
 from autograder.submissions import Submission
 from tests.grader import small_class as sc
 

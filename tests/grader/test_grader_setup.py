@@ -18,7 +18,7 @@ import pytest
 from autograder import __main__ as cli
 from autograder import sandbox
 from autograder.assignment import Assignment
-from autograder.reports import ensure_assignment
+from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import Limits
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.conftest import REPO, release_path, source_path
@@ -34,7 +34,8 @@ def course(tmp_path):
     (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
     shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py", root / "solutions" / ASSIGNMENT)
     source = to_nbgrader(source_path(NOTEBOOK))
-    ensure_assignment(f"sqlite:///{root / 'gradebook.db'}", Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
+    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        gradebook.prepare(Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
     import nbformat
 
     solved = complete(nbformat.read(release_path(NOTEBOOK), as_version=4), source)

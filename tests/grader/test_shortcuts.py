@@ -17,7 +17,8 @@ from autograder.checks import get
 from autograder.engine import Result, grade_cells
 from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
-from autograder.reports import feedback_html, write_csv
+from autograder.outputs.feedback import feedback_html
+from autograder.outputs.grade_files import write_csv
 from autograder.run import summary
 from autograder.sandbox import Limits
 from autograder.source.shortcuts import OutOfTime, scan
