@@ -2,7 +2,7 @@
 
 This module reads the command line and turns how a command ended into an exit status; nothing
 else. Grading a class, exporting its grades and making the course secret are in
-:mod:`autograder.run`, checking a learner's own notebook in :mod:`autograder.local`.
+:mod:`autograder.run`, checking a learner's own notebook in :mod:`autograder.check_notebook`.
 Every limit option's default is the matching field of :class:`Limits`.
 """
 from __future__ import annotations
@@ -60,7 +60,7 @@ def secret(args) -> int:
 
 
 def check(args) -> int:
-    from .local import report
+    from .check_notebook import report
 
     return report(args.notebook, _limits(args))
 
