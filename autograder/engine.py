@@ -85,19 +85,18 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
     ``output``, when given, receives what the sandboxed worker printed; ``flags`` what the
     instructor should review (constructs the scan of the source cannot decide)."""
     notes: list[str] = []
-    # The session's clock starts first: reading the source is part of the submission's time.
-    session = Session(assignment, cells, limits, hidden_paths, notes)
+    # The submission's clock starts first: reading the source is part of its time.
+    deadline = time.monotonic() + limits.submission_seconds
     try:
         shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
-                         assignment.given, deadline=session.deadline)
+                         assignment.given, deadline=deadline)
     except OutOfTime:
-        session.close()
         message = (f"the grading time for this submission ({limits.submission_seconds:g} s) ran out while the grader "
                    "read its source, before any test")
         return [TestOutcome(t.grade_id, 0.0, t.points, False, message) for t in assignment.tests], notes
     if flags is not None:
         flags += shortcuts.flags()
-    session.needs = shortcuts.needs
+    session = Session(assignment, cells, limits, hidden_paths, notes, needs=shortcuts.needs, deadline=deadline)
     outcomes = []
     try:
         for test in assignment.tests:
