@@ -29,7 +29,6 @@ import torch
 
 # What the learner's side is made of, for the checks that build cases and read results.
 from harness.calls import (  # noqa: F401
-    COURSE_PACKAGES,
     Case,
     ModuleResult,
     Opaque,

@@ -164,7 +164,7 @@ SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/b
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 #: the course's packages that hold solutions or tools (course.tools among them); hidden where an installation copied them
-COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
+HIDDEN_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
 def _installation() -> list[Path]:
@@ -271,7 +271,7 @@ def _covered(hidden: list[Path], mounted: list[Path]) -> list[Path]:
     Only what exists: a path that is not there hides nothing, and bubblewrap cannot make one inside
     a read-only mount (an installed course's REPO/solutions would lie inside site-packages)."""
     covered = [h for h in hidden if h.exists() and any(m in h.parents for m in mounted)]
-    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
+    covered += [p / name for p in _python_paths() for name in HIDDEN_PACKAGES if (p / name).is_dir()]
     return list(dict.fromkeys(covered))
 
 
