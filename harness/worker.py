@@ -96,20 +96,10 @@ class _Frames:
     def __init__(self, sock: socket.socket, limit: int):
         self.sock, self.limit = sock, limit
 
-    def _exactly(self, size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = self.sock.recv(min(size - len(data), 1 << 20))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return bytes(data)
-
     def receive(self) -> dict:
         from . import wire
 
-        size = wire.frame_size(self._exactly(wire.HEADER.size), self.limit)
-        return wire.parse(self._exactly(size))
+        return wire.receive(self.sock, self.limit)
 
     def send(self, message: dict) -> None:
         from . import wire
