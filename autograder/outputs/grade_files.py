@@ -25,10 +25,11 @@ from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from course.files import atomic_write
 
 from ..assignment import Assignment, load_assignment
 from ..engine import Result
@@ -54,15 +55,15 @@ def csv_cell(value: str | float) -> str:
 
 
 def write_rows(path: Path, rows) -> None:
-    """A CSV of :func:`csv_cell` cells, written beside and then renamed into place, so that a
-    reader (or another run writing the same file) never sees half of it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    with partial.open("w", newline="", encoding="utf-8") as f:
-        out = csv.writer(f)
-        for row in rows:
-            out.writerow([csv_cell(v) for v in row])
-    partial.replace(path)
+    """A CSV of :func:`csv_cell` cells, written so that a reader (or another run writing the same
+    file) never sees half of it."""
+    def write(partial: Path) -> None:
+        with partial.open("w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            for row in rows:
+                out.writerow([csv_cell(v) for v in row])
+
+    atomic_write(path, write)
 
 
 #: the course CSV's columns after the learner and the assignment: (header, value of a Result)
@@ -117,19 +118,13 @@ def gradescope_results(assignment: Assignment, result: Result, seconds: float | 
     }
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
-
-
 def write_gradescope(folder: Path, assignment: Assignment, records: list[Record]) -> list[Path]:
     written = []
     for record in records:
         if safe_name(record.learner):
             path = folder / record.learner / "results.json"
-            _atomic_write(path, json.dumps(gradescope_results(assignment, record.result), indent=1) + "\n")
+            text = json.dumps(gradescope_results(assignment, record.result), indent=1) + "\n"
+            atomic_write(path, lambda partial, text=text: partial.write_text(text, encoding="utf-8"))
             written.append(path)
     return written
 
