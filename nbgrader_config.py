@@ -29,7 +29,7 @@ c.ClearHiddenTests.end_test_delimeter = "END HIDDEN TESTS"
 
 # `nbgrader generate_feedback` writes the course's feedback page from the gradebook (the page
 # `python -m autograder grade` wrote), never nbgrader's rendering, which shows hidden tests.
-c.GenerateFeedback.exporter_class = "autograder.exchange.CourseFeedbackExporter"
+c.GenerateFeedback.exporter_class = "autograder.outputs.feedback.CourseFeedbackExporter"
 
 # nbgrader reads solutions/<assignment>/<notebook>.ipynb, generated from the committed percent
 # script: write any that is missing or stale, so that nbgrader works on a fresh clone too.

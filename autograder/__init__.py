@@ -22,7 +22,7 @@ def check(check_id: str, fn, hidden: bool = False) -> None:
     check, the message says so first: that helper is the mistake to fix.
     """
     from .checks import get
-    from .dependencies import blame_helpers
+    from .source.helpers import blame_helpers
 
     try:
         verdict = run_check(get(check_id), fn, hidden=hidden)

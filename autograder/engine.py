@@ -1,4 +1,4 @@
-"""Grading: each submission's code runs in a sandboxed worker, every verdict is made here.
+"""Grading one submission: its code runs in a sandboxed worker, every verdict is made here.
 
 For each graded test cell of the instructor's notebook (never the submission's copy, which may
 have been edited, deleted or duplicated) the grader builds the check's cases, sends them to the
@@ -6,110 +6,25 @@ submission's sandboxed worker (:mod:`autograder.session`), receives plain data b
 it with the same checks the learner ran in the notebook. A test cell scores its points when all
 its checks pass, visible and hidden. Before a class is graded, :func:`self_check` grades the
 instructor's own solution the same way.
+
+Nothing here knows of a class, a gradebook or a file written for anyone: :mod:`autograder.run`
+grades a class one submission at a time with :func:`grade_submission` and keeps each result.
 """
 from __future__ import annotations
 
-import ast
 import time
 import traceback
-from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import nbformat
-
-from course import source_trees
-from course.layout import reference_module
-from course.notebook_format import check_calls, graded_cells, is_graded
-
+from .assignment import Assignment
 from .checks import get
-from .dependencies import substitution_notes
 from .framework import Check, CheckFailed
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
-from .shortcuts import OutOfTime, scan
+from .source.helpers import substitution_notes
+from .source.shortcuts import OutOfTime, scan
 from .submissions import Submission, Unreadable, code_cells, notebook_cells
-
-
-@dataclass(frozen=True)
-class GradedTest:
-    """One graded test cell: its id, its points and the checks it runs."""
-
-    grade_id: str
-    points: float
-    calls: tuple[tuple[str, str, bool], ...]  # (check id, function name, hidden)
-
-
-@dataclass(frozen=True)
-class Assignment:
-    name: str
-    notebook: str
-    tests: tuple[GradedTest, ...]
-    #: the modules its notebook imports: the worker imports them once, before any learner process
-    imports: tuple[str, ...] = ()
-    #: the code cells the notebook gives (neither answers nor tests): the scan of shortcuts trusts them
-    given: tuple[str, ...] = ()
-
-    @property
-    def functions(self) -> list[str]:
-        return list(dict.fromkeys(fn for t in self.tests for _, fn, _ in t.calls))
-
-    @property
-    def test_ids(self) -> frozenset[str]:
-        """The grade ids of its test cells: those cells of a submission are left out, these run instead."""
-        return frozenset(t.grade_id for t in self.tests)
-
-    @property
-    def max_score(self) -> float:
-        return sum(t.points for t in self.tests)
-
-    @classmethod
-    def from_notebook(cls, name: str, notebook: str, nb) -> Assignment:
-        """From a notebook carrying nbgrader metadata: the instructor's source, or a release."""
-        tests = []
-        for cell in graded_cells(nb, "test"):
-            meta = cell.metadata["nbgrader"]
-            calls = tuple((c, f, h) for c, f, h in check_calls(cell.source) if c and f)
-            tests.append(GradedTest(meta["grade_id"], float(meta.get("points", 0)), calls))
-        return cls(name, notebook, tuple(tests), _imports(nb), _given(nb))
-
-    def forbidden(self, function: str) -> tuple[str, ...]:
-        """What ``function`` may not call: the built-ins it rebuilds, and the course's own answer."""
-        own = f"{reference_module(self.notebook)}.{function}"
-        return tuple(dict.fromkeys([n for ch in self._checks(function) for n in ch.forbidden] + [own]))
-
-    def forbidden_ops(self, function: str) -> tuple[str, ...]:
-        """Further fragments of the operator names ``function`` may not call (see Check.forbidden_ops)."""
-        return tuple(dict.fromkeys(n for ch in self._checks(function) for n in ch.forbidden_ops))
-
-    def _checks(self, function: str) -> list[Check]:
-        return list({get(c).__class__: get(c) for t in self.tests for c, f, _ in t.calls if f == function}.values())
-
-
-def _given(nb) -> tuple[str, ...]:
-    """The sources of the code cells the notebook gives, as the grader reads a submission's cells."""
-    cells = [c for c in nb.cells if c.cell_type == "code" and not c.metadata.get("nbgrader", {}).get("solution")]
-    tests = [c.metadata["nbgrader"]["grade_id"] for c in graded_cells(nb, "test")]
-    return tuple(notebook_cells(nbformat.from_dict({"cells": cells}), tests)[0])
-
-
-def _imports(nb) -> tuple[str, ...]:
-    """The installed modules a notebook's code cells import (not the course's reference code)."""
-    names: dict[str, None] = {}
-    for cell in nb.cells:
-        if cell.cell_type != "code" or is_graded(cell):
-            continue
-        try:
-            tree = source_trees.parse(cell.source)
-        except (SyntaxError, ValueError):
-            continue
-        for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                names.update(dict.fromkeys(alias.name for alias in node.names))
-            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-                names[node.module] = None
-    return tuple(n for n in names if n.split(".")[0] not in ("reference", "autograder", "course"))
 
 
 @dataclass
@@ -171,19 +86,18 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
     ``output``, when given, receives what the sandboxed worker printed; ``flags`` what the
     instructor should review (constructs the scan of the source cannot decide)."""
     notes: list[str] = []
-    # The session's clock starts first: reading the source is part of the submission's time.
-    session = Session(assignment, cells, limits, hidden_paths, notes)
+    # The submission's clock starts first: reading the source is part of its time.
+    deadline = time.monotonic() + limits.submission_seconds
     try:
         shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
-                         assignment.given, deadline=session.deadline)
+                         assignment.given, deadline=deadline)
     except OutOfTime:
-        session.close()
         message = (f"the grading time for this submission ({limits.submission_seconds:g} s) ran out while the grader "
                    "read its source, before any test")
         return [TestOutcome(t.grade_id, 0.0, t.points, False, message) for t in assignment.tests], notes
     if flags is not None:
         flags += shortcuts.flags()
-    session.needs = shortcuts.needs
+    session = Session(assignment, cells, limits, hidden_paths, notes, needs=shortcuts.needs, deadline=deadline)
     outcomes = []
     try:
         for test in assignment.tests:
@@ -236,34 +150,6 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         result.outcomes = [TestOutcome(t.grade_id, 0.0, t.points, False, "not graded: " + result.error) for t in assignment.tests]
     result.seconds = time.monotonic() - start
     return result
-
-
-def grade_all(assignment: Assignment, submissions: Iterable[Submission], limits: Limits, hidden_paths: list[Path],
-              jobs: int = 1, progress=None, on_result: Callable[[Result], None] | None = None) -> list[Result]:
-    """Every submission's Result, sorted by learner. ``on_result`` receives each one as soon as it
-    is graded (to record it); when it raises, or the run is interrupted, no further submission is
-    started and the exception propagates: what was handed to ``on_result`` is kept."""
-    import torch
-
-    # The judges work on small tensors; extra threads would only fight the workers for the cores.
-    torch.set_num_threads(1)
-    submissions = list(submissions)
-    results: list[Result] = []
-    pool = ThreadPoolExecutor(max_workers=max(jobs, 1))
-    try:
-        futures = [pool.submit(grade_submission, assignment, s, limits, hidden_paths) for s in submissions]
-        for future in as_completed(futures):
-            result = future.result()
-            if on_result is not None:
-                on_result(result)
-            results.append(result)
-            if progress is not None:
-                progress.update(1)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
-        raise
-    pool.shutdown()
-    return sorted(results, key=lambda r: r.learner)
 
 
 def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: list[Path]) -> str | None:

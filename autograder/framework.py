@@ -31,27 +31,23 @@ import torch
 
 # What the learner's side is made of, for the checks that build cases and read results.
 from harness.calls import (  # noqa: F401
-    COURSE_PACKAGES,
-    PROVIDERS,
     Case,
     ModuleResult,
     Opaque,
-    Provided,
     Raised,
     StateMismatch,
     Tripwires,
     UsedForbidden,
     call_learner,
     materialize,
-    provider,
     raised,
     remember_cell,
-    seeded,
     shared_names,
     to_plain,
 )
 from harness.observe import Observed, Observer, tensors_in
 from harness.probes import PROBE_SECONDS, probe
+from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F401
 
 from . import course_secret
 from .locate import Stage, locate

@@ -164,7 +164,7 @@ SYSTEM = ("/usr/bin", "/usr/lib", "/usr/lib32", "/usr/lib64", "/usr/libx32", "/b
 #: single files of /etc that the dynamic loader reads
 SYSTEM_FILES = ("/etc/ld.so.cache",)
 #: the course's packages that hold solutions or tools (course.tools among them); hidden where an installation copied them
-COURSE_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
+HIDDEN_PACKAGES = ("autograder", "reference", "course", "transformer", "solutions")
 
 
 def _installation() -> list[Path]:
@@ -271,7 +271,7 @@ def _covered(hidden: list[Path], mounted: list[Path]) -> list[Path]:
     Only what exists: a path that is not there hides nothing, and bubblewrap cannot make one inside
     a read-only mount (an installed course's REPO/solutions would lie inside site-packages)."""
     covered = [h for h in hidden if h.exists() and any(m in h.parents for m in mounted)]
-    covered += [p / name for p in _python_paths() for name in COURSE_PACKAGES if (p / name).is_dir()]
+    covered += [p / name for p in _python_paths() for name in HIDDEN_PACKAGES if (p / name).is_dir()]
     return list(dict.fromkeys(covered))
 
 
@@ -481,24 +481,6 @@ class Channel:
     def __init__(self, sock: socket.socket, limit: int):
         self.sock, self.limit = sock, limit
 
-    def _read(self, size: int, deadline: float) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise WorkerTimeout()
-            self.sock.settimeout(left)
-            try:
-                chunk = self.sock.recv(min(size - len(data), 1 << 20))
-            except TimeoutError:
-                raise WorkerTimeout() from None
-            except OSError as exc:
-                raise WorkerGone(str(exc)) from None
-            if not chunk:
-                raise WorkerGone("the other side closed the channel")
-            data += chunk  # grows with what arrives, not with what the header claims
-        return bytes(data)
-
     def send(self, message: dict, timeout: float) -> None:
         self.sock.settimeout(max(timeout, 0.001))
         try:
@@ -510,9 +492,14 @@ class Channel:
 
     def receive(self, timeout: float) -> dict:
         """One message; WireError when it is malformed, whoever wrote it."""
-        deadline = time.monotonic() + timeout
-        size = wire.frame_size(self._read(wire.HEADER.size, deadline), self.limit)
-        return wire.parse(self._read(size, deadline))
+        try:
+            return wire.receive(self.sock, self.limit, time.monotonic() + timeout)
+        except TimeoutError:
+            raise WorkerTimeout() from None
+        except EOFError:
+            raise WorkerGone("the other side closed the channel") from None
+        except OSError as exc:
+            raise WorkerGone(str(exc)) from None
 
     def request(self, message: dict, timeout: float) -> dict:
         deadline = time.monotonic() + timeout

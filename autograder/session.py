@@ -21,8 +21,10 @@ from course.layout import reference_module
 from harness import wire
 from harness.probes import PROBE_SECONDS
 
-from .references import imported_modules, reference_sources
+from .assignment import Assignment
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
+from .source.references import imported_modules, reference_sources
+from .submissions import cell_name
 from .time_limit import endless_loop_message
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
@@ -43,12 +45,6 @@ class _Retry(Exception):
     """A cell was skipped: start the learner process again."""
 
 
-def cell_name(index: int, source: str) -> str:
-    """How a learner finds a cell again: its position and its first line."""
-    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
-
-
 def _cell_error(reply: Any) -> tuple[str, str] | None:
     """(type, message) of a cell that raised, None when it ran; WireError when it is neither."""
     if reply == {"ok": True}:
@@ -62,20 +58,24 @@ def _cell_error(reply: Any) -> tuple[str, str] | None:
 class Session:
     """The worker of one submission and its current learner process."""
 
-    def __init__(self, assignment, cells: list[str], limits: Limits, hidden_paths: list[Path], notes: list[str]):
+    def __init__(self, assignment: Assignment, cells: list[str], limits: Limits, hidden_paths: list[Path],
+                 notes: list[str], *, needs: dict[str, set[str]] | None, deadline: float):
+        """``needs``: graded function -> the other graded functions it uses (see
+        :attr:`autograder.source.shortcuts.Scan.needs`), None for all of them; ``deadline``: when
+        the submission's time ends (on :func:`time.monotonic`'s clock), which began before its
+        source was read."""
         self.assignment, self.cells, self.limits = assignment, cells, limits
         self.hidden_paths, self.notes = hidden_paths, notes
         self.skip: set[int] = set()
         self.noted: set[int] = set()
         self.ran: set[int] = set()  # cells that have run once: only that first run is reported
-        self.deadline = time.monotonic() + limits.submission_seconds
+        self.deadline = deadline
         self.worker: Worker | None = None
         self.worker_starts = 0
         self.output = ""  # what the last worker printed, for an instructor who wonders why
         self.child: Channel | None = None
         self.key: tuple | None = None
-        #: graded function -> the other graded functions it uses (see shortcuts.Scan.needs); None: all of them
-        self.needs: dict[str, set[str]] | None = None
+        self.needs = needs
         #: the reference modules the submission imports: the others are not sent
         self.imports = frozenset(imported_modules(cells))
 
@@ -91,7 +91,7 @@ class Session:
             if self.worker_starts >= MAX_WORKER_STARTS:
                 raise WorkerBroken(f"the worker stopped {self.worker_starts} times", printed=self.output[-1500:])
             self.worker_starts += 1
-            self.worker = Worker(self.limits, self.hidden_paths, preload=getattr(self.assignment, "imports", ()))
+            self.worker = Worker(self.limits, self.hidden_paths, preload=self.assignment.imports)
         return self.worker
 
     def _drop_worker(self) -> None:

@@ -145,6 +145,12 @@ def read_submission(path: Path, max_bytes: int):
     return nb, notes
 
 
+def cell_name(index: int, source: str) -> str:
+    """How a learner finds a cell again: its position and its first line."""
+    first = next((line.strip() for line in source.splitlines() if line.strip()), "")
+    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
+
+
 def notebook_cells(nb, tests: Collection[str]) -> tuple[list[str], list[str]]:
     """The sources of a notebook's code cells to run, and notes for the learner.
 

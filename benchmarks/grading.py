@@ -144,7 +144,7 @@ def _finish(*runs: subprocess.Popen) -> None:
 
 
 def gradebook_contents(root: Path) -> dict:
-    from autograder.gradebook import open_gradebook
+    from autograder.outputs.gradebook import open_gradebook
 
     with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
         records = {r.learner: (r.result.score, [(o.grade_id, o.points) for o in r.result.outcomes])

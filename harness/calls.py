@@ -11,7 +11,7 @@ method alike) and a dispatch mode each ATen operator it runs. Nothing is wrapped
 original to take from a wrapper. Those modes belong to a thread, so every thread the learner's
 code starts (:func:`follow_threads`) runs under them too. They are advisory all the same: code in
 the learner's process can reach anything in it, and a process it starts is out of their sight.
-What is enforced is the grader's scan of the submission's source (:mod:`autograder.shortcuts`),
+What is enforced is the grader's scan of the submission's source (:mod:`autograder.source.shortcuts`),
 made in the grader's process before anything runs.
 """
 from __future__ import annotations
@@ -40,31 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import observe
 from .observe import Arguments, Observer, Recorder, argument_names
-
-
-@dataclass(frozen=True)
-class Provided:
-    """An object the grader builds on the learner's side from a name and plain arguments.
-
-    Used for things a function under test needs that are not plain data, such as the small
-    model a greedy decoder drives. Only factories registered in :data:`PROVIDERS` exist.
-    """
-
-    name: str
-    kwargs: Mapping[str, Any] = field(default_factory=dict)
-
-
-PROVIDERS: dict[str, Callable[..., Any]] = {}
-
-
-def provider(name: str):
-    """Register a factory for :class:`Provided` objects."""
-
-    def register(factory):
-        PROVIDERS[name] = factory
-        return factory
-
-    return register
+from .providers import PROVIDERS, Provided
 
 
 @dataclass(frozen=True)
@@ -261,7 +237,7 @@ class StateMismatch(Exception):
         super().__init__("; ".join(parts) + tail)
 
 
-def _plain(name: str) -> str:
+def plain_name(name: str) -> str:
     """"Layer_Norm" -> "layernorm": how names are compared, so that every spelling of one matches."""
     return name.replace("_", "").lower()
 
@@ -270,7 +246,7 @@ def watched_names(paths: Sequence[str], ops: Sequence[str] = ()) -> tuple[str, .
     """The name fragments a tripwire watches for: ``ops`` and the last part of each torch path
     ("torch.nn.LayerNorm" -> "layernorm", which ``layer_norm`` and ``native_layer_norm`` contain)."""
     names = [*ops, *(p.rsplit(".", 1)[-1] for p in paths if p.split(".")[0] == "torch")]
-    return tuple(dict.fromkeys(_plain(n) for n in names if n))
+    return tuple(dict.fromkeys(plain_name(n) for n in names if n))
 
 
 def _function_name(func: Any) -> str:
@@ -305,7 +281,7 @@ class _Functions(TorchFunctionMode):
         self.recording = recording
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        if any(w in _plain(str(getattr(func, "__name__", ""))) for w in self.recording.watched):
+        if any(w in plain_name(str(getattr(func, "__name__", ""))) for w in self.recording.watched):
             self.recording.functions.append(_function_name(func))
         return func(*args, **(kwargs or {}))
 
@@ -325,7 +301,7 @@ class _Operators(TorchDispatchMode):
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         namespace, _, name = func.name().partition("::")  # "aten::_softmax"
         name = name.split(".")[0]  # an overload's name without its variant ("softmax.int")
-        if any(w in _plain(name) for w in self.recording.watched):
+        if any(w in plain_name(name) for w in self.recording.watched):
             self.recording.operators.append(f"torch.ops.{namespace}.{name}")
         return func(*args, **(kwargs or {}))
 
@@ -395,8 +371,8 @@ class UsedForbidden:
     names: tuple[str, ...]
 
 
-#: packages whose code is the course's own: an error raised inside them is named as the course's
-COURSE_PACKAGES = frozenset({"reference", "autograder", "harness", "transformer"})
+#: packages whose frames are the course's code: an error raised inside them is named as the course's
+COURSE_CODE = frozenset({"reference", "autograder", "harness", "transformer"})
 #: how notebook cells name their code: the grader's worker, classic IPython, ipykernel
 _CELL_FILE = re.compile(r"<cell [^>]+>|<ipython-input-[^>]*>|.*[/\\]ipykernel_\d+[/\\][^/\\]+\.py")
 
@@ -484,7 +460,7 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
             continue  # the harness that made the call, and the recorder that watched it
         if frame.f_code in own or filename in own_files or _is_cell(filename):
             kind = "learner"
-        elif module.split(".")[0] in COURSE_PACKAGES:
+        elif module.split(".")[0] in COURSE_CODE:
             kind = "course"
         else:
             kind = "library"
@@ -559,8 +535,3 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
     if exceeded:
         result = Raised("Recomputed", exceeded)
     return UsedForbidden(tuple(dict.fromkeys(used))) if used else result
-
-
-
-def seeded(seed: int) -> torch.Generator:
-    return torch.Generator().manual_seed(seed)

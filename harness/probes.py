@@ -26,8 +26,9 @@ from typing import Any
 
 import torch
 
-from .calls import Case, Provided, build_module, materialize, own_code, raised
+from .calls import Case, build_module, materialize, own_code, raised
 from .observe import argument_names
+from .providers import Provided
 
 #: the probes a check may ask for
 PROBES = ("device", "gradient")

@@ -11,7 +11,7 @@ import math
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from .calls import provider, seeded
+from .providers import provider, seeded
 
 #: the logit given to tokens a model must never produce (<bos>, <pad>): far below any real logit,
 #: yet finite, so that a softmax or a log-softmax of the logits stays free of NaN

@@ -16,14 +16,16 @@ import base64
 import binascii
 import json
 import struct
+import time
 from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from .calls import Case, ModuleResult, Opaque, Provided, Raised, UsedForbidden
+from .calls import Case, ModuleResult, Opaque, Raised, UsedForbidden
 from .observe import MAX_STEPS, Observed, Step
 from .probes import PROBES
+from .providers import Provided
 
 HEADER = struct.Struct(">Q")
 MAX_DEPTH = 32  # nesting of values inside one document
@@ -333,6 +335,26 @@ def parse(data: bytes) -> dict:
     return message
 
 
-def send(stream, message: dict) -> None:
-    stream.write(frame(message))
-    stream.flush()
+def read_exactly(sock, size: int, deadline: float | None = None) -> bytes:
+    """``size`` bytes from the socket ``sock``: EOFError when the other side closes it first,
+    TimeoutError once ``deadline`` (on :func:`time.monotonic`'s clock) has passed; without one, it
+    waits as the socket does."""
+    data = bytearray()
+    while len(data) < size:
+        if deadline is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise TimeoutError
+            sock.settimeout(left)
+        chunk = sock.recv(min(size - len(data), 1 << 20))
+        if not chunk:
+            raise EOFError
+        data += chunk  # grows with what arrives, not with what the header claims
+    return bytes(data)
+
+
+def receive(sock, limit: int, deadline: float | None = None) -> dict:
+    """One message from the socket ``sock``, by both sides: a frame over ``limit`` bytes is refused
+    before its body is read, and the body is read with the bounds above."""
+    size = frame_size(read_exactly(sock, HEADER.size, deadline), limit)
+    return parse(read_exactly(sock, size, deadline))

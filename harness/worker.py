@@ -25,7 +25,7 @@ route it likes, for instance by replying on its own socket itself, or by reachin
 built-in without passing its tripwire. That is the same as the graded function returning those
 answers: the grader judges them in its own process, and the course's answer for the function
 being graded is nowhere in the learner's process to be returned. The shortcuts that matter are
-judged from the submission's source, in the grader's process (:mod:`autograder.shortcuts`).
+judged from the submission's source, in the grader's process (:mod:`autograder.source.shortcuts`).
 """
 from __future__ import annotations
 
@@ -97,20 +97,10 @@ class _Frames:
     def __init__(self, sock: socket.socket, limit: int):
         self.sock, self.limit = sock, limit
 
-    def _exactly(self, size: int) -> bytes:
-        data = bytearray()
-        while len(data) < size:
-            chunk = self.sock.recv(min(size - len(data), 1 << 20))
-            if not chunk:
-                raise EOFError
-            data += chunk
-        return bytes(data)
-
     def receive(self) -> dict:
         from . import wire
 
-        size = wire.frame_size(self._exactly(wire.HEADER.size), self.limit)
-        return wire.parse(self._exactly(size))
+        return wire.receive(self.sock, self.limit)
 
     def send(self, message: dict) -> None:
         from . import wire

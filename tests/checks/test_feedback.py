@@ -19,12 +19,13 @@ from nbclient import NotebookClient
 
 import reference.attention
 from autograder import CheckFailed, check
+from autograder.assignment import Assignment
 from autograder.checks import chapter_checks, get
-from autograder.dependencies import helpers_in_source, helpers_of, substitution_notes
-from autograder.engine import Assignment, Result, grade_cells
+from autograder.engine import Result, grade_cells
 from autograder.framework import remember_cell, run_check
-from autograder.reports import feedback_html
+from autograder.outputs.feedback import feedback_html
 from autograder.sandbox import Limits
+from autograder.source.helpers import helpers_in_source, helpers_of, substitution_notes
 from course.layout import SOLUTIONS
 from course.notebook_format import cell_role, complete, write_notebook
 from tests.conftest import PYTHON, REPO

@@ -13,7 +13,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.engine import Assignment
+from autograder.assignment import Assignment
 from autograder.submissions import code_cells, notebook_cells
 from course.layout import REPO, TOOLS, LayoutError, chapters, instructor_notebook, sources, toc_pages
 from course.notebook_format import NotebookSourceError, calls_checks, check_calls, graded_cells, is_graded, to_nbgrader

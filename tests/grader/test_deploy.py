@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from autograder import __main__ as cli
-from autograder.gradebook import open_gradebook
+from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
 from autograder.shards import parse_shard, select
 from tests.conftest import REPO

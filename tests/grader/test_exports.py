@@ -15,11 +15,11 @@ import sys
 
 import pytest
 
-from autograder.engine import Assignment, GradedTest, Result
+from autograder.assignment import Assignment, GradedTest, load_assignment
+from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.exports import Learner, export, gradescope_results, write_canvas
-from autograder.gradebook import Record, SubmissionKey, open_gradebook
-from autograder.reports import write_csv
+from autograder.outputs.grade_files import Learner, export, gradescope_results, write_canvas, write_csv
+from autograder.outputs.gradebook import Record, SubmissionKey, open_gradebook
 from autograder.shards import Shard, ShardError, parse_shard, select, shard_of
 from tests.grader import small_class as sc
 
@@ -54,8 +54,6 @@ def exported(tmp_path_factory):
 
 
 def _assignment(root):
-    from autograder.exports import load_assignment
-
     return load_assignment(root, sc.ASSIGNMENT)
 
 

@@ -13,9 +13,10 @@ from pathlib import Path
 
 import nbformat
 
-from autograder.engine import Assignment, Result
+from autograder.assignment import Assignment
+from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.reports import autograded_notebook
+from autograder.outputs.autograded import autograded_notebook
 from course.notebook_format import complete
 from tests.browser import NEEDS_BROWSER, headless_chromium
 from tests.conftest import chapter_of

@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 
-from autograder.engine import Assignment, Result
+from autograder.assignment import Assignment
+from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.gradebook import SubmissionKey, open_gradebook
+from autograder.outputs.gradebook import SubmissionKey, open_gradebook
 from course.notebook_format import to_nbgrader
 from tests.conftest import source_path
 from tests.grader.postgres import postgres_server

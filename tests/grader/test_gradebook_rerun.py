@@ -8,7 +8,7 @@ import pytest
 
 from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
-from autograder.gradebook import GradebookError, grader_digest, open_gradebook, submission_key
+from autograder.outputs.gradebook import GradebookError, grader_digest, open_gradebook, submission_key
 from autograder.submissions import Submission
 from tests.grader import small_class as sc
 
@@ -16,7 +16,7 @@ from tests.grader import small_class as sc
 @pytest.fixture
 def graded(tmp_path):
     """A class of three, all recorded as graded; returns the pieces to ask what is still to do."""
-    from autograder.exports import load_assignment
+    from autograder.assignment import load_assignment
 
     root = sc.course(tmp_path / "course")
     assignment, source = load_assignment(root, sc.ASSIGNMENT)

@@ -34,8 +34,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from autograder.engine import Assignment
-from autograder.reports import ensure_assignment
+from autograder.assignment import Assignment
+from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
 from course.layout import NBGRADER_CONFIG, REPO, chapter
 from course.notebook_format import complete, secret_lines, to_nbgrader, write_notebook
@@ -387,7 +387,8 @@ def graded(tmp_path_factory):
     shutil.copy(REPO / NBGRADER_CONFIG, root)
     os.environ["PATH"] = str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", "")
     # A gradebook already there, as in a real course, so that snooping has a target.
-    ensure_assignment(f"sqlite:///{root / 'gradebook.db'}", Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, _source()), _source())
+    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        gradebook.prepare(Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, _source()), _source())
     # Another copy of the course on the same machine, which no submission may read.
     elsewhere = tmp_path_factory.mktemp("another_copy") / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py"
     elsewhere.parent.mkdir(parents=True)

@@ -25,8 +25,9 @@ import pytest
 import torch
 
 from autograder import course_secret, sandbox
+from autograder.assignment import Assignment
 from autograder.checks import get
-from autograder.engine import Assignment, grade_cells
+from autograder.engine import grade_cells
 from autograder.sandbox import Limits
 from autograder.submissions import notebook_cells
 from course.notebook_format import complete

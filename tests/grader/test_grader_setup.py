@@ -17,8 +17,8 @@ import pytest
 
 from autograder import __main__ as cli
 from autograder import sandbox
-from autograder.engine import Assignment
-from autograder.reports import ensure_assignment
+from autograder.assignment import Assignment
+from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import Limits
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.conftest import REPO, release_path, source_path
@@ -34,7 +34,8 @@ def course(tmp_path):
     (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
     shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py", root / "solutions" / ASSIGNMENT)
     source = to_nbgrader(source_path(NOTEBOOK))
-    ensure_assignment(f"sqlite:///{root / 'gradebook.db'}", Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
+    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+        gradebook.prepare(Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
     import nbformat
 
     solved = complete(nbformat.read(release_path(NOTEBOOK), as_version=4), source)
@@ -153,12 +154,12 @@ def test_the_cpu_cgroup_is_read_from_proc(memberships, below_root, group):
 
 
 def test_where_the_cpu_is_shared_by_process_submissions_are_graded_one_at_a_time(course, monkeypatch, capsys):
-    from autograder import engine
+    from autograder import engine, run
 
     monkeypatch.setattr(sandbox, "shared_by_process", lambda: "the grader runs in the CPU cgroup /kubepods/pod1")
     monkeypatch.setattr(engine, "self_check", lambda *args: None)
     used = []
-    monkeypatch.setattr(engine, "grade_all", lambda *args, jobs, **kwargs: used.append(jobs) or [])
+    monkeypatch.setattr(run, "grade_all", lambda *args, jobs, **kwargs: used.append(jobs) or [])
     cli.main(["grade", ASSIGNMENT, "--root", str(course), "--jobs", "4", *FAST]
              + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
     assert used == [1]

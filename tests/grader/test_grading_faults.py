@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from autograder.gradebook import open_gradebook
+from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
 from tests.grader import small_class as sc
 

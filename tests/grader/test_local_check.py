@@ -61,13 +61,13 @@ def test_a_malformed_notebook_gets_a_sentence_not_a_traceback(tmp_path, content)
 
 def test_without_bubblewrap_a_learner_can_still_check_and_is_told(tmp_path, source_nb, release_nb, monkeypatch, capsys):
     # A learner's own code needs no sandbox; only the class grader refuses to run without one.
-    from autograder import local, sandbox
+    from autograder import check_notebook, sandbox
 
     monkeypatch.setattr(sandbox, "sandboxed", lambda: False)
-    monkeypatch.setattr(local, "sandboxed", lambda: False)
+    monkeypatch.setattr(check_notebook, "sandboxed", lambda: False)
     path = tmp_path / f"{NOTEBOOK}.ipynb"
     write_notebook(complete(release_nb(NOTEBOOK), source_nb(NOTEBOOK)), path)
-    assert local.report(path) == 0
+    assert check_notebook.report(path) == 0
     out = capsys.readouterr().out
     assert "note: bubblewrap is not installed" in out and "FAIL" not in out
 

@@ -15,7 +15,8 @@ import nbformat
 import pytest
 
 from autograder import sandbox
-from autograder.engine import Assignment, grade_cells
+from autograder.assignment import Assignment
+from autograder.engine import grade_cells
 from autograder.sandbox import Channel, Limits, Worker, WorkerTimeout
 from autograder.submissions import notebook_cells
 from course.notebook_format import complete, to_nbgrader

@@ -12,13 +12,16 @@ import nbformat
 import pytest
 import torch
 
+from autograder.assignment import Assignment
 from autograder.checks import get
-from autograder.engine import Assignment, Result, grade_cells
+from autograder.engine import Result, grade_cells
 from autograder.engine import TestOutcome as Outcome
 from autograder.framework import CheckFailed, Tripwires, run_check
-from autograder.reports import feedback_html, summary, write_csv
+from autograder.outputs.feedback import feedback_html
+from autograder.outputs.grade_files import write_csv
+from autograder.run import summary
 from autograder.sandbox import Limits
-from autograder.shortcuts import OutOfTime, scan
+from autograder.source.shortcuts import OutOfTime, scan
 from autograder.submissions import Unreadable, code_cells, notebook_cells
 from course import source_trees
 from harness.calls import follow_threads

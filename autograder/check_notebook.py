@@ -1,7 +1,8 @@
 """`python -m autograder check NOTEBOOK`: a learner's notebook, checked the way it is graded.
 
 The same engine as the class grader runs the notebook's code in a separate process and judges
-its visible tests here; the score is out of the visible points.
+its visible tests here; the score is out of the visible points. The learner's own notebook is the
+only copy of the tests here, so its graded cells are the tests; nothing is written anywhere.
 """
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ from pathlib import Path
 
 from course.layout import REPO, SOLUTIONS
 
-from .engine import Assignment, grade_cells
+from .assignment import Assignment
+from .engine import grade_cells
 from .sandbox import Limits, sandboxed
 from .submissions import Unreadable, check_code_size, notebook_cells, read_submission
 

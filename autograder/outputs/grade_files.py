@@ -1,6 +1,8 @@
-"""Grades and feedback made from the gradebook alone, in the formats where courses publish them.
+"""The grade files: grades made from the gradebook alone, in the formats where courses publish them.
 
     python -m autograder export ASSIGNMENT [ASSIGNMENT ...] [--db URL]
+
+(`grade` writes the course's CSV too, at the end of every run, through :func:`write_csv`.)
 
 From the course's records in the gradebook (every test's verdict and message, written as each
 submission was graded), for each assignment:
@@ -15,31 +17,78 @@ and ``grades/canvas.csv``, a Canvas gradebook import: Student, ID, SIS User ID, 
 Section, then one column per assignment, headed by its name, with the "Points Possible" row
 Canvas's own export has. A learner not graded in an assignment gets an empty cell there (Canvas
 leaves an empty cell's grade as it is), never a zero.
+
+A text cell of either CSV that a spreadsheet would read as a formula starts with a ``'`` instead,
+and shows its control characters as escapes (:func:`csv_cell`).
 """
 from __future__ import annotations
 
+import csv
 import json
-import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .engine import Assignment, Result
-from .exchange import write_exchange_files
+from course.files import atomic_write
+
+from ..assignment import Assignment, load_assignment
+from ..engine import Result
+from ..submissions import safe_name
+from .escapes import visible
+from .feedback import HIDDEN_ONLY, write_feedback
 from .gradebook import Gradebook, Record
-from .reports import HIDDEN_ONLY, write_csv, write_feedback, write_rows
-from .submissions import safe_name
 
 CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+#: what makes a spreadsheet read a cell as a formula when it starts it (OWASP's list)
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
 
-def load_assignment(root: Path, name: str):
-    """An assignment's graded tests and the instructor's notebook they come from."""
-    from course.layout import instructor_notebook
-    from course.notebook_format import read_instructor_notebook
+def csv_cell(value: str | float) -> str:
+    """A CSV cell: a number as a number; text with its control characters escaped and, where a
+    spreadsheet would take it for a formula, a leading ' that makes it text."""
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"{value:g}"
+    if not isinstance(value, str):
+        raise TypeError(f"a CSV cell is a number or text, not {type(value).__name__}")
+    text = visible(value)
+    return "'" + text if text.lstrip(" ").startswith(FORMULA_STARTS) else text
 
-    path = instructor_notebook(name, root)
-    source = read_instructor_notebook(path)
-    return Assignment.from_notebook(name, path.stem, source), source
+
+def write_rows(path: Path, rows) -> None:
+    """A CSV of :func:`csv_cell` cells, written so that a reader (or another run writing the same
+    file) never sees half of it."""
+    def write(partial: Path) -> None:
+        with partial.open("w", newline="", encoding="utf-8") as f:
+            out = csv.writer(f)
+            for row in rows:
+                out.writerow([csv_cell(v) for v in row])
+
+    atomic_write(path, write)
+
+
+#: the course CSV's columns after the learner and the assignment: (header, value of a Result)
+SUMMARY_COLUMNS: list[tuple[str, Callable[[Assignment, Result], str | float]]] = [
+    ("score", lambda a, r: r.score),
+    ("max_score", lambda a, r: a.max_score),
+    ("status", lambda a, r: "not graded: " + r.error if r.error else "graded"),
+    # what the source scan could not decide: for the instructor to read, the score is unchanged
+    ("flags", lambda a, r: "; ".join(r.flags)),
+]
+
+
+def csv_columns(assignment: Assignment) -> list[tuple[str, Callable[[Assignment, Result], str | float]]]:
+    """Every column of the course CSV: learner, assignment, one per graded test, then the summary."""
+    def test_points(grade_id: str):
+        return lambda a, r: next((o.points for o in r.outcomes if o.grade_id == grade_id), 0.0)
+
+    return [("learner", lambda a, r: r.learner), ("assignment", lambda a, r: r.assignment),
+            *[(t.grade_id, test_points(t.grade_id)) for t in assignment.tests], *SUMMARY_COLUMNS]
+
+
+def write_csv(path: Path, assignment: Assignment, results: list[Result], columns=None) -> None:
+    """The grades, one row per learner (see :func:`write_rows`)."""
+    columns = csv_columns(assignment) if columns is None else columns
+    write_rows(path, [[header for header, _ in columns], *([value(assignment, r) for _, value in columns] for r in results)])
 
 
 def gradescope_results(assignment: Assignment, result: Result, seconds: float | None = None) -> dict:
@@ -69,19 +118,13 @@ def gradescope_results(assignment: Assignment, result: Result, seconds: float | 
     }
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
-    partial.write_text(text, encoding="utf-8")
-    partial.replace(path)
-
-
 def write_gradescope(folder: Path, assignment: Assignment, records: list[Record]) -> list[Path]:
     written = []
     for record in records:
         if safe_name(record.learner):
             path = folder / record.learner / "results.json"
-            _atomic_write(path, json.dumps(gradescope_results(assignment, record.result), indent=1) + "\n")
+            text = json.dumps(gradescope_results(assignment, record.result), indent=1) + "\n"
+            atomic_write(path, lambda partial, text=text: partial.write_text(text, encoding="utf-8"))
             written.append(path)
     return written
 
@@ -126,16 +169,6 @@ def write_canvas(path: Path, assignments: list[Assignment], records: dict[str, l
     write_rows(path, rows)
 
 
-def write_feedback_pages(root: Path, assignment: Assignment, records: list[Record]) -> list[Path]:
-    """Every learner's page and the files nbgrader's release_feedback reads beside it."""
-    written = []
-    for record in records:
-        written += write_feedback(root, assignment, [record.result], record.graded_at)
-        if safe_name(record.learner):
-            write_exchange_files(root / "feedback" / record.learner / assignment.name, record.timestamp, record.secret)
-    return written
-
-
 def export(root: Path, gradebook: Gradebook, names: list[str]) -> list[str]:
     """Every file above, from the gradebook; returns what was written, in words."""
     done, assignments, records = [], [], {}
@@ -146,7 +179,8 @@ def export(root: Path, gradebook: Gradebook, names: list[str]) -> list[str]:
         records[name] = rows
         csv_path = root / "grades" / f"{name}.csv"
         write_csv(csv_path, assignment, [r.result for r in rows])
-        pages = write_feedback_pages(root, assignment, rows)
+        pages = [write_feedback(root, assignment, r.result, r.graded_at, r.timestamp, r.secret) for r in rows]
+        pages = [p for p in pages if p is not None]
         results = write_gradescope(root / "grades" / "gradescope" / name, assignment, rows)
         done.append(f"{name}: {len(rows)} learners: {csv_path}; {len(pages)} feedback pages under {root / 'feedback'}; "
                     f"{len(results)} Gradescope results under {root / 'grades' / 'gradescope' / name}")

@@ -32,9 +32,10 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 
-from . import course_secret
-from .engine import Assignment, Result, TestOutcome
-from .submissions import Submission, safe_name
+from .. import course_secret
+from ..assignment import Assignment
+from ..engine import Result, TestOutcome
+from ..submissions import Submission, safe_name
 
 #: the Python package that provides each database driver SQLAlchemy may ask for
 DRIVER_PACKAGES = {

@@ -103,8 +103,8 @@ def blame_helpers(check_id: str, fn: Callable, message: str) -> str:
     Returns ``message`` unchanged when no helper of ``fn`` fails, or when the message already
     says that a helper is the one missing (a stub that is not implemented yet).
     """
-    from .checks import chapter_checks
-    from .framework import CheckFailed, run_check
+    from ..checks import chapter_checks
+    from ..framework import CheckFailed, run_check
 
     notebook, _, function = check_id.partition(".")
     checks = chapter_checks(notebook)

@@ -38,7 +38,9 @@ from dataclasses import dataclass, field
 import torch
 
 from course import source_trees
-from harness.calls import watched_names
+from harness.calls import plain_name, watched_names
+
+from ..submissions import cell_name
 
 #: what every rule of the second kind says, by its key
 RULES = {
@@ -65,7 +67,8 @@ GRADER_PACKAGES = ("autograder", "harness")
 #: what the notebooks themselves import from the grader, and the sandbox provides: the notebook's
 #: test runner (which does nothing there) and the toy models
 NOTEBOOK_IMPORTS = ("autograder", "autograder.check", "autograder.toys")
-COURSE_PACKAGES = ("course", "transformer", "solutions")
+#: the course's own model and tools, and its solutions: complete implementations of the exercises
+MODEL_AND_TOOLS = ("course", "transformer", "solutions")
 LOW_LEVEL = ("ctypes", "gc", "inspect", "marshal", "pickle", "dill", "builtins", "mmap", "sysv_ipc", "posix_ipc")
 INSIDE = frozenset({"__closure__", "cell_contents", "__globals__", "__code__", "__wrapped__", "__builtins__",
                     "f_globals", "f_locals", "f_back", "f_code", "tb_frame", "gi_frame", "cr_frame", "_getframe"})
@@ -103,8 +106,6 @@ class Finding:
     line: int
 
     def where(self, cells: Sequence[str]) -> str:
-        from .session import cell_name
-
         if self.cell >= len(cells):
             return ""
         place = cell_name(self.cell, cells[self.cell])
@@ -142,10 +143,6 @@ class Scan:
         """One line per construct to review, for the instructor."""
         seen = dict.fromkeys(f"{REVIEW[f.rule]}: `{f.what}` ({f.where(self.cells)})" for f in self.review)
         return list(seen)
-
-
-def _plain(name: str) -> str:
-    return name.replace("_", "").lower()
 
 
 class _Reader:
@@ -232,7 +229,7 @@ def _universal(path: str) -> str | None:
             return "private"
     if root in GRADER_PACKAGES:
         return "grader"
-    if root in COURSE_PACKAGES:
+    if root in MODEL_AND_TOOLS:
         return "course"
     if _starts_work(path):
         return "concurrent"
@@ -408,10 +405,10 @@ def _forbidden_use(stmt: _Statement, paths: Sequence[str], watched: Sequence[str
     for path, line in stmt.paths:
         if any(path == p or path.startswith(p + ".") for p in paths):
             return path, line
-        if path.split(".")[0] == "torch" and any(w in _plain(path.rsplit(".", 1)[-1]) for w in watched):
+        if path.split(".")[0] == "torch" and any(w in plain_name(path.rsplit(".", 1)[-1]) for w in watched):
             return path, line
     for attribute, line in stmt.attributes:  # a method of an object the source does not name: a Tensor's
-        if hasattr(torch.Tensor, attribute) and (attribute in methods or any(w in _plain(attribute) for w in watched)):
+        if hasattr(torch.Tensor, attribute) and (attribute in methods or any(w in plain_name(attribute) for w in watched)):
             return f"torch.Tensor.{attribute}", line
     return None
 
