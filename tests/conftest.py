@@ -38,6 +38,15 @@ def release_path(notebook: str) -> Path:
     return chapter_of(notebook).release
 
 
+@pytest.fixture(autouse=True)
+def _no_secret_fixed_by_an_earlier_test(monkeypatch):
+    """A grading run started in this process fixes the course secret for the rest of it
+    (course_secret.use); each test starts from the environment again, as a new process would."""
+    import autograder.course_secret
+
+    monkeypatch.setattr(autograder.course_secret, "_chosen", None)
+
+
 @pytest.fixture(scope="session")
 def source_nb():
     cache = {}
