@@ -14,6 +14,7 @@ from transformer.g2p import train as T
 from transformer.g2p.data import load as load_cmudict
 from transformer.g2p.encoding import Vocabularies, bucket_length
 from transformer.gpt import train as G
+from transformer.loop.run import compiled
 
 CPU = torch.device("cpu")
 
@@ -188,7 +189,7 @@ def test_the_real_compiler_computes_the_tiny_models_step(g2p):
     model = task.build_model().train()  # as a step runs it; the tiny preset has no dropout
     counters.clear()
     eager_loss, eager = loss_and_gradients(task, model, batch)
-    compiled_loss, grads = loss_and_gradients(task, model, batch, forward=loop.compiled(model, config))
+    compiled_loss, grads = loss_and_gradients(task, model, batch, forward=compiled(model, config))
     assert counters["stats"]["unique_graphs"] == 1  # the whole step compiled, no graph break
     assert compiled_loss == pytest.approx(eager_loss, rel=1e-5)
     assert grads.keys() == eager.keys() and len(eager) == len(list(model.parameters()))
