@@ -50,7 +50,7 @@ from harness.probes import PROBE_SECONDS, probe
 from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F401
 
 from . import course_secret
-from .locate import Stage, locate
+from .locate import Stage, locate, locate_crash
 
 
 class CheckFailed(AssertionError):
@@ -265,14 +265,14 @@ class Check:
         """
         seen = list(observed) + [None] * (len(cases) - len(observed))
         valid = [(c, r, o) for c, r, o in zip(cases, results, seen) if c.tag != INVALID]
-        late = [(c, r) for c, r, _ in valid if self.values_first and _deferrable(r)]
+        late = [(c, r, o) for c, r, o in valid if self.values_first and _deferrable(r)]
         early = [(c, r, o) for c, r, o in valid if not (self.values_first and _deferrable(r))]
-        for case, result, _ in early:
-            self._reject(case, result)
+        for case, result, seen_ in early:
+            self._reject(case, result, seen_)
             self.judge_dtype(case, result)
         self._judge_each(early)
-        for case, result in late:
-            self._reject(case, result)
+        for case, result, seen_ in late:
+            self._reject(case, result, seen_)
             self.judge_dtype(case, result)
         try:
             self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
@@ -324,17 +324,29 @@ class Check:
 
     def where_values_part(self, case: Case, seen: Observed | None) -> str:
         """The sentence that locates a wrong value in the learner's lines, or ""."""
+        compared = self._compared(case, seen)
+        return locate(seen.steps, *compared, seen.truncated) if compared else ""
+
+    def where_crash_began(self, case: Case, seen: Observed | None) -> str:
+        """For a call that raised inside a torch operation: whether what it was given is right, and if not,
+        the earlier line that first made a value none of the computation's; or ""."""
+        compared = self._compared(case, seen)
+        return locate_crash(seen.steps, *compared) if compared else ""
+
+    def _compared(self, case: Case, seen: Observed | None) -> tuple | None:
+        """What the learner's trace is compared with: the stages of ``case``, its input tensors, and the
+        agreement of two values; None when there is no trace or no stage applies."""
         if seen is None or not seen.steps or not self.traced:
-            return ""
+            return None
         try:
             stages = self.stages(case)
         except Exception:  # a stage that does not apply to this case: say nothing rather than guess
-            return ""
+            return None
         inputs = tensors_in((*case.args, *case.kwargs.values()))
         dtype = next((t.dtype for t in inputs if t.is_floating_point()), None)
         if case.state:
             dtype = next((t.dtype for t in case.state.values() if t.is_floating_point()), dtype)
-        return locate(seen.steps, stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0), seen.truncated)
+        return stages, inputs, lambda a, e: reproduces(a, e, dtype, tighter=10.0)
 
     #: the dtype of every floating tensor returned: "arguments" (the one PyTorch promotes the case's floating
     #: arguments and module parameters to), a torch.dtype, or None where the check judges it itself
@@ -435,7 +447,7 @@ class Check:
         if gradient:
             raise CheckFailed(gradient_message(name, case, gradient))
 
-    def _reject(self, case: Case, result: Any) -> None:
+    def _reject(self, case: Case, result: Any, seen: Observed | None = None) -> None:
         try:
             self.reject_non_results(case, result)
         except CheckFailed as failure:
@@ -445,6 +457,9 @@ class Check:
                     failure = _failure(
                         f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
                         f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained)
+                began = self.where_crash_began(case, seen) if case.tag != INVALID and _deferrable(result) else ""
+                if began:
+                    failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained)
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message
             raise failure from None
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.observe import Step
+from harness.observe import RAISED, Step
 
 
 @dataclass(frozen=True)
@@ -172,3 +172,51 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     if truncated:
         text += " (Only the first part of your function's work was recorded.)"
     return text
+
+
+def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int) -> list[tuple[Step, Step]]:
+    """The steps behind the values the crashing operation was given that agree with none of the
+    computation's values while what they were made from does (or they were made from nothing): the
+    first lines to go wrong on the way to the crash, on other lines than the crash's own; each with
+    the last value its line made on the way (the one the line hands on)."""
+    here = (steps[crash].line, steps[crash].function)
+    roots, latest, todo, seen = {}, {}, list(steps[crash].uses), set()
+    while todo and len(seen) < 64:
+        i = todo.pop()
+        if i in seen or found[i] is not None:
+            continue
+        seen.add(i)
+        place = (steps[i].line, steps[i].function)
+        latest[place] = max(latest.get(place, i), i)  # a line's last value is the one it hands on
+        wrong_parents = [j for j in steps[i].uses if found[j] is None]
+        if not wrong_parents and place != here and steps[i].source:
+            roots.setdefault(place, steps[i])
+        todo += wrong_parents
+    return [(roots[k], steps[latest[k]]) for k in sorted(roots)][:3]
+
+
+def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> str:
+    """For a call that raised inside a torch operation, the sentence that says whether what that operation
+    was given is right, and if not, which earlier line first made a value that is none of the computation's
+    from values that are; "" when the trace holds no such operation."""
+    crash = next((i for i in range(len(steps) - 1, -1, -1) if steps[i].made_by.startswith(RAISED)), None)
+    if crash is None or not stages:
+        return ""
+    found = [None if s.made_by.startswith(RAISED) else _stage_of(s, stages, inputs, agree) for s in steps]
+    given = [i for i in steps[crash].uses if i < crash]
+    operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
+    known = steps[crash].shape[:1] == (0,)  # each tensor it was given is a step's, an argument or a parameter
+    if known and all(found[i] is not None for i in given):
+        named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
+        return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "
+                "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments.")
+    roots = _crash_roots(steps, found, crash)
+    if not roots:
+        return ""
+    lines = ", ".join(f"line {s.line}, `{s.source}` (shape {s.shape})" for _, s in roots)
+    several = len(roots) > 1
+    made_from = all(first.uses for first, _ in roots)
+    return (f"What {operation} was given there comes from {lines}: {'their values are' if several else 'its value is'} "
+            "none of the computation's"
+            + (f", though what {'they were' if several else 'it was'} made from agrees with it" if made_from else "")
+            + ". Look there first: a crash shows where a wrong value was used, not where it was made.")

@@ -179,6 +179,7 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer:
     else:
         if observer.recorder is not None:
             observer.recorder.name_modules(module)
+            observer.recorder.know([*module.parameters(), *module.buffers()])
         with observer.watching():
             output = getattr(module, case.method)(*args, **kwargs)
         observer.result = output
@@ -512,6 +513,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
             # has its tensors (a float beside them, a scale say, would only be matched by chance).
             plain = not observe.tensors_in((args, kwargs))
             observer.recorder = Recorder(own_code(fn), _is_cell, python_values=plain)
+            observer.recorder.know(observe.tensors_in((args, kwargs)))
     used: list[str] = []
     # A provided model that counts what it reads does so from here, before the learner holds it.
     watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())

@@ -39,6 +39,8 @@ MAX_STEPS = 600
 MAX_ELEMENTS = 1_500_000
 #: a value larger than this is noted by its shape only
 MAX_VALUE_ELEMENTS = 200_000
+#: what a step made by an operation that raised is said to be made by, before the operation's name
+RAISED = "raised in "
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(__file__) + os.sep
@@ -53,7 +55,8 @@ class Step:
     source: str
     #: the learner's function the line belongs to
     function: str
-    #: what made the value: "torch.exp", "self.norm1", "softmax", "return"
+    #: what made the value: "torch.exp", "self.norm1", "softmax", "return"; for an operation that raised,
+    #: :data:`RAISED` and its name (the step has no value, only the steps it was given)
     made_by: str
     #: the value (None when it was too large to keep: ``shape`` still says what it was)
     value: torch.Tensor | None
@@ -162,6 +165,8 @@ class Recorder(TorchFunctionMode):
         self.made: dict[int, tuple[int, weakref.ref]] = {}
         #: id of a learner's frame -> (the line it is on, the values its variables last held, its loops' counters)
         self.python: dict[int, tuple[int, dict[str, torch.Tensor], frozenset[str]]] = {}
+        #: ids of the tensors the call was given (see :meth:`know`)
+        self.given: set[int] = set()
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -213,7 +218,14 @@ class Recorder(TorchFunctionMode):
             self.on = True
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        try:
+            out = func(*args, **(kwargs or {}))
+        except Exception:
+            # Where a crash happened and what it was given: the values may have gone wrong lines before.
+            frame = self._caller(sys._getframe(1)) if self.on else None
+            if frame is not None:
+                self.add_raised(frame, _op_name(func), (args, kwargs or {}))
+            raise
         name = _op_name(func)
         # An uninitialised tensor holds whatever the memory held (a table of an earlier call, say):
         # no value to compare.
@@ -222,6 +234,24 @@ class Recorder(TorchFunctionMode):
             if frame is not None:
                 self.add(frame, name, out, inputs=(args, kwargs or {}))
         return out
+
+    def add_raised(self, frame, name: str, inputs: Any) -> None:
+        """The operation that raised: a step with no value, made from the values it was given (``uses``: those
+        earlier steps made); its ``shape`` holds how many of them came neither from a step nor from the call's
+        arguments and parameters."""
+        if self.truncated or len(self.steps) >= MAX_STEPS:
+            return
+        self.on = False
+        try:
+            source = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
+            function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            uses = self._uses(inputs)
+            elsewhere = {id(t) for _, t in _tensors(inputs, "")
+                         if id(t) not in self.given and self.made.get(id(t), (0, lambda: None))[1]() is not t}
+            self.steps.append(Step(frame.f_lineno, source[:300], function[:200], (RAISED + name)[:200], None,
+                                   (len(elsewhere),), uses))
+        finally:
+            self.on = True
 
     def _forward_hook(self, module, args, output):
         if self.on and id(module) in self.module_names:
@@ -242,6 +272,11 @@ class Recorder(TorchFunctionMode):
         caller = frame.f_back
         if caller is not None and self._learner(caller):
             self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg)
+
+    def know(self, tensors: Any) -> None:
+        """Tensors the call was given (its arguments, its module's parameters): no step made them, yet they
+        are no value from elsewhere either."""
+        self.given.update(id(t) for t in tensors)
 
     def name_modules(self, module: Any) -> None:
         """Call the submodules of the module under test by their attribute names."""

@@ -393,6 +393,66 @@ def test_a_valid_case_refused_quotes_the_condition_that_led_to_the_raise():
     assert "raised ValueError" in message and "`if d_model % h == 0:`, should not hold on it" in message, message
 
 
+def _softmax(x):
+    e = torch.exp(x - x.amax(-1, keepdim=True))
+    return e / e.sum(-1, keepdim=True)
+
+
+def sdpa_keys_transposed_on_the_wrong_axes(q, k, v, mask=None):
+    kt = k.transpose(-3, -1)  # FAULT
+    scores = q @ kt / math.sqrt(q.size(-1))
+    if mask is not None:
+        scores = scores.masked_fill(~mask, float("-inf"))
+    return torch.nan_to_num(_softmax(scores)) @ v, torch.nan_to_num(_softmax(scores))
+
+
+def sdpa_mask_given_too_many_axes(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+    if mask is not None:
+        allowed = mask.unsqueeze(1).unsqueeze(1)  # FAULT
+        scores = scores.masked_fill(~allowed, float("-inf"))
+    w = torch.nan_to_num(_softmax(scores))
+    return w @ v, w
+
+
+def split_heads_size_from_the_wrong_axis(x, h):
+    B, T, d_model = x.shape
+    d_k = T // h
+    return x.view(B, T, h, d_k).transpose(1, 2)
+
+
+@pytest.mark.parametrize("fn", [sdpa_keys_transposed_on_the_wrong_axes, sdpa_mask_given_too_many_axes])
+def test_a_crash_quotes_the_earlier_line_that_made_the_value_it_was_given(fn):
+    message = _message("attention.scaled_dot_product_attention", fn)
+    raised_on = message.split("(in your")[1].split("\n")[0]
+    assert _faulty_line(fn) not in raised_on, "the crash must happen on a later line than the fault"
+    assert "comes from line" in message and _faulty_line(fn) in message.split("comes from line")[1], message
+
+
+def test_a_crash_on_right_tensors_says_so_rather_than_blaming_an_earlier_line():
+    message = _message("multihead.split_heads", split_heads_size_from_the_wrong_axis)
+    assert "raised RuntimeError" in message
+    assert "The tensors `view` was given on that line are right" in message, message
+    assert "comes from line" not in message
+
+
+def test_an_operation_that_raised_is_recorded_with_what_it_was_given():
+    from harness.observe import RAISED
+
+    def f(x):
+        y = x * 2
+        return y.view(3, 7)
+
+    observer = Observer(trace=True)
+    result = call_learner(f, Case("x", (torch.randn(4, 5),), {}), observer=observer)
+    steps = observer.observed().steps
+    assert result.type == "RuntimeError"
+    assert steps[-1].made_by == RAISED + "view" and steps[-1].uses == (0,) and steps[-1].value is None
+    assert steps[-1].shape == (0,)  # every tensor it was given is a step's or an argument
+    back = wire.decode_observed(_json(wire.encode_observed(observer.observed()))).steps[-1]
+    assert (back.made_by, back.value, back.shape, back.uses, back.line) == (RAISED + "view", None, (0,), (0,), steps[-1].line)
+
+
 def test_the_condition_of_a_raise_crosses_the_wire_and_a_malformed_one_is_refused():
     from harness.calls import Raised
 
