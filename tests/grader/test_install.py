@@ -1,13 +1,17 @@
 """The course without a clone: its wheel, installed into a fresh environment, is a working course.
 
-The wheel is built from this checkout and installed, with its declared dependencies, into a new
-virtual environment that has no repository around it. From an empty folder, a released notebook
+The wheel is built from this checkout and installed into a new virtual environment that has no
+repository around it. Its declared dependencies, and theirs in turn, are linked in from this test
+environment, which holds the versions pip resolved for them: what a learner's `pip install` would
+add, and nothing else (no instructor's tool, no test dependency), without unpacking torch's
+gigabyte again. From an empty folder, a released notebook
 (chapter 2, with the instructor's answers filled in as a learner would) is executed with nbclient,
 checked with `python -m autograder check` with bubblewrap and without it, and the capstone's data
 and shipped checkpoint are used by `python -m transformer.g2p pronounce`.
 """
 from __future__ import annotations
 
+import importlib.metadata
 import os
 import shutil
 import subprocess
@@ -17,6 +21,8 @@ from pathlib import Path
 import jupytext
 import nbformat
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from course.layout import REPO, chapter
 from course.tools.release import course_package_cell
@@ -65,11 +71,68 @@ def installed(tmp_path_factory) -> Path:
     venv = root / "venv"
     _run([sys.executable, "-m", "venv", str(venv)], cwd=root)
     python = venv / "bin" / "python"
+    site = Path(_run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"], cwd=root).strip())
     # nbclient only runs the notebook here; the course itself needs nothing beyond its wheel's dependencies.
-    # --no-compile: writing bytecode for torch's thousands of modules is most of an install's time, and
-    # Python compiles what an import needs anyway.
-    _run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel), "nbclient"], cwd=root)
+    for linked in _closure([*_declared(wheel), "nbclient"]):
+        _link_into(linked, site)
+    _run([str(python), "-m", "pip", "install", "--quiet", "--no-deps", "--no-compile", str(wheel)], cwd=root)
+    # Every declared requirement is met by what was linked in.
+    _run([str(python), "-m", "pip", "check"], cwd=root)
     return python
+
+
+def _declared(wheel: Path) -> list[str]:
+    """The requirements a wheel declares (its Requires-Dist lines), extras' included (they carry markers)."""
+    import email
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/METADATA"))
+        return email.message_from_bytes(archive.read(name)).get_all("Requires-Dist") or []
+
+
+def _closure(requirements: list[str]) -> list[importlib.metadata.Distribution]:
+    """The installed distributions that ``requirements`` need, theirs included, as pip resolves them: each
+    marker evaluated here, without extras unless a requirement names one; a version that does not satisfy
+    its requirement fails."""
+    todo = [(Requirement(r), "") for r in requirements]
+    found: dict[str, importlib.metadata.Distribution] = {}
+    extras_seen: set[tuple[str, str]] = set()
+    while todo:
+        requirement, extra = todo.pop()
+        if requirement.marker is not None and not requirement.marker.evaluate({"extra": extra}):
+            continue
+        name = canonicalize_name(requirement.name)
+        dist = found.get(name) or importlib.metadata.distribution(requirement.name)
+        assert requirement.specifier.contains(dist.version, prereleases=True), (str(requirement), dist.version)
+        asked = [e for e in ("", *requirement.extras) if (name, e) not in extras_seen]
+        found[name] = dist
+        for e in asked:
+            extras_seen.add((name, e))
+            todo += [(Requirement(r), e) for r in dist.requires or []]
+    return list(found.values())
+
+
+def _link_into(dist: importlib.metadata.Distribution, site: Path) -> None:
+    """Each top-level entry a distribution installed (packages, modules, .libs, dist-info) in ``site`` as hard
+    links (a symbolic link would point out of the grader's sandbox, which sees the environment alone); a
+    copy where the two are on different file systems."""
+    home = Path(dist.locate_file(""))
+    for top in sorted({Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}):
+        source, dest = home / top, site / top
+        if dest.exists() or not source.exists():
+            continue
+        if source.is_dir():
+            shutil.copytree(source, dest, copy_function=_link_or_copy, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            _link_or_copy(source, dest)
+
+
+def _link_or_copy(source, dest) -> None:
+    try:
+        os.link(source, dest)
+    except OSError:
+        shutil.copy2(source, dest)
 
 
 def _clean_env(python: Path, with_bubblewrap: bool = True) -> dict[str, str]:
