@@ -75,6 +75,8 @@ class CheckFailed(AssertionError):
     plain: str = ""
     #: the case a failure of several cases' results (``judge_all``) is about, for locating its wrong value
     case: Case | None = None
+    #: the name of the rule that failed (:class:`Rule`): what the catalogue of mistakes states for each mistake
+    rule: str = ""
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -153,13 +155,49 @@ def relabelling(g: torch.Generator, symbols: Sequence) -> dict:
     return {a: symbols[i] for a, i in zip(symbols, order)}
 
 
+@dataclass(frozen=True)
+class Rule:
+    """One thing a check requires of what the learner's function did, under a name that says what
+    ("rows sum to one", "masked keys get zero weight").
+
+    ``test(check, case, result)`` passes silently or raises :class:`CheckFailed`; the failure then
+    carries the name (``CheckFailed.rule``), and each mistake of the catalogue states the rule that
+    must catch it. A check lists its rules in ``rules``, which the default :meth:`Check.judge` runs
+    in order on each case (the first that fails gives the message), and the properties of several
+    calls in ``rules_across``, whose ``test(check, cases, results)`` sees every valid case. The rules
+    every function keeps are the base class's own (:data:`BASE_RULES`).
+    """
+
+    name: str
+    test: Callable[..., None]
+
+    def __call__(self, check: Check, *given: Any) -> None:
+        try:
+            self.test(check, *given)
+        except CheckFailed as failure:
+            failure.rule = failure.rule or self.name
+            raise
+
+
+def rule(name: str) -> Callable[[Callable[..., None]], Rule]:
+    """``@rule("rows sum to one")`` above a function in a check's class body makes it a :class:`Rule`
+    of that name, to be listed in the class's ``rules``."""
+    return lambda test: Rule(name, test)
+
+
+#: the name a failure of a check's own ``judge`` (one not yet made of ``rules``) carries
+WHOLE_JUDGE = "judge"
+#: the name a failure of a check's own ``judge_all`` (one not made of ``rules_across``) carries
+ACROSS_CASES = "across cases"
+
+
 def _deferrable(result: Any) -> bool:
     """An exception that a returned value on another case may explain better (not a stub, not a mismatch)."""
     return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
 
 
 class Check:
-    """A graded function's checks. Subclasses define ``cases`` and ``judge``.
+    """A graded function's checks. Subclasses define ``cases`` and ``rules`` (or their own ``judge``).
 
     The base class owns what every check shares: the seed of its cases (:meth:`generator`, derived
     from the check's id), the report of an exception with the hints a check declares (``hints``),
@@ -212,12 +250,34 @@ class Check:
     def cases(self, hidden: bool) -> list[Case]:
         raise NotImplementedError
 
+    #: what a result must be, each a named :class:`Rule` run by :meth:`judge` in this order
+    rules: ClassVar[tuple[Rule, ...]] = ()
+    #: properties that span several calls (a masked value changes nothing), run by :meth:`judge_all`
+    rules_across: ClassVar[tuple[Rule, ...]] = ()
+
     def judge(self, case: Case, result: Any) -> None:
-        """Raise CheckFailed if ``result`` is wrong for ``case`` (never called on invalid cases)."""
-        raise NotImplementedError
+        """Raise CheckFailed if ``result`` is wrong for ``case`` (never called on invalid cases): the first
+        of ``rules`` that fails."""
+        if not self.rules:
+            raise NotImplementedError
+        for each in self.rules:
+            each(self, case, result)
+
+    def worked_out(self, case: Case, what: Callable[[Case], Any]) -> Any:
+        """``what(case)`` (the oracle's value, say), worked out once for the case being judged however many
+        of its rules ask for it."""
+        memo = self.__dict__.get("_worked_out")
+        if memo is None or memo[0] is not case:
+            memo = self.__dict__["_worked_out"] = (case, {})
+        if what not in memo[1]:
+            memo[1][what] = what(case)
+        return memo[1][what]
 
     def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        """Properties that span several calls (e.g. a masked value changes nothing); valid cases only."""
+        """Properties that span several calls (e.g. a masked value changes nothing); valid cases only:
+        the first of ``rules_across`` that fails."""
+        for each in self.rules_across:
+            each(self, cases, results)
 
     @staticmethod
     def explaining_mistake(cases: Sequence[Case], results: Sequence[Any],
@@ -277,10 +337,11 @@ class Check:
         try:
             self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
         except CheckFailed as failure:
+            failure.rule = failure.rule or ACROSS_CASES
             seen_ = next((o for c, _, o in valid if c is failure.case), None) if failure.case else None
             where = self.where_values_part(failure.case, seen_) if failure.names is None and seen_ else ""
             if where:
-                raise _failure(f"{failure}\n{where}", unexplained=True) from None
+                raise _failure(f"{failure}\n{where}", unexplained=True, rule=failure.rule) from None
             raise
         for case, result, seen_ in valid:
             if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
@@ -300,6 +361,7 @@ class Check:
             try:
                 self.judge(case, result)
             except CheckFailed as failure:
+                failure.rule = failure.rule or WHOLE_JUDGE
                 if first is None:
                     first, common = (failure, case, seen), failure.names or ()
                     if failure.names is None:
@@ -313,13 +375,13 @@ class Check:
         failure, case, seen = first
         if failure.names is not None:
             if not common:
-                failure = _failure(failure.plain, unexplained=True)
+                failure = _failure(failure.plain, unexplained=True, rule=failure.rule)
             elif common[0] != failure.names[0]:  # the mistake that explains every case, in this case's words
-                failure = CheckFailed(failure.what + failure.advice[common[0]])
+                failure = _failure(failure.what + failure.advice[common[0]], rule=failure.rule)
         if failure.names is None:
             where = self.where_values_part(case, seen)
             if where:
-                failure = _failure(f"{failure}\n{where}", unexplained=failure.unexplained)
+                failure = _failure(f"{failure}\n{where}", unexplained=failure.unexplained, rule=failure.rule)
         raise failure
 
     def where_values_part(self, case: Case, seen: Observed | None) -> str:
@@ -356,6 +418,10 @@ class Check:
         """Fail when a floating tensor of ``result`` is not in ``result_dtype``: a learner who made a tensor with
         a fixed dtype (``torch.tensor(1.0)``, ``dtype=torch.float32``, ``.float()``) silently changes the
         precision the caller chose, and a float64 check can no longer tell right from nearly right."""
+        self._dtype(self, case, result)
+
+    @rule("dtype")
+    def _dtype(self, case: Case, result: Any) -> None:
         expected, source = self.result_dtype, "the exercise asks for"
         if expected == "arguments":
             values = [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
@@ -415,37 +481,55 @@ class Check:
         """The rules every graded function keeps beside its values: it leaves the caller's arguments
         as they were, returns no view of them unless the exercise allows it, stores detached what the
         exercise says to store detached, and keeps its result attached to the parameters it trains."""
-        name = f"`{self.function}`"
+        for each in self._EFFECTS:
+            each(self, case, seen)
+
+    @rule("unchanged arguments")
+    def _unchanged(self, case: Case, seen: Observed) -> None:
         if seen.written:
             args = ", ".join(f"`{a}`" for a in seen.written)
             line = next((s for s in seen.steps if _writes_in_place(s.made_by)), None)
             raise CheckFailed(
-                f"{name} changed the caller's {args} in place on the case {case.label}"
+                f"`{self.function}` changed the caller's {args} in place on the case {case.label}"
                 + (f" (line {line.line}: `{line.source}`)" if line else "")
                 + ": a function must leave its arguments as they were, or the caller's tensor silently changes. "
                 "An operation ending in `_` (`sub_`, `masked_fill_`), `x -= ...` or `x[...] = ...` writes into "
                 "the tensor you were given; compute a new one instead (`x = x - m`)."
             )
+
+    @rule("no view")
+    def _no_view(self, case: Case, seen: Observed) -> None:
         if seen.aliased and not self.may_return_view:
             args = ", ".join(f"`{a}`" for a in seen.aliased)
             raise CheckFailed(
-                f"{name} returned a view of its argument {args} on the case {case.label} (the two share memory): "
-                "a caller who then changes one changes the other. Return a new tensor (an arithmetic result, or "
-                "`.clone()`)."
+                f"`{self.function}` returned a view of its argument {args} on the case {case.label} (the two share "
+                "memory): a caller who then changes one changes the other. Return a new tensor (an arithmetic result, "
+                "or `.clone()`)."
             )
+
+    @rule("detached")
+    def _detached(self, case: Case, seen: Observed) -> None:
         stored = [a for a in seen.attached if a in self.detached_attributes]
         if stored:
             raise CheckFailed(
-                f"{name} stores `{stored[0]}` still attached to the autograd graph on the case {case.label}: the "
-                f"exercise says to store it detached (`self.{stored[0]} = weights.detach()`), so that keeping it "
+                f"`{self.function}` stores `{stored[0]}` still attached to the autograd graph on the case {case.label}: "
+                f"the exercise says to store it detached (`self.{stored[0]} = weights.detach()`), so that keeping it "
                 "for a plot does not keep the whole graph of the step alive."
             )
+
+    @rule("device")
+    def _device(self, case: Case, seen: Observed) -> None:
         device = seen.findings.get("device", ())
         if device:
-            raise CheckFailed(device_message(name, case, device))
+            raise CheckFailed(device_message(f"`{self.function}`", case, device))
+
+    @rule("gradient")
+    def _gradient(self, case: Case, seen: Observed) -> None:
         gradient = seen.findings.get("gradient", ())
         if gradient:
-            raise CheckFailed(gradient_message(name, case, gradient))
+            raise CheckFailed(gradient_message(f"`{self.function}`", case, gradient))
+
+    _EFFECTS = (_unchanged, _no_view, _detached, _device, _gradient)
 
     def _reject(self, case: Case, result: Any, seen: Observed | None = None) -> None:
         try:
@@ -456,55 +540,104 @@ class Check:
                 if guard and case.tag != INVALID:
                     failure = _failure(
                         f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
-                        f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained)
+                        f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained,
+                        rule=failure.rule)
                 began = self.where_crash_began(case, seen) if case.tag != INVALID and _deferrable(result) else ""
                 if began:
-                    failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained)
+                    failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained, rule=failure.rule)
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message
             raise failure from None
 
     def _judge_refusal(self, case: Case, result: Any) -> None:
-        name = f"`{self.function}`"
+        self._refuses(self, case, result)
+        self._refusal_names(self, case, result)
+
+    @rule("refusal")
+    def _refuses(self, case: Case, result: Any) -> None:
         if not isinstance(result, Raised):
             raise CheckFailed(self.invalid_returned.format(
-                name=name, label=case.label, got=describe(result), argument=self.wrong_argument(case)))
+                name=f"`{self.function}`", label=case.label, got=describe(result), argument=self.wrong_argument(case)))
+
+    @rule("refusal names the argument")
+    def _refusal_names(self, case: Case, result: Raised) -> None:
         lacks = self.refusal_lacks(case, result.message)
         if lacks:
-            raise CheckFailed(f"{name} raised {result.type}({result.message!r}) on the case {case.label}: {lacks}")
+            raise CheckFailed(f"`{self.function}` raised {result.type}({result.message!r}) on the case {case.label}: {lacks}")
 
     def reject_non_results(self, case: Case, result: Any) -> None:
-        name = f"`{self.function}`"
+        """Fail on what is not a result: a forbidden call, an exception (on a valid case, or the wrong one on an
+        invalid case), None."""
+        for each in self._NON_RESULTS:
+            each(self, case, result)
+
+    @rule("no forbidden built-in")
+    def _not_forbidden(self, case: Case, result: Any) -> None:
         if isinstance(result, UsedForbidden):
             raise CheckFailed(
-                f"{name} calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
+                f"`{self.function}` calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
                 "write it with basic tensor operations instead."
             )
-        if isinstance(result, Raised):
-            if result.type == "NotImplementedError":
-                owner = result.origin.split(".")[0]
-                if owner and owner != self.function:
-                    raise CheckFailed(
-                        f"{name} could not run because `{result.origin}` is not implemented yet: it calls "
-                        f"`{owner}`, so finish that first (its own test cell comes earlier)."
-                    )
+
+    @rule("implemented")
+    def _implemented(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "NotImplementedError":
+            name = f"`{self.function}`"
+            owner = result.origin.split(".")[0]
+            if owner and owner != self.function:
                 raise CheckFailed(
-                    f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+                    f"{name} could not run because `{result.origin}` is not implemented yet: it calls "
+                    f"`{owner}`, so finish that first (its own test cell comes earlier)."
                 )
-            if case.tag == INVALID and result.type != "StateMismatch":
-                if result.type == self.invalid_raises:
-                    return  # raising is the right answer to arguments the function must refuse
-                raise CheckFailed(
-                    f"{name} raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
-                )
-            for hint in self.hints:
-                message = hint.message(name, case, result)
-                if message:
-                    raise CheckFailed(message)
-            if result.type == "StateMismatch":
-                raise CheckFailed(f"{name}'s parameters do not match the exercise on the case {case.label}: {result.message}")
-            raise CheckFailed(raised_message(name, case, result))
+            raise CheckFailed(
+                f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+            )
+
+    @rule("refusal")
+    def _refused_rightly(self, case: Case, result: Any) -> None:
+        """On an invalid case, raising ``invalid_raises`` is the right answer; any other exception is not."""
+        if isinstance(result, Raised) and case.tag == INVALID and result.type not in (self.invalid_raises, "StateMismatch"):
+            raise CheckFailed(
+                f"`{self.function}` raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
+            )
+
+    def _hinted(self, case: Case, result: Raised) -> None:
+        for hint in self.hints:
+            message = hint.message(f"`{self.function}`", case, result)
+            if message:
+                raise CheckFailed(message)
+
+    @rule("parameters match")
+    def _parameters_match(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and result.type == "StateMismatch":
+            self._hinted(case, result)
+            raise CheckFailed(f"`{self.function}`'s parameters do not match the exercise on the case {case.label}: "
+                              f"{result.message}")
+
+    @rule("raises nothing")
+    def _raises_nothing(self, case: Case, result: Any) -> None:
+        if isinstance(result, Raised) and case.tag != INVALID and result.type != "StateMismatch":
+            self._hinted(case, result)
+            raise CheckFailed(raised_message(f"`{self.function}`", case, result))
+
+    @rule("returns a value")
+    def _returns_a_value(self, case: Case, result: Any) -> None:
         if result is None or (isinstance(result, ModuleResult) and result.output is None):
-            raise CheckFailed(f"{name} returned None on the case {case.label}: did you forget `return`?")
+            raise CheckFailed(f"`{self.function}` returned None on the case {case.label}: did you forget `return`?")
+
+    _NON_RESULTS = (_not_forbidden, _implemented, _refused_rightly, _parameters_match, _raises_nothing, _returns_a_value)
+
+
+#: the rules every check keeps, the base class's own: what is not a result, the dtype, what a call must leave
+#: alone, the refusal of invalid arguments
+BASE_RULES: tuple[Rule, ...] = (*Check._NON_RESULTS, Check._dtype, *Check._EFFECTS, Check._refuses, Check._refusal_names)
+#: the names a failure can carry besides its rules': a whole judge or judge_all of a check's own, and the
+#: learner's function not callable or not ending in time
+OTHER_RULE_NAMES = (WHOLE_JUDGE, ACROSS_CASES, "callable", "ends in time")
+
+
+def rule_names(check: Check) -> tuple[str, ...]:
+    """Every name a failure of ``check`` can carry (:attr:`CheckFailed.rule`)."""
+    return tuple(dict.fromkeys(r.name for r in (*BASE_RULES, *check.rules, *check.rules_across))) + OTHER_RULE_NAMES
 
 
 def device_message(name: str, case: Case, finding: tuple[str, ...]) -> str:
@@ -552,9 +685,9 @@ def _mistake_key(advice: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?", "#", advice)
 
 
-def _failure(message: str, unexplained: bool = False) -> CheckFailed:
+def _failure(message: str, unexplained: bool = False, rule: str = "") -> CheckFailed:
     failure = CheckFailed(message)
-    failure.unexplained = unexplained
+    failure.unexplained, failure.rule = unexplained, rule
     return failure
 
 
@@ -579,7 +712,7 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
     from .time_limit import CallTimedOut, call_seconds_default, call_time_limit, endless_loop_message
 
     if not callable(fn):
-        raise CheckFailed(f"expected the function `{check.function}`, got {type(fn).__name__}")
+        raise _failure(f"expected the function `{check.function}`, got {type(fn).__name__}", rule="callable")
     seconds = call_seconds_default() if call_seconds is None else call_seconds
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden, check.forbidden_ops)
@@ -595,7 +728,7 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
                 with call_time_limit(seconds + PROBE_SECONDS):
                     observer.findings = probe(fn, case, probes, time.monotonic() - start)
         except CallTimedOut:
-            raise CheckFailed(endless_loop_message(check.function, seconds, case.label)) from None
+            raise _failure(endless_loop_message(check.function, seconds, case.label), rule="ends in time") from None
         observed.append(observer.observed())
     return check.verdict(cases, results, observed)
 

@@ -27,6 +27,7 @@ from ..framework import (
     expect_tuple,
     matches,
     named_failure,
+    rule,
 )
 
 # ----------------------------------------------------------------------------------------
@@ -91,10 +92,14 @@ class SoftmaxCheck(Check):
                             {"dim": -1}))
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        (x,), dim = case.args, case.kwargs["dim"]
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
         y = expect_tensor(result, "`softmax`'s result", case)
-        expect_shape(y, x.shape, "`softmax`'s result", case, "softmax keeps the shape of its input.")
+        expect_shape(y, case.args[0].shape, "`softmax`'s result", case, "softmax keeps the shape of its input.")
+
+    @rule("finite")
+    def _finite(self, case: Case, y: torch.Tensor) -> None:
+        (x,), dim = case.args, case.kwargs["dim"]
         if case.tag in ("large", "scales"):
             hint = (
                 "exp overflowed or underflowed: subtract the maximum along `dim` "
@@ -114,6 +119,10 @@ class SoftmaxCheck(Check):
             expect_finite(
                 y, "`softmax`'s result", case, "exp of a large number overflows: subtract the maximum along `dim` first."
             )
+
+    @rule("values")
+    def _values(self, case: Case, y: torch.Tensor) -> None:
+        (x,), dim = case.args, case.kwargs["dim"]
         xd = x.double()
         expected = torch.softmax(xd, dim=dim)
         d = dim % x.dim()
@@ -136,6 +145,8 @@ class SoftmaxCheck(Check):
              "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
         ]
         expect_close(y, expected, "`softmax`'s result", case, diagnoses)
+
+    rules = (_shape, _finite, _values)
 
     def stages(self, case: Case) -> list[Stage]:
         (x,), dim = case.args, case.kwargs["dim"]
@@ -233,75 +244,121 @@ class _AttentionCheck(Check):
     def rounding_scale(self, case: Case) -> float:
         """Scores in the hundreds (the large and dominant cases) carry float32 rounding of 1e-5 into the
         weights and the output: the tolerance grows with them."""
-        scores = self.scores(case)
+        scores = self.worked_out(case, self.scores)
         return float(scores.abs().nan_to_num(0.0, 0.0, 0.0).max()) / 30 if scores.numel() else 1.0
 
-    def judge(self, case: Case, result: Any) -> None:
-        q, k, v = case.args[:3]
-        mask = case.kwargs.get("mask")
+    def _returned(self, case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(output, weights), each a tensor."""
         name = f"`{self.function}`"
         output, weights = expect_tuple(result, 2, name, case, "output, weights")
-        output = expect_tensor(output, f"{name}'s output", case)
-        weights = expect_tensor(weights, f"{name}'s weights", case)
-        scores = self.scores(case)
-        batch = scores.shape[:-2]
-        t_q, t_k = q.shape[-2], k.shape[-2]
+        return expect_tensor(output, f"{name}'s output", case), expect_tensor(weights, f"{name}'s weights", case)
+
+    def _full_mask(self, case: Case, scores: torch.Tensor) -> torch.Tensor | None:
+        mask = case.kwargs.get("mask")
+        return None if mask is None else mask.expand(scores.shape)
+
+    @rule("output and weights")
+    def _two_tensors(self, case: Case, result: Any) -> None:
+        self._returned(case, result)
+
+    @rule("weights are (..., T_q, T_k)")
+    def _weights_shape(self, case: Case, result: Any) -> None:
+        q, k = case.args[:2]
+        _, weights = self._returned(case, result)
+        batch = self.worked_out(case, self.scores).shape[:-2]
         expect_shape(
-            weights, (*batch, t_q, t_k), f"{name}'s weights", case,
+            weights, (*batch, q.shape[-2], k.shape[-2]), f"`{self.function}`'s weights", case,
             "The weights have one row per query and one column per key: (..., T_q, T_k).",
         )
+
+    @rule("output is (..., T_q, d_v)")
+    def _output_shape(self, case: Case, result: Any) -> None:
+        q, k, v = case.args[:3]
+        name = f"`{self.function}`"
+        output, _ = self._returned(case, result)
+        batch, t_q = self.worked_out(case, self.scores).shape[:-2], q.shape[-2]
         if v.shape[-1] != k.shape[-1] and tuple(output.shape) == (*batch, t_q, k.shape[-1]):
             raise CheckFailed(
                 f"{name}'s output has shape {tuple(output.shape)}, the size of k's features, on the case {case.label}: "
                 "the weights multiplied k instead of v. The output is weights @ v: (..., T_q, d_v)."
             )
         expect_shape(output, (*batch, t_q, v.shape[-1]), f"{name}'s output", case, "The output is weights @ v: (..., T_q, d_v).")
-        full_mask = None if mask is None else mask.expand(scores.shape)
+
+    @rule("mask before the softmax")
+    def _masked_before_softmax(self, case: Case, result: Any) -> None:
+        _, weights = self._returned(case, result)
+        scores = self.worked_out(case, self.scores)
+        full_mask = self._full_mask(case, scores)
         if full_mask is not None and _renormalised_late(weights, scores, full_mask):
-            raise CheckFailed(f"{name}'s weights are wrong on the case {case.label}: {RENORMALISED}")
+            raise CheckFailed(f"`{self.function}`'s weights are wrong on the case {case.label}: {RENORMALISED}")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        name = f"`{self.function}`"
+        output, weights = self._returned(case, result)
         expect_finite(weights, f"{name}'s weights", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else
                       "subtract the row maximum before exp (or use a stable softmax).")
         expect_finite(output, f"{name}'s output", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else "")
 
-        expected = masked_softmax(scores, full_mask)
-        w = weights.double()
-        atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
-        alive = torch.ones(scores.shape[:-1], dtype=torch.bool) if full_mask is None else full_mask.any(-1)
+    # Properties first: they explain a wrong answer better than a difference does.
+    @rule("masked keys get zero weight")
+    def _masked_keys(self, case: Case, result: Any) -> None:
+        _, weights = self._returned(case, result)
+        scores = self.worked_out(case, self.scores)
+        full_mask = self._full_mask(case, scores)
+        if full_mask is None:
+            return
+        alive = full_mask.any(-1)
+        leaked = weights.double().masked_select(~full_mask & alive.unsqueeze(-1)).abs()  # rows with no key: below
+        if leaked.numel() and leaked.max() > 0:
+            name = f"`{self.function}`"
+            if matches(weights, masked_softmax(scores, ~full_mask)):
+                raise CheckFailed(
+                    f"{name}'s mask is inverted on the case {case.label}: True means 'may attend', "
+                    "so the keys where mask is False are the ones to hide (masked_fill(~mask, -inf))."
+                )
+            raise CheckFailed(
+                f"{name} gave a masked key the weight {leaked.max().item():.3g} on the case {case.label}: "
+                f"masked keys must get exactly zero weight; {MASK_HINT}"
+            )
 
-        # Properties first: they explain a wrong answer better than a difference does.
-        if full_mask is not None:
-            leaked = w.masked_select(~full_mask & alive.unsqueeze(-1)).abs()  # rows with no key are judged below
-            if leaked.numel() and leaked.max() > 0:
-                inverted = masked_softmax(scores, ~full_mask)
-                if matches(weights, inverted):
-                    raise CheckFailed(
-                        f"{name}'s mask is inverted on the case {case.label}: True means 'may attend', "
-                        "so the keys where mask is False are the ones to hide (masked_fill(~mask, -inf))."
-                    )
+    @rule("a fully masked query gets zero weights")
+    def _fully_masked(self, case: Case, result: Any) -> None:
+        q, k = case.args[:2]
+        _, weights = self._returned(case, result)
+        full_mask = self._full_mask(case, self.worked_out(case, self.scores))
+        if full_mask is None:
+            return
+        w, dead = weights.double(), ~full_mask.any(-1)
+        if dead.any() and (w[dead].abs().max() > 0):
+            name = f"`{self.function}`"
+            row = w[dead][0]
+            atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
+            if torch.allclose(row, torch.full_like(row, 1.0 / k.shape[-2]), atol=atol):
                 raise CheckFailed(
-                    f"{name} gave a masked key the weight {leaked.max().item():.3g} on the case {case.label}: "
-                    f"masked keys must get exactly zero weight; {MASK_HINT}"
+                    f"{name} gave a fully masked query uniform weights on the case {case.label}: filling with a "
+                    "large negative number such as -1e9 instead of -inf has this effect, because every key then "
+                    "ties. A query whose keys are all masked must get all-zero weights and a zero output (the "
+                    "course's convention, and PyTorch's): fill with -inf and zero such rows, e.g. with torch.where."
                 )
-            dead = ~alive
-            if dead.any() and (w[dead].abs().max() > 0):
-                row = w[dead][0]
-                uniform = torch.allclose(row, torch.full_like(row, 1.0 / t_k), atol=atol)
-                if uniform:
-                    raise CheckFailed(
-                        f"{name} gave a fully masked query uniform weights on the case {case.label}: filling with a "
-                        "large negative number such as -1e9 instead of -inf has this effect, because every key then "
-                        "ties. A query whose keys are all masked must get all-zero weights and a zero output (the "
-                        "course's convention, and PyTorch's): fill with -inf and zero such rows, e.g. with torch.where."
-                    )
-                raise CheckFailed(
-                    f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}"
-                )
-        sums = w.sum(-1)
+            raise CheckFailed(
+                f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}"
+            )
+
+    @rule("rows sum to one")
+    def _rows_sum_to_one(self, case: Case, result: Any) -> None:
+        q = case.args[0]
+        _, weights = self._returned(case, result)
+        scores = self.worked_out(case, self.scores)
+        full_mask = self._full_mask(case, scores)
+        alive = torch.ones(scores.shape[:-1], dtype=torch.bool) if full_mask is None else full_mask.any(-1)
+        atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
+        sums = weights.double().sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=atol):
             bad = (sums - 1).abs().masked_fill(~alive, 0).argmax()
             message = (
-                f"{name}'s weights do not sum to 1 over the last axis (one row sums to {sums.flatten()[bad].item():.4g}) "
-                f"on the case {case.label}: "
+                f"`{self.function}`'s weights do not sum to 1 over the last axis (one row sums to "
+                f"{sums.flatten()[bad].item():.4g}) on the case {case.label}: "
             )
             if full_mask is not None and matches(weights, torch.softmax(scores, -1) * full_mask):
                 raise CheckFailed(message + "the mask was applied after the softmax. " + MASK_HINT)
@@ -314,19 +371,33 @@ class _AttentionCheck(Check):
                 raise CheckFailed(message + "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")
             raise CheckFailed(message + "the softmax must run over the keys, dim=-1.")
 
-        scale = self.rounding_scale(case)
+    @rule("weights")
+    def _weights(self, case: Case, result: Any) -> None:
+        _, weights = self._returned(case, result)
+        scores = self.worked_out(case, self.scores)
+        full_mask = self._full_mask(case, scores)
+        expected, scale = masked_softmax(scores, full_mask), self.rounding_scale(case)
         if not matches(weights, expected, scale=scale):  # only then is it worth working out which mistake it was
             diagnoses = [(lambda s=s: masked_softmax(s, full_mask), msg) for s, msg in self.mistaken_scores(case)]
-            expect_close(weights, expected, f"{name}'s weights", case, diagnoses, scale=scale)
-        vd = v.double()
-        expected_out = expected @ vd  # (..., T_q, d_v)
+            expect_close(weights, expected, f"`{self.function}`'s weights", case, diagnoses, scale=scale)
+
+    @rule("output")
+    def _output(self, case: Case, result: Any) -> None:
+        k, v = case.args[1:3]
+        output, _ = self._returned(case, result)
+        scores = self.worked_out(case, self.scores)
+        expected = masked_softmax(scores, self._full_mask(case, scores))
         expect_close(
-            output, expected_out, f"{name}'s output", case,
+            output, expected @ v.double(), f"`{self.function}`'s output", case,  # (..., T_q, d_v)
             [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v.")],
-            hint="The weights are right, so look at the last step: output = weights @ v.", scale=scale,
+            hint="The weights are right, so look at the last step: output = weights @ v.", scale=self.rounding_scale(case),
         )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_two_tensors, _weights_shape, _output_shape, _masked_before_softmax, _finite, _masked_keys, _fully_masked,
+             _rows_sum_to_one, _weights, _output)
+
+    @rule("masked keys change nothing")
+    def _masked_change_nothing(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
         if {"pair-a", "pair-b"} <= pairs.keys():
             (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
@@ -335,6 +406,8 @@ class _AttentionCheck(Check):
                     f"`{self.function}`'s output changed when only masked keys and values changed "
                     f"({case_a.label}): masked positions must have no influence at all. {MASK_HINT}"
                 )
+
+    rules_across = (_masked_change_nothing,)
 
 
 def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]:
@@ -440,14 +513,16 @@ class ScaledDotProductAttentionCheck(_AttentionCheck):
                         "the weights are transposed: scores are q @ k^T, with queries as rows."))
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        super().judge(case, result)
-        # The independent oracle: PyTorch's own kernel agrees with the formula used above.
+    @rule("output agrees with PyTorch's kernel")
+    def _kernel(self, case: Case, result: Any) -> None:
+        """The independent oracle: PyTorch's own kernel agrees with the formula the other rules use."""
         q, k, v = (t.double() for t in case.args)
         mask = case.kwargs.get("mask")
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         expect_close(result[0], expected, "`scaled_dot_product_attention`'s output", case, dtype=case.args[0].dtype,
                      scale=self.rounding_scale(case))
+
+    rules = (*_AttentionCheck.rules, _kernel)
 
 
 ADDITIVE_SHAPES = (
@@ -568,9 +643,8 @@ class ScoreVarianceCheck(Check):
             stages.append(Stage.of("the scores divided by sqrt(d_k)", scores))
         return [*stages, Stage.of("the sample variance of the scores", scores.var())]
 
-    def judge(self, case: Case, result: Any) -> None:
-        q, k = (t.double() for t in case.args)
-        scaled = case.kwargs["scaled"]
+    @rule("a Python float")
+    def _a_float(self, case: Case, result: Any) -> None:
         if isinstance(result, torch.Tensor):
             if result.numel() != 1:
                 raise CheckFailed(
@@ -583,6 +657,11 @@ class ScoreVarianceCheck(Check):
             )
         if isinstance(result, bool) or not isinstance(result, (int, float)):
             raise CheckFailed(f"`score_variance` returned {type(result).__name__} on the case {case.label}; return a number.")
+
+    @rule("value")
+    def _value(self, case: Case, result: float) -> None:
+        q, k = (t.double() for t in case.args)
+        scaled = case.kwargs["scaled"]
         d_k = q.shape[-1]
         scores = (q * k).sum(-1)  # (n,) one score per row pair
         scale = math.sqrt(d_k) if scaled else 1.0
@@ -613,6 +692,8 @@ class ScoreVarianceCheck(Check):
             f"`score_variance` is wrong on the case {case.label}: ", explaining,
             f"`score_variance` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
             "compute the scores (q * k).sum(-1), divide them by sqrt(d_k) when scaled, and return their variance.")
+
+    rules = (_a_float, _value)
 
 
 CHECKS = [SoftmaxCheck, ScaledDotProductAttentionCheck, AdditiveAttentionCheck, ScoreVarianceCheck]

@@ -33,6 +33,7 @@ from ..framework import (
     expect_tensor,
     matches,
     mismatched,
+    rule,
 )
 from . import state_mismatch
 
@@ -99,19 +100,29 @@ class PositionwiseFeedForwardCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
         y = _output(result, self.function, case)
-        d_model, d_ff, p = case.init["d_model"], case.init["d_ff"], case.init["dropout"]
+        d_model, d_ff = case.init["d_model"], case.init["d_ff"]
         if tuple(y.shape) == (*x.shape[:-1], d_ff) and d_ff != d_model:
             raise CheckFailed(
                 f"{name} has shape {tuple(y.shape)}, the hidden width d_ff, on the case {case.label}: "
                 "after the ReLU, w_2 maps the d_ff hidden features back to d_model."
             )
         expect_shape(y, x.shape, name, case, "The FFN keeps the shape (..., d_model) of its input.")
-        expect_finite(y, name, case, "")
 
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        expect_finite(_output(result, self.function, case), f"`{self.function}`'s output", case, "")
+
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        name = f"`{self.function}`'s output"
+        y = _output(result, self.function, case)
+        d_model, d_ff, p = case.init["d_model"], case.init["d_ff"], case.init["dropout"]
         state, xd = case.state, x.double()
 
         def drops(probability: float = p) -> oracles.Dropout:
@@ -152,6 +163,8 @@ class PositionwiseFeedForwardCheck(Check):
         ] + self._diagnoses(case, xd, pre, lambda: expected, drops)
         expect_close(y, expected, name, case, diagnoses,
                      hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
+
+    rules = (_shape, _finite, _values)
 
     def stages(self, case: Case) -> list[Stage]:
         if case.train:
@@ -244,17 +257,22 @@ class LayerNormCheck(Check):
     def stages(self, case: Case) -> list[Stage]:
         return oracles.layer_norm_stages(case.state, case.args[0].double(), case.init.get("eps", 1e-5))
 
-    def judge(self, case: Case, result: Any) -> None:
-        (x,) = case.args
-        name = f"`{self.function}`'s output"
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
         y = _output(result, self.function, case)
-        expect_shape(y, x.shape, name, case, "LayerNorm keeps the shape of its input.")
-        d = x.shape[-1]
-        eps = case.init.get("eps", 1e-5)
-        expect_finite(y, name, case, "A position whose features are all equal has variance 0: eps inside the square "
-                                     "root, sqrt(var + eps), keeps the division finite." if case.tag == "constant" else
+        expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case, "LayerNorm keeps the shape of its input.")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        y = _output(result, self.function, case)
+        expect_finite(y, f"`{self.function}`'s output", case,
+                      "A position whose features are all equal has variance 0: eps inside the square "
+                      "root, sqrt(var + eps), keeps the division finite." if case.tag == "constant" else
                       "Is eps added inside the square root?")
 
+    @rule("eps stored")
+    def _eps_stored(self, case: Case, result: Any) -> None:
+        eps = case.init.get("eps", 1e-5)
         stored = result.attributes.get("eps")
         if isinstance(stored, torch.Tensor) and stored.numel() == 1:
             stored = stored.item()
@@ -264,6 +282,13 @@ class LayerNormCheck(Check):
                 "store the constructor's argument as self.eps (and use it in forward)."
             )
 
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        name = f"`{self.function}`'s output"
+        y = _output(result, self.function, case)
+        d = x.shape[-1]
+        eps = case.init.get("eps", 1e-5)
         xd = x.double()
         with torch.no_grad():
             expected = oracles.torch_layer_norm(case.state, d, eps)(xd)
@@ -336,6 +361,8 @@ class LayerNormCheck(Check):
             return
         expect_close(y, expected, name, case, diagnoses, hint=hints.get(case.tag, ""))
 
+    rules = (_shape, _finite, _eps_stored, _values)
+
 
 # ----------------------------------------------------------------------------------------
 # EncoderLayer and Encoder share their cases' shapes and the padding property
@@ -396,6 +423,8 @@ class _StackCheck(Check):
             when=lambda case, result: any("in_proj" in n for n in state_mismatch(result).unexpected), whole=True),
     )
     N: int | None = None  # None for the single layer
+    #: what the shape rule calls the module ("The encoder")
+    keeps_the_shape = ""
 
     def state(self, g: torch.Generator, d_model: int, d_ff: int, N: int | None) -> State:
         if N is None:
@@ -428,7 +457,8 @@ class _StackCheck(Check):
                                 tag="pair-b", init=init, state=case.state, collect=collect))
         return out
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    @rule("padding changes no real position")
+    def _padding_changes_nothing(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
         if {"pair-a", "pair-b"} <= pairs.keys():
             (case, a), (_, b) = pairs["pair-a"], pairs["pair-b"]
@@ -438,6 +468,18 @@ class _StackCheck(Check):
                     f"`{self.function}`: the outputs of real positions changed when only the padded positions of x "
                     f"changed ({case.label}): padding must never influence real positions; {PADDING_LEAK}"
                 )
+
+    rules_across = (_padding_changes_nothing,)
+
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
+        y = _output(result, self.function, case)
+        expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case,
+                     f"{self.keeps_the_shape} keeps the shape (B, T, d_model) of its input.")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        expect_finite(_output(result, self.function, case), f"`{self.function}`'s output", case, "")
 
     def expect_layer(self, y: torch.Tensor, expected: torch.Tensor, case: Case, diagnoses: Diagnoses) -> None:
         name = f"`{self.function}`'s output"
@@ -620,12 +662,10 @@ class EncoderLayerCheck(_StackCheck):
     def stages(self, case: Case) -> list[Stage]:
         return [] if case.train else encoder_layer_stages(case, case.args[0].double())
 
-    def judge(self, case: Case, result: Any) -> None:
-        (x,) = case.args
-        name = f"`{self.function}`'s output"
-        y = _output(result, self.function, case)
-        expect_shape(y, x.shape, name, case, "An encoder layer keeps the shape (B, T, d_model) of its input.")
-        expect_finite(y, name, case, "")
+    keeps_the_shape = "An encoder layer"
+
+    @rule("dropout submodules")
+    def _dropout_submodules(self, case: Case, result: Any) -> None:
         for attr in ("dropout1", "dropout2"):
             got = result.attributes.get(attr)
             if not (isinstance(got, Opaque) and got.type == "Dropout"):
@@ -634,6 +674,11 @@ class EncoderLayerCheck(_StackCheck):
                     "the paper applies dropout to each sub-layer's output before the residual sum; build "
                     f"self.{attr} = nn.Dropout(dropout)."
                 )
+
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        y = _output(result, self.function, case)
         d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
         xd = x.double()
@@ -667,6 +712,8 @@ class EncoderLayerCheck(_StackCheck):
                               "dropout is active in eval mode: use the submodules dropout1 and dropout2 (nn.Dropout, "
                               "which follows module.eval()) rather than torch.nn.functional.dropout."))
         self.expect_layer(y, expected, case, diagnoses)
+
+    rules = (_StackCheck._shape, _StackCheck._finite, _dropout_submodules, _values)
 
 
 # ----------------------------------------------------------------------------------------
@@ -737,12 +784,13 @@ class EncoderCheck(_StackCheck):
             lambda i, z: encoder_layer(case.state, z, h=case.init["h"], prefix=f"layers.{i}.",
                                        key_padding_mask=case.kwargs.get("key_padding_mask")), "encoder")
 
-    def judge(self, case: Case, result: Any) -> None:
+    keeps_the_shape = "The encoder"
+
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
         y = _output(result, self.function, case)
-        expect_shape(y, x.shape, name, case, "The encoder keeps the shape (B, T, d_model) of its input.")
-        expect_finite(y, name, case, "")
         d_model, h, d_ff, N, p = (case.init[k] for k in ("d_model", "h", "d_ff", "N", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
         xd = x.double()
@@ -804,6 +852,8 @@ class EncoderCheck(_StackCheck):
         expect_close(y, expected, name, case, mistakes(),
                      hint="If your EncoderLayer passes its checks, look at the loop: x = layer(x, key_padding_mask) "
                           "for every layer in self.layers, in order, and return x.")
+
+    rules = (_StackCheck._shape, _StackCheck._finite, _values)
 
 
 CHECKS = [PositionwiseFeedForwardCheck, LayerNormCheck, EncoderLayerCheck, EncoderCheck]

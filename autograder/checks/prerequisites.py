@@ -31,6 +31,7 @@ from ..framework import (
     matches,
     materialize,
     named_failure,
+    rule,
 )
 from ..oracles import blank
 
@@ -135,29 +136,49 @@ class ReceptiveFieldCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @staticmethod
+    def _layers(case: Case) -> tuple[list[int], list[int], list[int]]:
+        """(kernels, strides, dilations), the defaults filled in."""
         kernels = case.args[0]
         n = len(kernels)
-        strides = case.kwargs.get("strides", [1] * n)
-        dilations = case.kwargs.get("dilations", [1] * n)
+        return kernels, case.kwargs.get("strides", [1] * n), case.kwargs.get("dilations", [1] * n)
+
+    @staticmethod
+    def _number(result: Any) -> Any:
+        """An integer tensor of one element read as the int it holds."""
         if isinstance(result, torch.Tensor) and result.numel() == 1 and not result.is_floating_point():
-            result = int(result.item())
+            return int(result.item())
+        return result
+
+    @rule("a Python int")
+    def _an_int(self, case: Case, result: Any) -> None:
+        result = self._number(result)
         if isinstance(result, bool) or not isinstance(result, int):
             raise CheckFailed(
                 f"`receptive_field` returned {result!r} ({type(result).__name__}) on the case {case.label}; "
                 "return a Python int: a number of input positions."
             )
+
+    @rule("an empty stack sees one position")
+    def _empty(self, case: Case, result: Any) -> None:
+        result = self._number(result)
+        if case.tag == "empty" and result != _closed_form(*self._layers(case)):
+            raise CheckFailed(
+                f"`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
+                "one input position, so the answer is 1: start from r = 1 and let each layer add to it."
+            )
+
+    @rule("value")
+    def _value(self, case: Case, result: Any) -> None:
+        result = self._number(result)
+        kernels, strides, dilations = self._layers(case)
+        n = len(kernels)
         expected = _closed_form(kernels, strides, dilations)
         measured = _measured(kernels, strides, dilations)
         if expected != measured:  # the two oracles must agree, or the grader itself is wrong
             raise RuntimeError(f"grader error on {case.label}: closed form {expected}, Conv1d measures {measured}")
         if result == expected:
             return
-        if case.tag == "empty":
-            raise CheckFailed(
-                f"`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
-                "one input position, so the answer is 1: start from r = 1 and let each layer add to it."
-            )
 
         def prefix_products(values: Sequence[int], inclusive: bool) -> list[int]:
             out, p = [], 1
@@ -197,6 +218,8 @@ class ReceptiveFieldCheck(Check):
             f"`receptive_field` returned {result} on the case {case.label} where {expected} was expected (also measured "
             "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i below l).",
         )
+
+    rules = (_an_int, _empty, _value)
 
 
 # ----------------------------------------------------------------------------------------
@@ -278,30 +301,63 @@ class RnnForwardCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        x, h0, W_xh, W_hh, b_h = case.args
+    @staticmethod
+    def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """(outputs, h_T), each a tensor."""
+        name = "`rnn_forward`"
+        outputs, h_T = expect_tuple(result, 2, name, case, "outputs, h_T")
+        return expect_tensor(outputs, f"{name}'s outputs", case), expect_tensor(h_T, f"{name}'s h_T", case)
+
+    @rule("outputs and h_T")
+    def _two_tensors(self, case: Case, result: Any) -> None:
+        self._returned(case, result)
+
+    @rule("outputs are (B, T, d_h)")
+    def _outputs_shape(self, case: Case, result: Any) -> None:
+        x, W_hh = case.args[0], case.args[3]
         B, T, _ = x.shape
         d_h = W_hh.shape[0]
         name = "`rnn_forward`"
-        outputs, h_T = expect_tuple(result, 2, name, case, "outputs, h_T")
-        outputs = expect_tensor(outputs, f"{name}'s outputs", case)
-        h_T = expect_tensor(h_T, f"{name}'s h_T", case)
+        outputs, _ = self._returned(case, result)
         if tuple(outputs.shape) == (T, B, d_h) and T != B:
             raise CheckFailed(
                 f"{name}'s outputs have shape {tuple(outputs.shape)} on the case {case.label}: the steps were stacked "
                 f"along dim 0. Stack h_1..h_T along dim=1, so that outputs is (B, T, d_h) = {(B, T, d_h)}, like x."
             )
         expect_shape(outputs, (B, T, d_h), f"{name}'s outputs", case, "outputs stacks h_1..h_T along dim=1: (B, T, d_h).")
-        expect_shape(h_T, (B, d_h), f"{name}'s h_T", case, "h_T is the state after the last step: (B, d_h).")
-        expect_finite(outputs, f"{name}'s outputs", case, "tanh keeps every state in (-1, 1): is it applied at each step?")
 
-        expected, expected_T = _torch_rnn(x, h0, W_xh, W_hh, b_h)
+    @rule("h_T is (B, d_h)")
+    def _final_state_shape(self, case: Case, result: Any) -> None:
+        x, W_hh = case.args[0], case.args[3]
+        _, h_T = self._returned(case, result)
+        expect_shape(h_T, (x.shape[0], W_hh.shape[0]), "`rnn_forward`'s h_T", case,
+                     "h_T is the state after the last step: (B, d_h).")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        outputs, _ = self._returned(case, result)
+        expect_finite(outputs, "`rnn_forward`'s outputs", case,
+                      "tanh keeps every state in (-1, 1): is it applied at each step?")
+
+    @staticmethod
+    def _expected(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The oracle's outputs and h_T, and the states h_0..h_{T-1}, float64."""
+        expected, expected_T = _torch_rnn(*case.args)
+        shifted = torch.cat([case.args[1].double().unsqueeze(1), expected[:, :-1]], dim=1)  # (B, T, d_h)
+        return expected, expected_T, shifted
+
+    @rule("outputs")
+    def _outputs(self, case: Case, result: Any) -> None:
+        x = case.args[0]
+        B, T, _ = x.shape
+        name = "`rnn_forward`"
+        outputs, _ = self._returned(case, result)
+        expected, _, shifted = self.worked_out(case, self._expected)
         xd, h0d, Wx, Wh, b = (t.double() for t in case.args)
 
         def rnn(step: Callable) -> Callable[[], torch.Tensor]:
             return lambda: _loop(xd, h0d, Wx, Wh, b, step)
 
-        shifted = torch.cat([h0d.unsqueeze(1), expected[:, :-1]], dim=1)  # (B, T, d_h): h_0..h_{T-1}
         diagnoses = [
             (rnn(lambda xt, h: xt @ Wx + h @ Wh + b), "tanh is missing: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b_h)."),
             (rnn(lambda xt, h: torch.sigmoid(xt @ Wx + h @ Wh + b)), "the nonlinearity is tanh, not sigmoid."),
@@ -329,17 +385,26 @@ class RnnForwardCheck(Check):
                               "the steps were stacked along dim 0; stack h_1..h_T along dim=1 so that outputs is (B, T, d_h)."))
         expect_close(outputs, expected, f"{name}'s outputs", case, diagnoses, dtype=x.dtype,
                      hint="Compare your first step with tanh(x[:, 0] @ W_xh + h0 @ W_hh + b_h).")
+
+    @rule("h_T")
+    def _final_state(self, case: Case, result: Any) -> None:
+        _, h_T = self._returned(case, result)
+        expected, expected_T, shifted = self.worked_out(case, self._expected)
+        h0d = case.args[1].double()
         expect_close(
-            h_T, expected_T, f"{name}'s h_T", case,
+            h_T, expected_T, "`rnn_forward`'s h_T", case,
             [(lambda: h0d, "h_T is h0: return the state after the last step (the h your loop ends with)."),
              (lambda: expected[:, 0],
               "h_T is the state after the first step; return the one after the last step, outputs[:, -1]."),
              (lambda: shifted[:, -1], "h_T is the state before the last step; return the one after it, outputs[:, -1].")],
             hint="The outputs are right, so h_T should be outputs[:, -1].",
-            dtype=x.dtype,
+            dtype=case.args[0].dtype,
         )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_two_tensors, _outputs_shape, _final_state_shape, _finite, _outputs, _final_state)
+
+    @rule("no state depends on the future")
+    def _causal(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
         if {"pair-a", "pair-b"} <= pairs.keys():
             (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
@@ -348,6 +413,8 @@ class RnnForwardCheck(Check):
                     f"`rnn_forward`'s outputs at steps 1-3 changed when only x at steps 4-6 changed ({case_a.label}): "
                     "a state may depend on the past, never on the future. Read x[:, t] in order t = 0, 1, ..., T-1."
                 )
+
+    rules_across = (_causal,)
 
 
 # ----------------------------------------------------------------------------------------
@@ -444,10 +511,14 @@ class GreedyDecodeCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        _, src = case.args
+    @staticmethod
+    def _run(case: Case, **mistake: Any) -> torch.Tensor:
+        """The grader's greedy decoding of the case (with ``mistake``, a known mistake's)."""
         max_len, bos_id, eos_id, pad_id = (case.kwargs[k] for k in ("max_len", "bos_id", "eos_id", "pad_id"))
-        B = src.shape[0]
+        return _greedy(materialize(case.args[0]), case.args[1].clone(), max_len, bos_id, eos_id, pad_id, **mistake)
+
+    @rule("integer ids")
+    def _integer_ids(self, case: Case, result: Any) -> None:
         name = "`greedy_decode`'s result"
         ys = expect_tensor(result, name, case)
         if ys.is_floating_point() or ys.dtype == torch.bool:
@@ -456,18 +527,24 @@ class GreedyDecodeCheck(Check):
                 "(argmax already gives one; avoid building ys with a float fill)."
             )
         expect_dtype(ys, torch.long, name, case)
+
+    @rule("(B, L)")
+    def _shape(self, case: Case, ys: torch.Tensor) -> None:
+        B = case.args[1].shape[0]
         if ys.dim() != 2 or ys.shape[0] != B:
             raise CheckFailed(
-                f"{name} has shape {tuple(ys.shape)} on the case {case.label}; it should be (B, L) = ({B}, L): one row "
-                "per source sentence, one column per position, starting with BOS."
+                f"`greedy_decode`'s result has shape {tuple(ys.shape)} on the case {case.label}; it should be (B, L) = "
+                f"({B}, L): one row per source sentence, one column per position, starting with BOS."
             )
 
-        def run(**mistake: Any) -> torch.Tensor:
-            return _greedy(materialize(case.args[0]), src.clone(), max_len, bos_id, eos_id, pad_id, **mistake)
-
-        expected = run()
-        if torch.equal(ys, expected):
+    @rule("known mistakes")
+    def _known_mistakes(self, case: Case, ys: torch.Tensor) -> None:
+        max_len, eos_id, pad_id = (case.kwargs[k] for k in ("max_len", "eos_id", "pad_id"))
+        if torch.equal(ys, self.worked_out(case, self._run)):
             return
+
+        def run(**mistake: Any) -> torch.Tensor:
+            return self._run(case, **mistake)
 
         diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = [
             (lambda: run(keep_bos=False),
@@ -502,16 +579,28 @@ class GreedyDecodeCheck(Check):
             except Exception:  # a mistake that cannot even run on this case
                 continue
             if candidate.shape == ys.shape and torch.equal(candidate, ys):
-                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+                raise CheckFailed(f"`greedy_decode`'s result is wrong on the case {case.label}: {message}")
 
-        # No known mistake fits: say where the output first departs from greedy decoding.
+    # No known mistake fits: say where the output first departs from greedy decoding.
+    @rule("starts with BOS")
+    def _starts_with_bos(self, case: Case, ys: torch.Tensor) -> None:
+        bos_id = case.kwargs["bos_id"]
         if not bool((ys[:, 0] == bos_id).all()):
-            raise CheckFailed(f"{name} does not start with bos_id={bos_id} in column 0 on the case {case.label}.")
+            raise CheckFailed(
+                f"`greedy_decode`'s result does not start with bos_id={bos_id} in column 0 on the case {case.label}.")
+
+    @rule("at most max_len + 1 columns")
+    def _at_most_max_len(self, case: Case, ys: torch.Tensor) -> None:
+        max_len, name = case.kwargs["max_len"], "`greedy_decode`'s result"
         if ys.shape[1] > max_len + 1:
             raise CheckFailed(
                 f"{name} has {ys.shape[1]} columns on the case {case.label}: at most max_len + 1 = {max_len + 1} "
                 "(BOS and up to max_len generated tokens)."
             )
+
+    @rule("tokens")
+    def _tokens(self, case: Case, ys: torch.Tensor) -> None:
+        expected, name = self.worked_out(case, self._run), "`greedy_decode`'s result"
         common = min(ys.shape[1], expected.shape[1])
         differ = (ys[:, :common] != expected[:, :common]).nonzero()
         if len(differ):
@@ -521,10 +610,18 @@ class GreedyDecodeCheck(Check):
                 f"decoding gives {int(expected[b, t])} (the positions before it agree). Each step appends "
                 "logits[:, -1].argmax(dim=-1) of model.decode(memory, ys) to ys; finished rows get pad_id."
             )
-        raise CheckFailed(
-            f"{name} has {ys.shape[1]} columns on the case {case.label} where greedy decoding gives {expected.shape[1]} "
-            "(the common positions agree): stop as soon as every row has produced EOS, or after max_len tokens."
-        )
+
+    @rule("stops when every row has ended")
+    def _length(self, case: Case, ys: torch.Tensor) -> None:
+        expected, name = self.worked_out(case, self._run), "`greedy_decode`'s result"
+        if ys.shape != expected.shape:
+            raise CheckFailed(
+                f"{name} has {ys.shape[1]} columns on the case {case.label} where greedy decoding gives "
+                f"{expected.shape[1]} (the common positions agree): stop as soon as every row has produced EOS, or "
+                "after max_len tokens."
+            )
+
+    rules = (_integer_ids, _shape, _known_mistakes, _starts_with_bos, _at_most_max_len, _tokens, _length)
 
 
 CHECKS = [ReceptiveFieldCheck, RnnForwardCheck, GreedyDecodeCheck]

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from autograder import oracles
 from autograder.checks import chapter_checks
-from autograder.framework import CheckFailed, Raised, call_learner, run_check
+from autograder.framework import CheckFailed, Raised, call_learner, rule_names, run_check
 from course.notebook_format import check_calls, definitions, graded_cells
 from tests.conftest import NOTEBOOKS
 
@@ -80,11 +80,36 @@ def test_catalogued_mistake_is_caught_and_diagnosed(mistake):
         assert mistake.diagnosis in str(failure.value), (
             f"{mistake.name}: expected the diagnosis {mistake.diagnosis!r}, got:\n{failure.value}"
         )
+        if hidden == runs[0]:  # the learner's own run: a hidden case of another shape may trip an earlier rule
+            assert_caught_by_its_rule(mistake, failure.value)
         for other in _named_besides(mistake, str(failure.value)):
             assert _indistinguishable(check, mistake.fn, other.fn), (
                 f"{mistake.name}: the message also names another mistake, {other.name!r} "
                 f"({other.diagnosis!r}), which returns other values:\n{failure.value}"
             )
+
+
+def assert_caught_by_its_rule(mistake, failure: CheckFailed) -> None:
+    """The rule the catalogue states for ``mistake`` is the one whose failure the learner got."""
+    assert failure.rule == mistake.rule, (
+        f"{mistake.name}: the catalogue says the rule {mistake.rule!r} catches it, but {failure.rule!r} did:\n{failure}"
+    )
+
+
+def test_a_mistake_caught_by_another_rule_than_its_entry_states_fails():
+    mistake = next(m for m in MISTAKES if m.check_id == "attention.softmax" and m.rule == "values")
+    notebook, _, function = mistake.check_id.partition(".")
+    with pytest.raises(CheckFailed) as failure:
+        run_check(chapter_checks(notebook)[function], mistake.fn)
+    assert_caught_by_its_rule(mistake, failure.value)
+    with pytest.raises(AssertionError, match="the catalogue says the rule 'finite' catches it, but 'values' did"):
+        assert_caught_by_its_rule(dataclasses.replace(mistake, rule="finite"), failure.value)
+
+
+def test_each_catalogued_mistake_states_a_rule_its_check_has():
+    unknown = [(m.check_id, m.name, m.rule) for m in MISTAKES
+               if m.rule not in rule_names(chapter_checks(m.check_id.partition(".")[0])[m.check_id.partition(".")[2]])]
+    assert not unknown, unknown
 
 
 def _named_besides(mistake, message: str) -> list:

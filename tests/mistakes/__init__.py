@@ -1,7 +1,8 @@
 """Catalogues of realistic wrong implementations: tests/mistakes/<notebook>.py lists MISTAKES.
 
 Each entry is a mistake a learner really makes, written as the learner would write it, and the
-words its check must use to name it. The tests prove every one is caught and diagnosed.
+words its check must use to name it, and the rule of its check that must catch it. The tests prove
+every one is caught and diagnosed by that rule: a mistake that another rule catches first fails.
 
 Each catalogue also names one edit (``SPOILED``) that turns the chapter's solution into a wrong
 submission, so that the tests which grade a whole class build one for every chapter there is.
@@ -19,6 +20,7 @@ class Mistake:
     fn: Callable
     diagnosis: str  # a phrase the check's message must contain
     hidden_only: bool = False  # only the hidden cases are expected to expose it
+    rule: str = ""  # the name of the check's rule that must catch it (CheckFailed.rule)
 
 
 

@@ -6,6 +6,7 @@ must stay within the binomial bounds of :mod:`.draws`.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import torch
@@ -17,6 +18,7 @@ from ...framework import (
     Stated,
     expect_tensor,
     expect_tuple,
+    rule,
 )
 from .draws import RETURNED, bound, seed_groups, seeded_generator
 
@@ -86,13 +88,31 @@ class MaskTokensCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @staticmethod
+    def _draws(case: Case, result: Any) -> SimpleNamespace:
+        """What the rules read: the case's ids and arguments, the learner's inputs and labels, and which
+        positions were special and which chosen."""
         (ids,) = case.args
         kw = case.kwargs
-        mask_id, vocab_size, rate = kw["mask_id"], kw["vocab_size"], kw.get("rate", 0.15)
         specials = set(kw["special_ids"])
-        ordinary = [i for i in range(vocab_size) if i not in specials]
-        K = len(ordinary)
+        ordinary = [i for i in range(kw["vocab_size"]) if i not in specials]
+        inputs, labels = result
+        return SimpleNamespace(
+            ids=ids, mask_id=kw["mask_id"], rate=kw.get("rate", 0.15), specials=specials, ordinary=ordinary,
+            K=len(ordinary), inputs=inputs, labels=labels,
+            is_special=torch.isin(ids, torch.tensor(sorted(specials))),  # (B, T)
+            chosen=labels != -100,  # (B, T)
+            where=f"on the case {case.label}",
+        )
+
+    @staticmethod
+    def _first(where: torch.Tensor) -> tuple[int, int]:
+        b, t = where.nonzero()[0].tolist()
+        return b, t
+
+    @rule("long tensors of ids' shape")
+    def _two_long_tensors(self, case: Case, result: Any) -> None:
+        (ids,) = case.args
         inputs, labels = expect_tuple(result, 2, "`mask_tokens`", case, "inputs, labels")
         for name, t in (("inputs", inputs), ("labels", labels)):
             t = expect_tensor(t, f"`mask_tokens`'s {name}", case)
@@ -106,16 +126,14 @@ class MaskTokensCheck(Check):
                     f"`mask_tokens`'s {name} have dtype {t.dtype} on the case {case.label}; token ids and labels are "
                     "torch.long, the dtype of ids (embeddings and F.cross_entropy need it)."
                 )
-        is_special = torch.isin(ids, torch.tensor(sorted(specials)))  # (B, T)
-        chosen = labels != -100  # (B, T)
 
-        def first(where: torch.Tensor) -> tuple[int, int]:
-            b, t = where.nonzero()[0].tolist()
-            return b, t
-
-        wrong_label = chosen & (labels != ids)
+    @rule("labels: the original id where chosen, -100 elsewhere")
+    def _labels(self, case: Case, result: Any) -> None:
+        d = self._draws(case, result)
+        ids, labels = d.ids, d.labels
+        wrong_label = d.chosen & (labels != ids)
         if wrong_label.any():
-            b, t = first(wrong_label)
+            b, t = self._first(wrong_label)
             values = labels[wrong_label].unique().tolist()
             if len(values) == 1 and (labels == values[0]).sum() > 0.5 * labels.numel():
                 raise CheckFailed(
@@ -123,7 +141,7 @@ class MaskTokensCheck(Check):
                     "that was not chosen must have the label -100, the value F.cross_entropy ignores, and a chosen "
                     "one its original id."
                 )
-            if labels[b, t] == mask_id or (labels[wrong_label] == inputs[wrong_label]).all():
+            if labels[b, t] == d.mask_id or (labels[wrong_label] == d.inputs[wrong_label]).all():
                 raise CheckFailed(
                     f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the "
                     f"original token was {int(ids[b, t])}: the labels were taken after the replacements were written. "
@@ -134,16 +152,25 @@ class MaskTokensCheck(Check):
                 f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the original "
                 f"token was {int(ids[b, t])}: a chosen position's label is its original id, every other one is -100."
             )
-        if (chosen & is_special).any():
-            b, t = first(chosen & is_special)
+
+    @rule("no special token chosen")
+    def _no_special_chosen(self, case: Case, result: Any) -> None:
+        d = self._draws(case, result)
+        if (d.chosen & d.is_special).any():
+            b, t = self._first(d.chosen & d.is_special)
             raise CheckFailed(
-                f"`mask_tokens` chose the special token {int(ids[b, t])} at {(b, t)} on the case {case.label}: special "
+                f"`mask_tokens` chose the special token {int(d.ids[b, t])} at {(b, t)} on the case {case.label}: special "
                 "tokens (those in special_ids: padding, [CLS], [SEP], ...) are never chosen. Choose only among the "
                 "positions whose id is not in special_ids (torch.isin helps)."
             )
+
+    @rule("only chosen positions change")
+    def _only_chosen_change(self, case: Case, result: Any) -> None:
+        d = self._draws(case, result)
+        ids, inputs, chosen, mask_id = d.ids, d.inputs, d.chosen, d.mask_id
         changed = ~chosen & (inputs != ids)
         if changed.any():
-            b, t = first(changed)
+            b, t = self._first(changed)
             hint = ""
             if (inputs[changed] != mask_id).all() and chosen.any() and (inputs[chosen] == mask_id).all():
                 hint = (" It looks as if only the [MASK] positions got a label: every chosen position gets its label, "
@@ -153,17 +180,25 @@ class MaskTokensCheck(Check):
                 f"{case.label}, where the label is -100 (not chosen). Only chosen positions may change; draw the chosen "
                 f"positions once and use that one mask for the inputs and the labels.{hint}"
             )
-        bad_draw = chosen & (inputs != mask_id) & torch.isin(inputs, torch.tensor(sorted(specials)))
+
+    @rule("replacements are ordinary ids")
+    def _ordinary_replacements(self, case: Case, result: Any) -> None:
+        d = self._draws(case, result)
+        bad_draw = d.chosen & (d.inputs != d.mask_id) & torch.isin(d.inputs, torch.tensor(sorted(d.specials)))
         if bad_draw.any():
-            b, t = first(bad_draw)
+            b, t = self._first(bad_draw)
             raise CheckFailed(
-                f"`mask_tokens` put the special token {int(inputs[b, t])} at {(b, t)} on the case {case.label}: a "
+                f"`mask_tokens` put the special token {int(d.inputs[b, t])} at {(b, t)} on the case {case.label}: a "
                 "random replacement is drawn from the ordinary ids only, never a special one. Draw an index into the "
                 "list of ordinary ids (torch.randint(len(ordinary), ..., generator=generator))."
             )
-        # The rates. Counts of independent draws: binomial, judged with a 5-sigma bound.
-        n_candidates, n_chosen = int((~is_special).sum()), int(chosen.sum())
-        where = f"on the case {case.label}"
+
+    # The rates. Counts of independent draws: binomial, judged with a 5-sigma bound.
+    @rule("rate")
+    def _rate(self, case: Case, result: Any) -> None:
+        d = self._draws(case, result)
+        rate, where = d.rate, d.where
+        n_candidates, n_chosen = int((~d.is_special).sum()), int(d.chosen.sum())
         if rate == 1.0:
             if n_chosen != n_candidates:
                 raise CheckFailed(
@@ -173,7 +208,7 @@ class MaskTokensCheck(Check):
         else:
             low, high = n_candidates * rate - bound(n_candidates, rate), n_candidates * rate + bound(n_candidates, rate)
             if not low <= n_chosen <= high:
-                share = n_chosen / max(1, ids.numel())
+                share = n_chosen / max(1, d.ids.numel())
                 hint = (" That is about rate times all positions: count only the ordinary tokens (specials and padding "
                         "are never candidates), and choose each of them with probability rate."
                         if abs(share - rate) < abs(n_chosen / max(1, n_candidates) - rate) else
@@ -183,9 +218,16 @@ class MaskTokensCheck(Check):
                     f"`mask_tokens` chose {n_chosen} of the {n_candidates} ordinary tokens ({n_chosen / n_candidates:.1%}) "
                     f"{where}, where rate={rate} expects between {max(low, 0):.0f} and {high:.0f} (a 5-sigma bound).{hint}"
                 )
+
+    @rule("80 / 10 / 10")
+    def _shares(self, case: Case, result: Any) -> None:
+        """The shares of the chosen tokens that became [MASK], another token, or stayed (on 200 chosen or more)."""
+        d = self._draws(case, result)
+        chosen, inputs, ids, K, where = d.chosen, d.inputs, d.ids, d.K, d.where
+        n_chosen = int(chosen.sum())
         if n_chosen < 200:
             return
-        masked = int((chosen & (inputs == mask_id)).sum())
+        masked = int((chosen & (inputs == d.mask_id)).sum())
         same = int((chosen & (inputs == ids)).sum())
         other = n_chosen - masked - same
         p_same = 0.1 + 0.1 / K  # left alone, or replaced by itself
@@ -225,7 +267,14 @@ class MaskTokensCheck(Check):
                 f"(within {bound(n_chosen, p_same):.0f}) should have kept their own id: 10%, plus the random draws "
                 "that happen to give the original token." + one_draw
             )
-        # Each ordinary id is an equally likely replacement.
+
+    @rule("replacements spread evenly")
+    def _even_replacements(self, case: Case, result: Any) -> None:
+        """Each ordinary id is an equally likely replacement (on 200 chosen tokens or more)."""
+        d = self._draws(case, result)
+        chosen, ids, inputs, ordinary, K = d.chosen, d.ids, d.inputs, d.ordinary, d.K
+        if int(chosen.sum()) < 200:
+            return
         for v in ordinary:
             could = int((chosen & (ids != v)).sum())
             drawn = int((chosen & (ids != v) & (inputs == v)).sum())
@@ -234,13 +283,17 @@ class MaskTokensCheck(Check):
                 hint = (" It is the largest ordinary id: the upper end of torch.randint(low, high) is excluded."
                         if v == max(ordinary) and drawn == 0 else "")
                 raise CheckFailed(
-                    f"`mask_tokens`'s random replacements are not spread evenly over the ordinary ids {where}: the id "
+                    f"`mask_tokens`'s random replacements are not spread evenly over the ordinary ids {d.where}: the id "
                     f"{v} replaced a chosen token {drawn} times, where about {could * p:.0f} (within "
                     f"{bound(could, p):.0f}) were expected. Draw uniformly from all the ids of range(vocab_size) "
                     f"that are not in special_ids.{hint}"
                 )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_two_long_tensors, _labels, _no_special_chosen, _only_chosen_change, _ordinary_replacements, _rate, _shares,
+             _even_replacements)
+
+    @rule("draws only from the generator")
+    def _from_the_generator(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         for group in seed_groups(cases, results):
             main_case, (inputs, labels) = group["main"]
             if "again" in group:
@@ -260,6 +313,8 @@ class MaskTokensCheck(Check):
                         f"{main_case.label}, and the same with another seed): the random choices must come from the "
                         "generator passed in, not from torch's global generator or a generator of your own."
                     )
+
+    rules_across = (_from_the_generator,)
 
 
 # What the instructions state, and the visible case that holds a learner to it. The base class's rules

@@ -28,6 +28,7 @@ from ...framework import (
     expect_tuple,
     matches,
     named_failure,
+    rule,
     where_it_differs,
 )
 from ...oracles.gpt import generate_cached, generate_plain
@@ -132,11 +133,10 @@ class SampleNextCheck(Check):
     def _settings(case: Case) -> tuple[float, int, float]:
         return (case.kwargs.get("temperature", 1.0), case.kwargs.get("top_k", 0), case.kwargs.get("top_p", 1.0))
 
-    def judge(self, case: Case, result: Any) -> None:
-        (logits,) = case.args
-        temperature, top_k, top_p = self._settings(case)
+    @rule("one id per row")
+    def _one_per_row(self, case: Case, result: Any) -> None:
         drawn = expect_tensor(result, "`sample_next`'s result", case)
-        B, V = logits.shape
+        B = case.args[0].shape[0]
         if tuple(drawn.shape) == (B, 1):
             raise CheckFailed(
                 f"`sample_next`'s result has shape {(B, 1)} on the case {case.label}: return one id per row, shape "
@@ -147,16 +147,27 @@ class SampleNextCheck(Check):
                 f"`sample_next`'s result has shape {tuple(drawn.shape)} on the case {case.label}; it must have shape "
                 f"({B},): one token id per row of logits."
             )
+
+    @rule("torch.long")
+    def _long(self, case: Case, drawn: torch.Tensor) -> None:
         if drawn.dtype != torch.long:
             raise CheckFailed(
                 f"`sample_next`'s result has dtype {drawn.dtype} on the case {case.label}; token ids are torch.long "
                 "(what argmax and torch.multinomial return)."
             )
+
+    @rule("ids in the vocabulary")
+    def _in_vocabulary(self, case: Case, drawn: torch.Tensor) -> None:
+        V = case.args[0].shape[1]
         if ((drawn < 0) | (drawn >= V)).any():
             bad = int(drawn[(drawn < 0) | (drawn >= V)][0])
             raise CheckFailed(
                 f"`sample_next` returned the id {bad} on the case {case.label}, outside the vocabulary 0..{V - 1}."
             )
+
+    @rule("greedy without temperature")
+    def _greedy(self, case: Case, drawn: torch.Tensor) -> None:
+        (logits,) = case.args
         if case.tag == "greedy":
             expected = logits.argmax(dim=-1)
             if not torch.equal(drawn, expected):
@@ -166,7 +177,14 @@ class SampleNextCheck(Check):
                     f"logit is that of token {int(expected[row])}: a temperature of 0, or top_k=1, is greedy "
                     "decoding, logits.argmax(dim=-1), and draws nothing."
                 )
-            return
+
+    @rule("draws follow the distribution")
+    def _distribution(self, case: Case, drawn: torch.Tensor) -> None:
+        if case.tag == "greedy":
+            return  # greedy draws nothing: the rule above judged it
+        (logits,) = case.args
+        temperature, top_k, top_p = self._settings(case)
+        B, V = logits.shape
         # Rows come in blocks of n identical ones: each block is n draws from one distribution.
         starts = [0] + [i + 1 for i in (logits[1:] != logits[:-1]).any(dim=-1).nonzero().flatten().tolist()]
         blocks = [(s, e) for s, e in zip(starts, starts[1:] + [B])]
@@ -264,6 +282,8 @@ class SampleNextCheck(Check):
                                 [message for _, message in fitting], self._plain(case, blocks, observed, rules()))
         raise named_failure("", [], self._plain(case, blocks, observed, rules()))
 
+    rules = (_one_per_row, _long, _in_vocabulary, _greedy, _distribution)
+
     @staticmethod
     def _plain(case: Case, blocks, observed, expected_rule) -> str:
         """Where the draws first leave the distribution they should follow, when no mistake explains them."""
@@ -286,7 +306,8 @@ class SampleNextCheck(Check):
                         "top-k, then the nucleus, renormalise, and draw once per row with torch.multinomial.")
         return f"`sample_next`'s draws do not follow the distribution they should on the case {case.label}."
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    @rule("draws only from the generator")
+    def _from_the_generator(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         for group in seed_groups(cases, results):
             main_case, main = group["main"]
             if "again" in group and not torch.equal(main, group["again"][1]):
@@ -300,6 +321,8 @@ class SampleNextCheck(Check):
                     f"`sample_next` gave the same tokens with generators of different seeds ({main_case.label}): the "
                     "draw must come from the generator passed in (torch.multinomial(probs, 1, generator=generator))."
                 )
+
+    rules_across = (_from_the_generator,)
 
 
 
@@ -371,26 +394,54 @@ class GenerateWithCacheCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @staticmethod
+    def _expected(case: Case) -> tuple[toys.ToyGPT, tuple]:
+        """The grader's model of the case, and its plain (uncached) generation: tokens, logits, keys and values."""
+        model = _toy(case)
+        _, prompt = case.args
+        return model, generate_plain(model, prompt, case.kwargs["steps"])
+
+    @staticmethod
+    def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
+        """(tokens, logits, cache), the first two tensors."""
         fn = "`generate_with_cache`"
         tokens, logits, cache = expect_tuple(result, 3, fn, case, "tokens, logits, cache")
+        return expect_tensor(tokens, f"{fn}'s tokens", case), expect_tensor(logits, f"{fn}'s logits", case), cache
+
+    @rule("tokens, logits and cache")
+    def _three(self, case: Case, result: Any) -> None:
+        self._returned(case, result)
+
+    @rule("tokens are (B, steps)")
+    def _tokens_shape(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`"
+        tokens, _, _ = self._returned(case, result)
         _, prompt = case.args
         steps = case.kwargs["steps"]
-        model = _toy(case)
         B, T_0 = prompt.shape
-        V, N, h, d_k = model.vocab_size, model.N, model.h, model.d_model // model.h
-        tokens = expect_tensor(tokens, f"{fn}'s tokens", case)
-        logits = expect_tensor(logits, f"{fn}'s logits", case)
         if tuple(tokens.shape) == (B, T_0 + steps) and torch.equal(tokens[:, :T_0], prompt):
             raise CheckFailed(
                 f"{fn}'s tokens have shape {tuple(tokens.shape)} on the case {case.label}: they begin with the prompt. "
                 f"Return the generated tokens only, shape (B, steps) = ({B}, {steps})."
             )
         expect_shape(tokens, (B, steps), f"{fn}'s tokens", case, "One row per prompt, one column per generated token.")
-        expect_shape(logits, (B, steps, V), f"{fn}'s logits", case,
+
+    @rule("logits are float64 (B, steps, V)")
+    def _logits_shape(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`"
+        _, logits, _ = self._returned(case, result)
+        model, _ = self.worked_out(case, self._expected)
+        expect_shape(logits, (case.args[1].shape[0], case.kwargs["steps"], model.vocab_size), f"{fn}'s logits", case,
                      "Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1.")
         expect_dtype(logits, torch.float64, f"{fn}'s logits", case)
-        expected_tokens, expected_logits, expected_kv = generate_plain(model, prompt, steps)
+
+    @rule("logits")
+    def _logits(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`"
+        _, logits, _ = self._returned(case, result)
+        _, prompt = case.args
+        steps = case.kwargs["steps"]
+        model, (_, expected_logits, _) = self.worked_out(case, self._expected)
         if not matches(logits, expected_logits):
             assert matches(generate_cached(model, prompt, steps)[1], expected_logits), (
                 "grader error: the cached decoder disagrees with the plain one")
@@ -406,28 +457,50 @@ class GenerateWithCacheCheck(Check):
                          for kw, message in GENERATE_MISTAKES]
             expect_close(logits, expected_logits, f"{fn}'s logits tensor", case, diagnoses, hint=hint,
                          dtype=torch.float64)
+
+    @rule("tokens are the argmax")
+    def _tokens(self, case: Case, result: Any) -> None:
+        tokens, _, _ = self._returned(case, result)
+        _, (expected_tokens, _, _) = self.worked_out(case, self._expected)
         if not torch.equal(tokens, expected_tokens):
             b, s = (int(i) for i in (tokens != expected_tokens).nonzero()[0])
             raise CheckFailed(
-                f"{fn}'s tokens are wrong on the case {case.label}, though the logits are right: row {b}, step {s} "
-                f"holds {int(tokens[b, s])} where the largest logit is that of token {int(expected_tokens[b, s])}. "
-                "Each step's token is logits.argmax(dim=-1) over the vocabulary, and it is the token read next."
+                f"`generate_with_cache`'s tokens are wrong on the case {case.label}, though the logits are right: row "
+                f"{b}, step {s} holds {int(tokens[b, s])} where the largest logit is that of token "
+                f"{int(expected_tokens[b, s])}. Each step's token is logits.argmax(dim=-1) over the vocabulary, and it "
+                "is the token read next."
             )
-        self._judge_cache(case, cache, expected_kv, B, T_0, steps, N, h, d_k)
 
-    def _judge_cache(self, case: Case, cache: Any, expected_kv, B, T_0, steps, N, h, d_k) -> None:
+    def _cache(self, case: Case, result: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """The cache's (k, v) pairs, one per block, each a pair of tensors."""
         fn = "`generate_with_cache`'s cache"
+        _, _, cache = self._returned(case, result)
+        model, _ = self.worked_out(case, self._expected)
+        N = model.N
         if isinstance(cache, Opaque) or not isinstance(cache, (list, tuple)) or len(cache) != N:
             got = cache.type if isinstance(cache, Opaque) else (
                 f"{len(cache)} entries" if isinstance(cache, (list, tuple)) else type(cache).__name__)
             raise CheckFailed(
                 f"{fn} is {got} on the case {case.label}; return a list with one (k, v) pair per block, {N} here."
             )
-        length = T_0 + steps - 1
-        for i, (pair, (k_expected, v_expected)) in enumerate(zip(cache, expected_kv)):
+        pairs = []
+        for i, pair in enumerate(cache):
             k, v = expect_tuple(pair, 2, f"{fn}[{i}]", case, "k, v")
-            k = expect_tensor(k, f"{fn}[{i}][0] (k)", case)
-            v = expect_tensor(v, f"{fn}[{i}][1] (v)", case)
+            pairs.append((expect_tensor(k, f"{fn}[{i}][0] (k)", case), expect_tensor(v, f"{fn}[{i}][1] (v)", case)))
+        return pairs
+
+    @rule("one (k, v) pair per block")
+    def _cache_pairs(self, case: Case, result: Any) -> None:
+        self._cache(case, result)
+
+    @rule("cache is (B, h, T0 + steps - 1, d_k)")
+    def _cache_shape(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`'s cache"
+        model, _ = self.worked_out(case, self._expected)
+        B, T_0 = case.args[1].shape
+        steps, h, d_k = case.kwargs["steps"], model.h, model.d_model // model.h
+        length = T_0 + steps - 1
+        for i, (k, v) in enumerate(self._cache(case, result)):
             for what, t in (("k", k), ("v", v)):
                 if tuple(t.shape) == (B, h, length + 1, d_k):
                     raise CheckFailed(
@@ -444,6 +517,12 @@ class GenerateWithCacheCheck(Check):
                 expect_shape(t, (B, h, length, d_k), f"{fn}[{i}]'s {what}", case,
                              "The cache of a block holds the keys (and the values) of every position read so far, "
                              "T0 + steps - 1 of them, one new position per step after the prompt.")
+
+    @rule("cached keys and values")
+    def _cache_values(self, case: Case, result: Any) -> None:
+        fn = "`generate_with_cache`'s cache"
+        _, (_, _, expected_kv) = self.worked_out(case, self._expected)
+        for i, ((k, v), (k_expected, v_expected)) in enumerate(zip(self._cache(case, result), expected_kv)):
             if matches(k, v_expected) and matches(v, k_expected):
                 raise CheckFailed(f"{fn}[{i}] holds (v, k) on the case {case.label}: store each pair as (k, v).")
             for what, got, expected in (("keys", k, k_expected), ("values", v, v_expected)):
@@ -453,6 +532,8 @@ class GenerateWithCacheCheck(Check):
                         f"{where_it_differs(got, expected)}. Store, for block {i}, the {what} of every position read: "
                         "w_k (or w_v) of norm1(x), split into heads, the cached ones first."
                     )
+
+    rules = (_three, _tokens_shape, _logits_shape, _logits, _tokens, _cache_pairs, _cache_shape, _cache_values)
 
 
 # What the instructions state, and the visible case that holds a learner to it. The rules every graded
