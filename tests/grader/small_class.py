@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.layout import SUBMISSION_SECRET, TIMESTAMP, submission_folder
+from course.layout import NBGRADER_CONFIG, SOLUTIONS, SUBMISSION_SECRET, TIMESTAMP, submission_folder
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.conftest import REPO, release_path, source_path
 
@@ -29,9 +29,9 @@ ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.e
 
 def course(root: Path) -> Path:
     """A course directory with chapter 2's instructor notebook and nbgrader's configuration."""
-    (root / "solutions" / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
-    shutil.copy(source_path(NOTEBOOK), root / "solutions" / ASSIGNMENT)
-    shutil.copy(REPO / "nbgrader_config.py", root)
+    (root / SOLUTIONS / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
+    shutil.copy(source_path(NOTEBOOK), root / SOLUTIONS / ASSIGNMENT)
+    shutil.copy(REPO / NBGRADER_CONFIG, root)
     return root
 
 
