@@ -14,6 +14,48 @@ a sandbox and the judging in its own process, so nothing the learner's code does
 verdict. The oracle is always PyTorch or closed-form mathematics, never the course's solutions.
 What runs beside the learner's code (cases built, calls made, results reduced to data) lives in
 :mod:`harness.calls`, apart from the judging here.
+
+A new chapter brings one module ``autograder/checks/<notebook>.py`` (or a package of that name, one
+module per topic) holding a :class:`Check` subclass per graded function, listed in ``CHECKS``, and
+``STATED``: for each function, the rules its instructions state, as :class:`Stated` entries. A check
+must fill in
+
+* ``function``: the learner's function (or class) name, as the exercise writes it; ``oracle``: what it
+  is compared with, in words, for the success line;
+* ``cases(hidden)``: the calls, drawn from ``self.generator(hidden)`` (a seed of this check's own; the
+  hidden cases' from the course secret, so every hidden input, sizes too, must draw from it: see
+  :func:`draw` and :func:`relabelling`). A :class:`Case` calls a function with ``args``/``kwargs``, or
+  builds a module from ``init`` and ``state`` (its weights, by the exercise's names); ``tag="invalid"``
+  (:data:`INVALID`) marks arguments the function must refuse by raising ``invalid_raises``;
+* ``judge(case, result)``: raise :class:`CheckFailed` when the result is wrong, with what is wrong and
+  where to look: :func:`expect_tensor`, :func:`expect_shape`, then :func:`expect_close` against the
+  oracle in float64 with ``diagnoses`` (the values known mistakes give, each with its advice: a mistake
+  is named only when it gives the learner's value);
+
+and may fill in ``judge_all`` (properties across cases: changing a future token changes no earlier
+output), ``stages(case)`` (the oracle's intermediate values in order, so that a wrong value no diagnosis
+explains is located at the learner's first line that leaves them: :mod:`autograder.locate`), ``hints``
+(a :class:`Hint` per exception worth explaining), ``forbidden`` and ``forbidden_ops`` (what the exercise
+asks the learner to build instead of calling), and the rules the base class judges on every function
+from outside its process, on by default or declared: ``result_dtype`` (the dtype of its floating results:
+the arguments' by default), ``follows_device`` (its result stays on the arguments' device),
+``trained_through`` (gradients reach its arguments and parameters), ``may_return_view`` (it may return a
+view of an argument; none may change one in place) and ``detached_attributes`` (what it stores detached
+from the graph). The mistakes the check must catch
+live in ``tests/mistakes/<notebook>.py``; ``python -m course.tools new-chapter`` writes a chapter whose
+example check uses each of these (``course/tools/scaffold.py``)::
+
+    class MaskedMeanCheck(Check):
+        function = "masked_mean"
+        oracle = "the mean of the kept vectors, in float64"
+        trained_through = True                 # a model learns through it (probed)
+        hints = (Hint("RuntimeError", "give the mask a last axis", containing="must match the size"),)
+        def cases(self, hidden): g = self.generator(hidden); return [Case("x (2, 5, 3)", (x, mask)), ...]
+        def judge(self, case, result): y = expect_tensor(result, "the result", case); expect_close(y, ...)
+        def stages(self, case): return [Stage.of("the sum of the kept vectors", total), ...]
+
+    CHECKS = [MaskedMeanCheck]
+    STATED = {"masked_mean": (Stated("the padding is left out", "x (2, 5, 3)", "the mask was ignored"),)}
 """
 from __future__ import annotations
 

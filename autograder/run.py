@@ -21,6 +21,8 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
+from course.layout import FEEDBACK, SUBMITTED, gradebook_url, grades_csv
+
 from . import course_secret, engine
 from .assignment import Assignment
 from .engine import Result
@@ -111,10 +113,10 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
     if submissions is None:
         return Outcome.REFUSED
     if not submissions:
-        print(f"no submissions of {name} under {root / 'submitted'}" + (" in this shard" if everyone else ""))
+        print(f"no submissions of {name} under {root / SUBMITTED}" + (" in this shard" if everyone else ""))
         # a shard with no learner has nothing to do: not a failure of its batch job
         return Outcome.DONE if everyone else Outcome.NOTHING_TO_GRADE
-    db_url = db or f"sqlite:///{root / 'gradebook.db'}"
+    db_url = db or gradebook_url(root)
     gradebook = _open_gradebook(db_url)  # before anything is graded: a wrong URL or a missing driver costs seconds
     if gradebook is None:
         return Outcome.GRADEBOOK
@@ -190,13 +192,13 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
         print(f"{reason}\nThe submissions graded before this are kept in the gradebook {gradebook}; run the same "
               "command again to grade the rest.", file=sys.stderr)
         return Outcome.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else Outcome.STOPPED
-    csv_path = csv or root / "grades" / f"{assignment.name}.csv"
+    csv_path = csv or grades_csv(root, assignment.name)
     recorded = [r.result for r in gradebook.records(assignment.name)]
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
     write_csv(csv_path, assignment, recorded)
     print(summary(assignment, results, time.monotonic() - start))
     print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners)\n"
-          f"feedback: {root / 'feedback'}/<learner>/{assignment.name}/{assignment.notebook}.html")
+          f"feedback: {root / FEEDBACK}/<learner>/{assignment.name}/{assignment.notebook}.html")
     if db:
         print(NBGRADER_DB.format(url=gradebook))
     return Outcome.DONE
@@ -252,7 +254,7 @@ def export(root: Path, names: list[str], db: str | None = None) -> Outcome:
     from .outputs.grade_files import export as export_all
     from .outputs.gradebook import GradebookError
 
-    gradebook = _open_gradebook(db or f"sqlite:///{root / 'gradebook.db'}")
+    gradebook = _open_gradebook(db or gradebook_url(root))
     if gradebook is None:
         return Outcome.GRADEBOOK
     try:

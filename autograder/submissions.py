@@ -15,6 +15,8 @@ from pathlib import Path
 
 import nbformat
 
+from course.layout import SUBMITTED
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 
 
@@ -36,7 +38,7 @@ def safe_name(name: str) -> bool:
 
 def find_submissions(root: Path, assignment: str, notebook: str) -> list[Submission]:
     """Every learner's submission of ``assignment``, sorted by learner."""
-    base = root / "submitted"
+    base = root / SUBMITTED
     if not base.is_dir():
         return []
     found = []

@@ -12,10 +12,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+#: how the name of a file still being written ends
+PARTIAL = ".partial"
+
 
 def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
-    """``write(partial)`` fills a file beside ``path``, which then replaces ``path``."""
+    """``write(partial)`` fills a file beside ``path``, which then replaces ``path``.
+
+    ``write`` is given a path, so that any writer fits: ``p.write_text``, ``torch.save(obj, p)``,
+    ``fig.savefig(p, format="png")`` (name the format: the partial file's suffix is not the real one).
+    """
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(f".{path.name}.{os.getpid()}.partial")
+    partial = path.with_name(f".{path.name}.{os.getpid()}{PARTIAL}")
     write(partial)
     partial.replace(path)
+
+
+def leftovers(folder: Path) -> list[Path]:
+    """The partial files in ``folder``: only a write that crashed half-way leaves one."""
+    return sorted(Path(folder).glob(f".*{PARTIAL}"))

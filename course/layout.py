@@ -62,6 +62,57 @@ GLOSSARY = f"{BOOK}/glossary"
 NBGRADER_CONFIG = "nbgrader_config.py"
 #: the instructor's secret from which hidden cases are drawn, a file in the course directory (autograder.course_secret)
 COURSE_SECRET = "course_secret"
+
+# A class's data, in nbgrader's layout (nbgrader_config.py names the same folders), under the course
+# directory a grading command is given: never committed, never published.
+#: submitted/<learner>/<assignment>/<notebook>.ipynb, what a learner handed in
+SUBMITTED = "submitted"
+#: autograded/<learner>/<assignment>/<notebook>.ipynb, nbgrader's graded copy that formgrader shows
+AUTOGRADED = "autograded"
+#: feedback/<learner>/<assignment>/<notebook>.html, each learner's page
+FEEDBACK = "feedback"
+#: grades/<assignment>.csv, grades/gradescope/<assignment>/, grades/canvas.csv
+GRADES = "grades"
+#: nbgrader's gradebook (SQLite) when no database URL is given
+GRADEBOOK = "gradebook.db"
+#: the files `nbgrader submit` leaves beside a notebook, which its exchange reads back to file the feedback
+TIMESTAMP = "timestamp.txt"
+SUBMISSION_SECRET = "submission_secret.txt"
+#: everything grading a class reads or writes: what the website and the release must never hold
+CLASS_DATA = (SUBMITTED, AUTOGRADED, FEEDBACK, GRADES, GRADEBOOK)
+
+
+def submission_folder(root: Path, learner: str, assignment: str) -> Path:
+    return Path(root) / SUBMITTED / learner / assignment
+
+
+def autograded_folder(root: Path, learner: str, assignment: str) -> Path:
+    return Path(root) / AUTOGRADED / learner / assignment
+
+
+def feedback_page(root: Path, learner: str, assignment: str, notebook: str) -> Path:
+    return Path(root) / FEEDBACK / learner / assignment / f"{notebook}.html"
+
+
+def grades_csv(root: Path, assignment: str) -> Path:
+    return Path(root) / GRADES / f"{assignment}.csv"
+
+
+def gradescope_folder(root: Path, assignment: str) -> Path:
+    """Gradescope's results, one <learner>/results.json each."""
+    return Path(root) / GRADES / "gradescope" / assignment
+
+
+def canvas_csv(root: Path) -> Path:
+    """Canvas's gradebook import, every assignment of the class."""
+    return Path(root) / GRADES / "canvas.csv"
+
+
+def gradebook_url(root: Path) -> str:
+    """The database URL of the course directory's own gradebook."""
+    return f"sqlite:///{Path(root) / GRADEBOOK}"
+
+
 #: what `make site` builds, with the execution cache a later build (and the site's tests) reuses
 BUILD = "_build"
 EXECUTION_CACHE = f"{BUILD}/.jupyter_cache"

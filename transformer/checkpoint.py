@@ -12,12 +12,12 @@ that knows how their keys or settings differ from today's.
 """
 from __future__ import annotations
 
-import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import torch
+
+from course.files import atomic_write
 
 #: a run folder's checkpoint file
 FILE = "checkpoint.pt"
@@ -73,13 +73,6 @@ def load(file: Path) -> dict[str, Any]:
     if not isinstance(checkpoint, dict) or CONFIG not in checkpoint:
         raise CheckpointError(f"{file} is not a checkpoint of this training loop (it has no {CONFIG!r})")
     return upgrade(checkpoint)
-
-
-def atomic_write(path: Path, write: Callable[[Path], Any]) -> None:
-    """Write to a temporary file beside ``path`` and rename it: a crash never leaves half a file."""
-    tmp = path.with_name(path.name + ".tmp")
-    write(tmp)
-    os.replace(tmp, path)
 
 
 def write(file: Path, checkpoint: dict[str, Any]) -> None:

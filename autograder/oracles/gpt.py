@@ -7,16 +7,20 @@ import math
 
 import torch
 
-from .. import oracles, toys
+from .. import toys
+from .dropout import Dropout, drop
+from .layers import feed_forward, layer_norm, multi_head_attention
+from .masks import causal_mask
+from .states import State
 
 
 def gpt_block(
-    state: oracles.State,
+    state: State,
     x: torch.Tensor,
     *,
     h: int,
-    dropout: oracles.Dropout | None = None,
-    inner_dropout: oracles.Dropout | None | str = "same",
+    dropout: Dropout | None = None,
+    inner_dropout: Dropout | None | str = "same",
     mask: str = "causal",  # "causal" | "none" | "inverted"
     wiring: tuple[str, str] = ("pre", "pre"),
     norms: tuple[str, str] = ("norm1", "norm2"),
@@ -33,37 +37,34 @@ def gpt_block(
     """
     inner = dropout if inner_dropout == "same" else inner_dropout
     T = x.shape[1]
-    allow = {"causal": oracles.causal_mask(T), "none": None, "inverted": ~oracles.causal_mask(T)}[mask]
+    allow = {"causal": causal_mask(T), "none": None, "inverted": ~causal_mask(T)}[mask]
 
     def attn(z: torch.Tensor) -> torch.Tensor:
-        return oracles.multi_head_attention(state, z, z, z, h=h, prefix="self_attn.", attn_mask=allow, dropout=inner)[0]
+        return multi_head_attention(state, z, z, z, h=h, prefix="self_attn.", attn_mask=allow, dropout=inner)[0]
 
     def ffn(z: torch.Tensor) -> torch.Tensor:
-        return oracles.feed_forward(state, z, prefix="feed_forward.", dropout=inner)
-
-    def drop(z: torch.Tensor) -> torch.Tensor:
-        return z if dropout is None else dropout(z)
+        return feed_forward(state, z, prefix="feed_forward.", dropout=inner)
 
     blocks = {"attn": attn, "ffn": ffn}
     for block, norm, wire in zip(order, norms, wiring):
         f = blocks[block]
 
         def n(z: torch.Tensor, norm: str = norm) -> torch.Tensor:
-            return oracles.layer_norm(state, z, prefix=f"{norm}.")
+            return layer_norm(state, z, prefix=f"{norm}.")
 
         if wire == "pre":
-            x = x + drop(f(n(x)))
+            x = x + drop(dropout, f(n(x)))
         elif wire == "post":
-            x = n(x + drop(f(x)))
+            x = n(x + drop(dropout, f(x)))
         elif wire == "no-residual":
-            x = drop(f(n(x)))
+            x = drop(dropout, f(n(x)))
         elif wire == "normed-residual":
             x = n(x)
-            x = x + drop(f(x))
+            x = x + drop(dropout, f(x))
         elif wire == "inner":
-            x = x + n(drop(f(x)))
+            x = x + n(drop(dropout, f(x)))
         elif wire == "dropped-sum":
-            x = drop(x + f(n(x)))
+            x = drop(dropout, x + f(n(x)))
     return x
 
 

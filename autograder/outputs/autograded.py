@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from course.layout import autograded_folder
 from course.notebook_format import is_graded
 
 from ..assignment import Assignment
@@ -119,7 +120,7 @@ def write_autograded(root: Path, assignment: Assignment, result: Result, source_
 
     if not safe_name(result.learner):
         return None
-    folder = root / "autograded" / result.learner / assignment.name
+    folder = autograded_folder(root, result.learner, assignment.name)
     folder.mkdir(parents=True, exist_ok=True)
     nbformat.write(autograded_notebook(result, source_nb, max_bytes), folder / f"{assignment.notebook}.ipynb")
     write_exchange_files(folder, timestamp, secret)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 from nbconvert.exporters import Exporter
 
+from course.layout import SUBMISSION_SECRET, TIMESTAMP, feedback_page
+
 from ..assignment import Assignment
 from ..engine import Result
 from ..submissions import safe_name
@@ -36,7 +38,7 @@ def write_exchange_files(folder: Path, timestamp: str | None, secret: str | None
     """``timestamp.txt`` and ``submission_secret.txt`` as the learner's `nbgrader submit` wrote them
     (release_feedback hashes the secret byte for byte, so it is copied unchanged)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for name, content in (("timestamp.txt", timestamp), ("submission_secret.txt", secret)):
+    for name, content in ((TIMESTAMP, timestamp), (SUBMISSION_SECRET, secret)):
         path = folder / name
         if content is None:
             path.unlink(missing_ok=True)  # a stale file would file the feedback under a wrong name
@@ -100,7 +102,7 @@ def write_feedback(root: Path, assignment: Assignment, result: Result, graded_at
     whose id is not a plain name. `grade` and `export` both write a page through here."""
     if not safe_name(result.learner):
         return None
-    path = root / "feedback" / result.learner / assignment.name / f"{assignment.notebook}.html"
+    path = feedback_page(root, result.learner, assignment.name, assignment.notebook)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(feedback_html(assignment, result, graded_at), encoding="utf-8")
     write_exchange_files(path.parent, timestamp, secret)

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from course.files import atomic_write
+from course.layout import FEEDBACK, canvas_csv, grades_csv, gradescope_folder
 
 from ..assignment import Assignment, load_assignment
 from ..engine import Result
@@ -177,15 +178,15 @@ def export(root: Path, gradebook: Gradebook, names: list[str]) -> list[str]:
         rows = gradebook.records(name)
         assignments.append(assignment)
         records[name] = rows
-        csv_path = root / "grades" / f"{name}.csv"
+        csv_path = grades_csv(root, name)
         write_csv(csv_path, assignment, [r.result for r in rows])
         pages = [write_feedback(root, assignment, r.result, r.graded_at, r.timestamp, r.secret) for r in rows]
         pages = [p for p in pages if p is not None]
-        results = write_gradescope(root / "grades" / "gradescope" / name, assignment, rows)
-        done.append(f"{name}: {len(rows)} learners: {csv_path}; {len(pages)} feedback pages under {root / 'feedback'}; "
-                    f"{len(results)} Gradescope results under {root / 'grades' / 'gradescope' / name}")
+        results = write_gradescope(gradescope_folder(root, name), assignment, rows)
+        done.append(f"{name}: {len(rows)} learners: {csv_path}; {len(pages)} feedback pages under {root / FEEDBACK}; "
+                    f"{len(results)} Gradescope results under {gradescope_folder(root, name)}")
     people = learners(gradebook, {r.learner for rs in records.values() for r in rs})
-    canvas = root / "grades" / "canvas.csv"
+    canvas = canvas_csv(root)
     write_canvas(canvas, assignments, records, people)
     done.append(f"Canvas gradebook import ({len(people)} learners, {len(assignments)} assignments): {canvas}")
     return done

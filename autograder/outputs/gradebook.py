@@ -32,6 +32,8 @@ from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, IntegrityError, NoSuchModuleError, OperationalError
 from sqlalchemy.orm import Session
 
+from course.layout import SUBMISSION_SECRET, TIMESTAMP
+
 from .. import course_secret
 from ..assignment import Assignment
 from ..engine import Result, TestOutcome
@@ -417,8 +419,8 @@ def small_file(path: Path | None, limit: int) -> str | None:
 def submission_key(submission: Submission, grader: str, max_bytes: int) -> SubmissionKey:
     digest = hashlib.sha256()
     folder = submission.path.parent if submission.path else None
-    timestamp = small_file(folder / "timestamp.txt", 100) if folder else None
-    secret = small_file(folder / "submission_secret.txt", 256) if folder else None
+    timestamp = small_file(folder / TIMESTAMP, 100) if folder else None
+    secret = small_file(folder / SUBMISSION_SECRET, 256) if folder else None
     if secret is not None and not all(c in "0123456789abcdefABCDEF" for c in secret):
         secret = None  # nbgrader writes hex; anything else would name a file where it must not
     digest.update((timestamp or "").strip().encode() + b"\0")

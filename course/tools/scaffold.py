@@ -4,7 +4,8 @@ It writes, for the chapter ``chNN_topic`` and its notebook ``topic``:
 
     solutions/chNN_topic/topic.py    the instructor notebook: a title, an exported cell, one example
                                      exercise (`masked_mean`) with its solution and its graded test cell
-    autograder/checks/topic.py       the example's check
+    autograder/checks/topic.py       the example's check, using every seam of the base class
+                                     (autograder/framework.py) and stating its rules in STATED
     tests/mistakes/topic.py          the example's catalogue of mistakes
     book/chNN_topic.md               the page, with two figures made by code
     _toc.yml                         the page's entry, in chapter order
@@ -99,7 +100,11 @@ check("__STEM__.masked_mean", masked_mean, hidden=True)
 CHECKS = '''"""Chapter __NUMBER__ checks: __SENTENCE_TITLE__.
 
 SCAFFOLD: the check of the example exercise `masked_mean`. Replace it with the checks of the
-chapter's own exercises, one Check subclass per graded function, listed in CHECKS.
+chapter's own exercises, one Check subclass per graded function, listed in CHECKS, and their
+rules in STATED. The example uses every seam of the base class (autograder/framework.py says what
+each one is for): ``cases`` and ``judge``, ``stages`` (to point at the learner's first wrong line),
+``hints`` (for an exception), ``result_dtype``, ``follows_device`` and ``trained_through`` (the rules
+the base class holds every function to), and ``STATED`` (the rules the instructions state).
 
 Oracle: the mean of the kept vectors, taken row by row in float64.
 """
@@ -109,7 +114,7 @@ from typing import Any
 
 import torch
 
-from ..framework import Case, Check, CheckFailed, expect_close, expect_dtype, expect_shape, expect_tensor
+from ..framework import Case, Check, CheckFailed, Hint, Stage, Stated, expect_close, expect_shape, expect_tensor
 
 
 def padding_mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -136,6 +141,13 @@ def _sum_kept(x: torch.Tensor, keep: torch.Tensor) -> torch.Tensor:
 class MaskedMeanCheck(Check):
     function = "masked_mean"
     oracle = "the mean of the kept vectors, row by row, in float64"
+    # The rules the base class holds every function to, each judged outside the learner's process:
+    result_dtype = "arguments"  # the result keeps the dtype of x (the one floating argument)
+    follows_device = True  # on the GPU, the result stays there (probed on one visible case)
+    trained_through = True  # a model learns through a mean: gradients must reach x (probed)
+    # What to add to the report of an exception, the first that applies.
+    hints = (Hint("RuntimeError", "mask is (B, T) and x (B, T, D): give the mask a last axis, mask.unsqueeze(-1), "
+                  "so that it broadcasts over the features.", containing="must match the size"),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)  # a seed of this check's own, derived from its id
@@ -151,13 +163,14 @@ class MaskedMeanCheck(Check):
             case(3, padding_mask([5, 2], 5)),
             case(4, padding_mask([3, 6, 1], 6)),
             case(8, padding_mask([4, 4, 2, 7], 7)),
+            case(5, scattered_mask(3, 4, g), torch.float64),
         ]
         if hidden:
             out += [
                 case(2, padding_mask([1], 3)),
                 case(16, scattered_mask(5, 9, g)),
                 case(1, padding_mask([2, 5], 5)),
-                case(5, scattered_mask(3, 4, g), torch.float64),
+                case(3, scattered_mask(2, 6, g), torch.float64),
                 case(6, padding_mask([1, 1, 1], 1)),
             ]
         return out
@@ -178,7 +191,6 @@ class MaskedMeanCheck(Check):
                 "axis). Average over the positions, dim=1, to get one vector per sequence, (B, D)."
             )
         expect_shape(y, (B, D), name, case, "One vector per sequence: (B, D).")
-        expect_dtype(y, x.dtype, name, case)
         keep = mask.double()  # (B, T)
         expect_close(y, oracle(x, mask), name, case, diagnoses=[
             (lambda: x.double().mean(dim=1),
@@ -196,8 +208,36 @@ class MaskedMeanCheck(Check):
              "mask.sum(dim=1, keepdim=True)."),
         ])
 
+    def stages(self, case: Case) -> list[Stage]:
+        """The solution's steps in float64: a wrong value no diagnosis above explains is located at the
+        learner's first line whose value leaves them."""
+        x, mask = case.args
+        keep = mask.unsqueeze(-1).double()  # (B, T, 1)
+        total = (x.double() * keep).sum(dim=1)  # (B, D)
+        count = keep.sum(dim=1)  # (B, 1)
+        return [
+            Stage.of("the mask as numbers with a last axis, (B, T, 1)", keep),
+            Stage.of("the sum of the kept vectors, (B, D)", total),
+            Stage.of("the number of real tokens of each row, (B, 1)", count),
+            Stage.of("the mean, the sum divided by the count", total / count),
+        ]
+
 
 CHECKS = [MaskedMeanCheck]
+
+# The rules the instructions state, each with the visible case (a fragment of its label or its tag)
+# that holds a learner to it and words of the message a learner who breaks it gets. The rules every
+# function keeps (dtype, device, gradients, arguments left unchanged) are the base class's.
+STATED = {
+    "masked_mean": (
+        Stated("the padding is left out of the mean", "real tokens per row 5, 2", "the mask was ignored"),
+        Stated("each row is divided by its own number of real tokens", "real tokens per row 5, 2",
+               "divided by T, the padded length"),
+        Stated("True marks a real token", "real tokens per row 5, 2", "the mask was read the wrong way round"),
+        Stated("the result is (B, D): the position axis is averaged away", "real tokens per row 5, 2",
+               "it kept the position axis"),
+    ),
+}
 '''
 
 MISTAKES = '''"""Wrong answers to chapter __NUMBER__, as learners write them, and the words that must name each one.

@@ -15,7 +15,21 @@ import pytest
 
 from autograder.assignment import Assignment
 from autograder.submissions import code_cells, notebook_cells
-from course.layout import REPO, TOOLS, LayoutError, chapters, instructor_notebook, sources, toc_pages
+from course.layout import (
+    AUTOGRADED,
+    CLASS_DATA,
+    FEEDBACK,
+    GRADEBOOK,
+    NBGRADER_CONFIG,
+    REPO,
+    SUBMITTED,
+    TOOLS,
+    LayoutError,
+    chapters,
+    instructor_notebook,
+    sources,
+    toc_pages,
+)
 from course.notebook_format import NotebookSourceError, calls_checks, check_calls, graded_cells, is_graded, to_nbgrader
 from course.tools import release, tables
 from tests.conftest import CHAPTERS, NOTEBOOKS
@@ -80,6 +94,18 @@ def test_the_instructor_notebook_of_an_assignment(tmp_path):
     assert instructor_notebook("hw1", tmp_path) == folder / "attention.ipynb"
     with pytest.raises(LayoutError, match=r"no instructor notebook in .*'hw2'"):
         instructor_notebook("hw2", tmp_path)
+
+
+def test_the_class_data_is_never_committed_never_published_and_where_nbgrader_looks():
+    ignored = (REPO / ".gitignore").read_text().splitlines()
+    config = (REPO / "_config.yml").read_text()
+    for name in CLASS_DATA:
+        assert name in ignored or f"{name}/" in ignored, f"{name} is not in .gitignore"
+        assert name == GRADEBOOK or f"  - {name}/**" in config, f"{name}/ is not excluded from the website"
+    nbgrader = (REPO / NBGRADER_CONFIG).read_text()
+    for setting, name in (("submitted_directory", SUBMITTED), ("autograded_directory", AUTOGRADED),
+                          ("feedback_directory", FEEDBACK), ("db_url", f"sqlite:///{GRADEBOOK}")):
+        assert f'c.CourseDirectory.{setting} = "{name}"' in nbgrader, setting
 
 
 def test_the_layout_names_every_part_of_a_chapter():

@@ -113,6 +113,18 @@ def test_the_course_tests_pass_on_the_example(course):
     assert _passed(done) >= 2 + 1 + 1 + 1 + 5 + 1, done.stdout[-2000:]
 
 
+def test_the_example_check_uses_the_base_class_seams_and_states_its_rules(course):
+    """The example check locates wrong values (stages), explains an exception (hints), declares the rules
+    the base class probes, and lists the rules its instructions state, each held by a visible case."""
+    shown = _run(course, "-c", f"from autograder.checks.{STEM} import CHECKS, STATED; from autograder.framework import Check; "
+                 "c = CHECKS[0]; print(c.function in STATED, c.stages is not Check.stages, bool(c.hints), c.trained_through)")
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert shown.stdout.split() == ["True"] * 4
+    done = _run(course, "-m", "pytest", "-q", "-p", "no:cacheprovider", _test_file("test_stated_rules.py"),
+                "-k", f"{STEM} or lists_its_stated_rules or rules_for_a_function")
+    assert _passed(done) >= 4 + 2, done.stdout[-2000:]
+
+
 def test_the_whole_class_gradings_pick_it_up(course):
     """The determinism tests list the chapters from the layout, and the chapter's catalogue names the
     edit that spoils its solution; a class for the new chapter can be made from it, and the whole-class

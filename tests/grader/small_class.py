@@ -16,6 +16,7 @@ from pathlib import Path
 
 import nbformat
 
+from course.layout import NBGRADER_CONFIG, SOLUTIONS, SUBMISSION_SECRET, TIMESTAMP, submission_folder
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.conftest import REPO, release_path, source_path
 
@@ -28,9 +29,9 @@ ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.e
 
 def course(root: Path) -> Path:
     """A course directory with chapter 2's instructor notebook and nbgrader's configuration."""
-    (root / "solutions" / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
-    shutil.copy(source_path(NOTEBOOK), root / "solutions" / ASSIGNMENT)
-    shutil.copy(REPO / "nbgrader_config.py", root)
+    (root / SOLUTIONS / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
+    shutil.copy(source_path(NOTEBOOK), root / SOLUTIONS / ASSIGNMENT)
+    shutil.copy(REPO / NBGRADER_CONFIG, root)
     return root
 
 
@@ -63,10 +64,10 @@ def without_demonstrations(source: str) -> str:
 
 
 def hand_in(root: Path, learner: str, kind: str, timestamp: str = "2026-12-01 10:00:00.000000 UTC") -> Path:
-    folder = root / "submitted" / learner / ASSIGNMENT
+    folder = submission_folder(root, learner, ASSIGNMENT)
     write_notebook(notebook(kind), folder / f"{NOTEBOOK}.ipynb")
-    (folder / "timestamp.txt").write_text(timestamp)
-    (folder / "submission_secret.txt").write_text(secrets.token_hex(64))
+    (folder / TIMESTAMP).write_text(timestamp)
+    (folder / SUBMISSION_SECRET).write_text(secrets.token_hex(64))
     return folder
 
 

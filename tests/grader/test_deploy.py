@@ -17,6 +17,7 @@ from autograder import __main__ as cli
 from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
 from autograder.shards import parse_shard, select
+from course.layout import gradebook_url
 from tests.conftest import REPO
 from tests.grader import small_class as sc
 
@@ -42,7 +43,7 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
     root = sc.course(tmp_path / "course")
     for learner, kind in CLASS.items():
         sc.hand_in(root, learner, kind)
-    url = f"sqlite:///{root / 'gradebook.db'}"
+    url = gradebook_url(root)
     tasks = []
     for task in (0, 1):
         env = dict(sc.ENV, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_COUNT="2",

@@ -29,6 +29,7 @@ import torch
 from autograder.checks import chapter_checks
 from autograder.framework import CheckFailed, Tripwires, call_learner
 from autograder.sandbox import sandboxed
+from course.layout import AUTOGRADED, FEEDBACK, GRADES, grades_csv, submission_folder
 from course.notebook_format import complete, to_nbgrader
 from tests.conftest import NOTEBOOKS, REPO, chapter_of
 from tests.grader.small_class import graded_cells_only, without_demonstrations
@@ -229,7 +230,7 @@ def course(tmp_path_factory):
         source = without_demonstrations(chapter.source.read_text())
         (root / "solutions" / chapter.assignment / chapter.source.name).write_text(source)
         for learner, nb in _class(notebook).items():
-            folder = root / "submitted" / learner / chapter.assignment
+            folder = submission_folder(root, learner, chapter.assignment)
             folder.mkdir(parents=True)
             nbformat.write(nb, folder / f"{notebook}.ipynb")
     return root
@@ -241,7 +242,7 @@ def _gradebook(root: Path, assignment: str) -> str:
 
 def _grade_everything(root: Path, jobs: int) -> dict:
     """Grade every chapter afresh; return what an instructor would read."""
-    for leftover in ("gradebooks", "grades", "feedback", "autograded"):
+    for leftover in ("gradebooks", GRADES, FEEDBACK, AUTOGRADED):
         if (root / leftover).is_dir():
             shutil.rmtree(root / leftover)
     (root / "gradebooks").mkdir()
@@ -271,10 +272,10 @@ def _grade_everything(root: Path, jobs: int) -> dict:
                 for nb_submission in submission.notebooks:
                     for grade in nb_submission.grades:
                         scores[(assignment, submission.student.id, grade.name)] = grade.score
-    csvs = {p.name: p.read_text() for p in sorted((root / "grades").glob("*.csv"))}
+    csvs = {p.name: p.read_text() for p in sorted((root / GRADES).glob("*.csv"))}
     # The page says when it was written; everything else on it must not change.
     feedback = {str(p.relative_to(root)): re.sub(r"\(graded [^)]*\)", "", p.read_text())
-                for p in sorted((root / "feedback").rglob("*.html"))}
+                for p in sorted((root / FEEDBACK).rglob("*.html"))}
     return {"scores": scores, "csvs": csvs, "feedback": feedback}
 
 
@@ -288,7 +289,7 @@ def test_grades_do_not_depend_on_the_number_of_jobs(course):
     # The class really is mixed: every chapter has full marks and partial marks, one has zeros too.
     for notebook in GRADED:
         assignment = chapter_of(notebook).assignment
-        with (course / "grades" / f"{assignment}.csv").open() as f:
+        with grades_csv(course, assignment).open() as f:
             rows = {r["learner"]: r for r in csv.DictReader(f)}
         assert float(rows["correct"]["score"]) == float(rows["correct"]["max_score"]), assignment
         assert 0 < float(rows["wrong"]["score"]) < float(rows["wrong"]["max_score"]), assignment

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from autograder.sandbox import sandboxed
+from course.layout import feedback_page, gradebook_url
 from course.notebook_format import secret_lines, to_nbgrader, write_notebook
 from tests.conftest import REPO, source_path
 from tests.grader import small_class as sc
@@ -104,10 +105,10 @@ def exchanged(learners):
         _nbgrader(root, exchange, "collect", sc.ASSIGNMENT)
         graded = sc.grade(root)
         assert graded.returncode == 0, graded.stdout + graded.stderr
-        ours = {u.pw_name: (root / "feedback" / u.pw_name / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
+        ours = {u.pw_name: feedback_page(root, u.pw_name, sc.ASSIGNMENT, sc.NOTEBOOK).read_text()
                 for u in learners}
         regenerated = _nbgrader(root, exchange, "generate_feedback", sc.ASSIGNMENT, "--force")
-        after_generate = {u.pw_name: (root / "feedback" / u.pw_name / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
+        after_generate = {u.pw_name: feedback_page(root, u.pw_name, sc.ASSIGNMENT, sc.NOTEBOOK).read_text()
                           for u in learners}
         _nbgrader(root, exchange, "release_feedback", sc.ASSIGNMENT)
         fetched = {}
@@ -148,6 +149,6 @@ def test_the_export_agrees_with_nbgrader(exchanged):
     from nbgrader.api import Gradebook
 
     assert exchanged["exported"].returncode == 0, exchanged["exported"].stderr
-    with Gradebook(f"sqlite:///{exchanged['root'] / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(exchanged["root"])) as gb:
         scores = {s.student.id: s.score for s in gb.assignment_submissions(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in exchanged["kinds"].items()}

@@ -21,6 +21,7 @@ from autograder.engine import TestOutcome as Outcome
 from autograder.outputs.grade_files import Learner, export, gradescope_results, write_canvas, write_csv
 from autograder.outputs.gradebook import Record, SubmissionKey, open_gradebook
 from autograder.shards import Shard, ShardError, parse_shard, select, shard_of
+from course.layout import SUBMISSION_SECRET, canvas_csv, feedback_page, gradebook_url, grades_csv, gradescope_folder
 from tests.grader import small_class as sc
 
 GRADESCOPE_TOP = {"score", "execution_time", "output", "visibility", "stdout_visibility", "extra_data", "tests",
@@ -45,7 +46,7 @@ def exported(tmp_path_factory):
             Outcome(second.grade_id, 0.0, second.points, False, HIDDEN_DETAIL, hidden_failed=True),
             *[Outcome(t.grade_id, t.points, t.points, True) for t in rest]], notes=["a note for bob"]),
     }
-    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with open_gradebook(gradebook_url(root)) as gradebook:
         gradebook.prepare(assignment, source)
         for learner, result in results.items():
             gradebook.record(assignment, result, SubmissionKey(learner, "grader", "2026-12-01 10:00:00 UTC", "ab" * 64))
@@ -60,7 +61,7 @@ def _assignment(root):
 def test_gradescope_results_have_the_documented_fields(exported):
     root, assignment = exported["root"], exported["assignment"]
     for learner, result in exported["results"].items():
-        data = json.loads((root / "grades" / "gradescope" / sc.ASSIGNMENT / learner / "results.json").read_text())
+        data = json.loads((gradescope_folder(root, sc.ASSIGNMENT) / learner / "results.json").read_text())
         assert set(data) <= GRADESCOPE_TOP
         assert data["score"] == result.score and data["visibility"] in VISIBILITY
         assert len(data["tests"]) == len(assignment.tests)
@@ -71,7 +72,7 @@ def test_gradescope_results_have_the_documented_fields(exported):
             assert test["name"].startswith(outcome.grade_id)
             assert (test["score"], test["max_score"]) == (outcome.points, outcome.max_points)
         assert sum(t["score"] for t in data["tests"]) == data["score"]
-    bob = json.loads((root / "grades" / "gradescope" / sc.ASSIGNMENT / "bob" / "results.json").read_text())
+    bob = json.loads((gradescope_folder(root, sc.ASSIGNMENT) / "bob" / "results.json").read_text())
     assert bob["tests"][0]["output"] == "your weights do not sum to 1"
     assert "a note for bob" in bob["output"]
     assert HIDDEN_DETAIL not in json.dumps(bob) and "hidden ones" in bob["tests"][1]["output"]
@@ -79,7 +80,7 @@ def test_gradescope_results_have_the_documented_fields(exported):
 
 def test_the_canvas_csv_follows_canvas_columns(exported):
     root, assignment = exported["root"], exported["assignment"]
-    with (root / "grades" / "canvas.csv").open(newline="") as f:
+    with canvas_csv(root).open(newline="") as f:
         rows = list(csv.reader(f))
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", sc.ASSIGNMENT]
     assert rows[1][0] == "Points Possible" and rows[1][5] == f"{assignment.max_score:g}"
@@ -91,12 +92,12 @@ def test_the_canvas_csv_follows_canvas_columns(exported):
 
 def test_the_course_csv_and_feedback_come_from_the_gradebook(exported):
     root = exported["root"]
-    with (root / "grades" / f"{sc.ASSIGNMENT}.csv").open() as f:
+    with grades_csv(root, sc.ASSIGNMENT).open() as f:
         rows = {r["learner"]: r for r in csv.DictReader(f)}
     assert float(rows["bob"]["score"]) == exported["results"]["bob"].score
-    page = (root / "feedback" / "bob" / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").read_text()
+    page = feedback_page(root, "bob", sc.ASSIGNMENT, sc.NOTEBOOK).read_text()
     assert "your weights do not sum to 1" in page and HIDDEN_DETAIL not in page
-    assert (root / "feedback" / "bob" / sc.ASSIGNMENT / "submission_secret.txt").read_text() == "ab" * 64
+    assert (feedback_page(root, "bob", sc.ASSIGNMENT, sc.NOTEBOOK).parent / SUBMISSION_SECRET).read_text() == "ab" * 64
 
 
 def test_no_csv_cell_starts_a_formula_but_numbers_stay_numbers(tmp_path):

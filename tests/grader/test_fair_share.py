@@ -18,6 +18,7 @@ import nbformat
 import pytest
 
 from autograder.sandbox import sandboxed
+from course.layout import grades_csv
 from tests.grader import small_class as sc
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
@@ -74,6 +75,6 @@ def test_a_learner_who_keeps_the_cpu_busy_costs_its_neighbours_nothing(tmp_path)
         group.rmdir()
     assert done.returncode == 0, done.stderr[-3000:]
     assert "grading one submission at a time instead of 2" in done.stderr
-    with (root / "grades" / f"{sc.ASSIGNMENT}.csv").open() as f:
+    with grades_csv(root, sc.ASSIGNMENT).open() as f:
         scores = {r["learner"]: float(r["score"]) for r in csv.DictReader(f)}
     assert scores["bea"] == scores["cal"] == sc.FULL, (scores, done.stderr[-3000:])

@@ -21,6 +21,7 @@ from autograder.assignment import Assignment
 from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
 from autograder.outputs.gradebook import SubmissionKey, open_gradebook
+from course.layout import gradebook_url
 from course.notebook_format import to_nbgrader
 from tests.conftest import source_path
 from tests.grader.postgres import postgres_server
@@ -88,7 +89,7 @@ def _contents(db_url: str) -> dict:
 
 @pytest.fixture(scope="module")
 def reference(tmp_path_factory) -> dict:
-    url = f"sqlite:///{tmp_path_factory.mktemp('one') / 'gradebook.db'}"
+    url = gradebook_url(tmp_path_factory.mktemp('one'))
     write(url, list(dict.fromkeys(learner for part in PARTS for learner in part)))
     return _contents(url)
 
@@ -101,7 +102,7 @@ def test_the_reference_holds_every_learner_once(reference):
 
 
 def test_concurrent_runs_into_a_new_sqlite_gradebook(tmp_path, reference):
-    url = f"sqlite:///{tmp_path / 'gradebook.db'}"
+    url = gradebook_url(tmp_path)
     _run_concurrently(url)
     assert _contents(url) == reference
 

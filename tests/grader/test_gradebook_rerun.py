@@ -10,6 +10,7 @@ from autograder.engine import Result
 from autograder.engine import TestOutcome as Outcome
 from autograder.outputs.gradebook import GradebookError, grader_digest, open_gradebook, submission_key
 from autograder.submissions import Submission
+from course.layout import TIMESTAMP, gradebook_url
 from tests.grader import small_class as sc
 
 
@@ -24,7 +25,7 @@ def graded(tmp_path):
     for learner in ("alice", "bob", "carol"):
         folder = sc.hand_in(root, learner, "solved")
         submissions.append(Submission(learner, folder / f"{sc.NOTEBOOK}.ipynb"))
-    gradebook = open_gradebook(f"sqlite:///{root / 'gradebook.db'}")
+    gradebook = open_gradebook(gradebook_url(root))
     gradebook.prepare(assignment, source)
     grader = grader_digest(assignment, source)
     for s in submissions:
@@ -49,7 +50,7 @@ def test_a_rerun_grades_only_the_grader_s_failures(graded):
 def test_a_changed_notebook_or_timestamp_is_graded_again(graded):
     _, _, _, (alice, bob, _) = graded
     alice.path.write_text(alice.path.read_text().replace("return", "return  ", 1))
-    (bob.path.parent / "timestamp.txt").write_text("2026-12-02 09:00:00.000000 UTC")
+    (bob.path.parent / TIMESTAMP).write_text("2026-12-02 09:00:00.000000 UTC")
     assert _to_grade(graded) == (["alice", "bob", "carol"], 0)
 
 

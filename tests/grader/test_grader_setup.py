@@ -20,6 +20,7 @@ from autograder import sandbox
 from autograder.assignment import Assignment
 from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import Limits
+from course.layout import AUTOGRADED, FEEDBACK, GRADEBOOK, GRADES, SOLUTIONS, SUBMITTED, gradebook_url, submission_folder
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.conftest import REPO, release_path, source_path
 
@@ -34,19 +35,19 @@ def course(tmp_path):
     (root / "solutions" / ASSIGNMENT).mkdir(parents=True)
     shutil.copy(REPO / "solutions" / ASSIGNMENT / f"{NOTEBOOK}.py", root / "solutions" / ASSIGNMENT)
     source = to_nbgrader(source_path(NOTEBOOK))
-    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with open_gradebook(gradebook_url(root)) as gradebook:
         gradebook.prepare(Assignment.from_notebook(ASSIGNMENT, NOTEBOOK, source), source)
     import nbformat
 
     solved = complete(nbformat.read(release_path(NOTEBOOK), as_version=4), source)
-    write_notebook(solved, root / "submitted" / "learner" / ASSIGNMENT / f"{NOTEBOOK}.ipynb")
+    write_notebook(solved, submission_folder(root, "learner", ASSIGNMENT) / f"{NOTEBOOK}.ipynb")
     return root
 
 
 def _written(root: Path) -> dict:
     """What a grade run may write, as it stands."""
     return {
-        "gradebook": hashlib.sha256((root / "gradebook.db").read_bytes()).hexdigest(),
+        "gradebook": hashlib.sha256((root / GRADEBOOK).read_bytes()).hexdigest(),
         "folders": sorted(p.name for p in root.iterdir()),
     }
 
@@ -67,7 +68,7 @@ def test_a_worker_that_cannot_import_autograder_stops_the_run_at_once(course, mo
     assert "nothing was graded or written" in err
     assert seconds < 60, "a worker that dies at start-up must be reported at once, not retried until the time runs out"
     assert _written(course) == before
-    for folder in ("grades", "feedback", "autograded"):
+    for folder in (GRADES, FEEDBACK, AUTOGRADED):
         assert not (course / folder).exists()
 
 
@@ -122,7 +123,7 @@ def test_grading_from_a_second_copy_of_the_course_names_both_copies(course, tmp_
     copy = tmp_path / "copy"
     for package in ("autograder", "harness", "course"):
         shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__"))
-    for folder in ("solutions", "submitted"):
+    for folder in (SOLUTIONS, SUBMITTED):
         shutil.copytree(course / folder, copy / folder)
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", ASSIGNMENT, *FAST], cwd=copy,
                           capture_output=True, text=True, timeout=300)

@@ -21,6 +21,7 @@ import pytest
 
 from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
+from course.layout import FEEDBACK, GRADEBOOK, SUBMISSION_SECRET, TIMESTAMP, feedback_page, gradebook_url, grades_csv
 from tests.grader import small_class as sc
 
 pytestmark = pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
@@ -29,14 +30,14 @@ CLASS = {"alice": "solved", "bob": "untouched", "carol": "wrong_softmax"}
 
 
 def _records(root: Path) -> dict[str, float]:
-    with open_gradebook(f"sqlite:///{root / 'gradebook.db'}") as gradebook:
+    with open_gradebook(gradebook_url(root)) as gradebook:
         return {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
 
 
 def _nbgrader_scores(root: Path) -> dict[str, float]:
     from nbgrader.api import Gradebook
 
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(root)) as gb:
         return {s.student.id: s.score for s in gb.assignment_submissions(sc.ASSIGNMENT)}
 
 
@@ -63,7 +64,7 @@ def test_a_missing_driver_or_a_bad_url_stops_the_run_before_grading(root):
     done = sc.grade(root, "--db", "not a url")
     assert done.returncode == 4 and "is not a database URL" in done.stderr
     assert time.monotonic() - start < 60
-    assert not (root / "gradebook.db").exists() and not (root / "feedback").exists()
+    assert not (root / GRADEBOOK).exists() and not (root / FEEDBACK).exists()
 
 
 def test_a_killed_run_keeps_what_it_graded_and_the_next_grades_only_what_is_missing_or_changed(root):
@@ -71,7 +72,7 @@ def test_a_killed_run_keeps_what_it_graded_and_the_next_grades_only_what_is_miss
     run = subprocess.Popen(command, env=sc.ENV, cwd=root, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline and run.poll() is None:
-        if (root / "gradebook.db").exists() and _records(root):
+        if (root / GRADEBOOK).exists() and _records(root):
             break
         time.sleep(0.2)
     run.send_signal(signal.SIGKILL)  # a crash: nothing of the grader's own runs after this
@@ -81,7 +82,7 @@ def test_a_killed_run_keeps_what_it_graded_and_the_next_grades_only_what_is_miss
     assert {k: sc.SCORES[CLASS[k]] for k in kept} == kept
     assert {k: v for k, v in _nbgrader_scores(root).items() if k in kept} == kept  # nbgrader sees them too
     for learner in kept:
-        assert (root / "feedback" / learner / sc.ASSIGNMENT / f"{sc.NOTEBOOK}.html").is_file()
+        assert feedback_page(root, learner, sc.ASSIGNMENT, sc.NOTEBOOK).is_file()
 
     # Meanwhile bob hands in again (solved, this time) and dave hands in late: both are graded
     # with the submissions the killed run did not reach, and nothing else.
@@ -96,21 +97,21 @@ def test_a_killed_run_keeps_what_it_graded_and_the_next_grades_only_what_is_miss
     expected = {"alice": 11.0, "bob": 11.0, "carol": 9.0, "dave": 9.0}
     assert _records(root) == expected
     assert _nbgrader_scores(root) == expected
-    rows = _csv(root / "grades" / f"{sc.ASSIGNMENT}.csv")
+    rows = _csv(grades_csv(root, sc.ASSIGNMENT))
     assert {k: float(r["score"]) for k, r in rows.items()} == expected
     done = sc.grade(root, "--learners", "carol,nobody")
     assert done.returncode != 0 and "no submission from nobody" in done.stderr
 
 
 def test_export_makes_the_same_files_from_the_gradebook_alone(root):
-    grades, page = root / "grades" / f"{sc.ASSIGNMENT}.csv", root / "feedback" / "dave" / sc.ASSIGNMENT
-    before = grades.read_text(), (page / f"{sc.NOTEBOOK}.html").read_text(), (page / "submission_secret.txt").read_text()
+    grades, page = grades_csv(root, sc.ASSIGNMENT), root / FEEDBACK / "dave" / sc.ASSIGNMENT
+    before = grades.read_text(), (page / f"{sc.NOTEBOOK}.html").read_text(), (page / SUBMISSION_SECRET).read_text()
     grades.unlink()
     for f in page.iterdir():
         f.unlink()
     done = sc.autograder(root, "export", sc.ASSIGNMENT)
     assert done.returncode == 0, done.stderr
     assert (grades.read_text(), (page / f"{sc.NOTEBOOK}.html").read_text(),
-            (page / "submission_secret.txt").read_text()) == before
-    assert (page / "timestamp.txt").read_text() == "2026-12-01 10:00:00.000000 UTC"
+            (page / SUBMISSION_SECRET).read_text()) == before
+    assert (page / TIMESTAMP).read_text() == "2026-12-01 10:00:00.000000 UTC"
     assert "canvas.csv" in done.stdout and "Gradescope" in done.stdout

@@ -11,7 +11,7 @@ import nbformat
 import pytest
 from nbgrader.api import Gradebook
 
-from course.layout import assignments, chapters
+from course.layout import assignments, chapters, gradebook_url, submission_folder
 from course.notebook_format import complete, to_nbgrader, write_notebook
 from tests.grader.small_class import graded_cells_only
 
@@ -28,7 +28,7 @@ def course(fresh_release, tmp_path_factory) -> Path:
         release = graded_cells_only(nbformat.read(chapter.release, as_version=4))
         submitted = {"alice": complete(release, to_nbgrader(chapter.source)), "bob": release}
         for learner, nb in submitted.items():
-            write_notebook(nb, root / "submitted" / learner / chapter.assignment / f"{chapter.stem}.ipynb")
+            write_notebook(nb, submission_folder(root, learner, chapter.assignment) / f"{chapter.stem}.ipynb")
     env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
     # Every assignment in one run ("*" is a pattern nbgrader matches against the submitted folders): one
     # start of nbgrader instead of one per chapter.
@@ -41,7 +41,7 @@ def course(fresh_release, tmp_path_factory) -> Path:
 
 
 def _scores(root: Path) -> dict:
-    with Gradebook(f"sqlite:///{root / 'gradebook.db'}") as gb:
+    with Gradebook(gradebook_url(root)) as gb:
         return {
             (a, s.student.id): (s.score, s.max_score)
             for a in assignments(root)

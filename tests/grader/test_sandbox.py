@@ -19,6 +19,7 @@ from autograder.assignment import Assignment
 from autograder.engine import grade_cells
 from autograder.sandbox import Channel, Limits, Worker, WorkerTimeout
 from autograder.submissions import notebook_cells
+from course.layout import submission_folder
 from course.notebook_format import complete, to_nbgrader
 from tests.conftest import NOTEBOOKS, REPO, chapter_of, release_path, source_path
 
@@ -413,7 +414,7 @@ def test_no_secret_of_the_python_installation_reaches_the_learner(tmp_path):
     answer = next(c for c in nb.cells if "def score_variance(" in c.source)
     answer.source = READS_THE_INSTALLATION.replace("raise RuntimeError", "def score_variance(q, k, scaled=False):\n"
                                                    "    raise RuntimeError")
-    small_class.write_notebook(nb, root / "submitted" / "reader" / small_class.ASSIGNMENT / "attention.ipynb")
+    small_class.write_notebook(nb, submission_folder(root, "reader", small_class.ASSIGNMENT) / "attention.ipynb")
     env = dict(small_class.ENV, PATH=f"{prefix / 'bin'}{os.pathsep}{small_class.ENV['PATH']}")
     console = ""
     for command in (["grade", small_class.ASSIGNMENT, "--jobs", "1", *small_class.FAST],

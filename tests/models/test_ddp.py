@@ -10,6 +10,7 @@ import pytest
 import torch
 import torch.multiprocessing as mp
 
+from course.files import leftovers
 from transformer import loop
 from transformer.g2p import train as T
 
@@ -53,7 +54,7 @@ def test_two_processes_end_where_one_does(tmp_path, monkeypatch):
             continue
         # The gradients are summed in another order: equal up to rounding.
         torch.testing.assert_close(shared["model"][name], value, atol=1e-5, rtol=1e-4, msg=lambda m, name=name: f"{name}: {m}")
-    assert not (tmp_path / "two" / "checkpoint.pt.tmp").exists()
+    assert not leftovers(tmp_path / "two")
 
 
 def test_a_batch_too_small_to_share():

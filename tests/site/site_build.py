@@ -15,7 +15,7 @@ from pathlib import Path
 
 import nbformat
 
-from course.layout import BUILD, EXECUTION_CACHE, REPO, sources
+from course.layout import AUTOGRADED, BUILD, EXECUTION_CACHE, FEEDBACK, GRADEBOOK, REPO, SUBMITTED, feedback_page, sources
 from course.notebook_format import to_nbgrader, write_notebook
 
 DECOY = "DECOY-4b1d9e"
@@ -43,10 +43,10 @@ def build_site(root: Path) -> Path:
         shutil.copy2(REPO / name, dest)
     for src in sources(root):  # what `python -m course.tools release` leaves in solutions/
         write_notebook(to_nbgrader(src), src.with_suffix(".ipynb"))
-    for folder in ("submitted", "autograded", "feedback"):
+    for folder in (SUBMITTED, AUTOGRADED, FEEDBACK):
         write_notebook(_decoy_notebook(folder), root / folder / "mallory" / "ch02_attention" / "attention.ipynb")
-    (root / "feedback" / "mallory" / "ch02_attention" / "attention.html").write_text(f"<p>{DECOY}</p>")
-    (root / "gradebook.db").write_bytes(f"SQLite format 3\0{DECOY} gradebook".encode())
+    feedback_page(root, "mallory", "ch02_attention", "attention").write_text(f"<p>{DECOY}</p>")
+    (root / GRADEBOOK).write_bytes(f"SQLite format 3\0{DECOY} gradebook".encode())
     (root / "notes.md").write_text(f"# {DECOY} a stray page outside the table of contents\n")
     # A contributor's `make site` leaves executed pages in the cache; a page whose code and inputs
     # are unchanged need not run again (the cache keeps the digest of those inputs beside it).

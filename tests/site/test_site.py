@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from course.layout import chapters, sources, toc_pages
+from course.layout import AUTOGRADED, EXERCISES, FEEDBACK, REFERENCE, SOLUTIONS, SUBMITTED, chapters, sources, toc_pages
 from course.notebook_format import secret_lines, to_nbgrader
 from tests.conftest import REPO
 from tests.site.site_build import DECOY
@@ -59,7 +59,7 @@ def test_nothing_secret_is_published(site):
             continue
         leaked = [s for s in secrets if s in text]
         assert not leaked, f"{where} contains solution or hidden-test code: {leaked[:3]}"
-    for folder in ("solutions", "exercises", "submitted", "autograded", "feedback", "tests", "autograder", "reference"):
+    for folder in (SOLUTIONS, EXERCISES, SUBMITTED, AUTOGRADED, FEEDBACK, "tests", "autograder", REFERENCE):
         assert not (site / folder).exists(), f"{folder}/ was published"
 
 

@@ -30,8 +30,10 @@ from pathlib import Path
 
 import torch
 
+from course.files import atomic_write
+
 from .. import checkpoint
-from ..checkpoint import atomic_write, final_weights
+from ..checkpoint import final_weights
 from ..flops import training_flops
 from ..fused import attention_path, use_attention, use_norm
 from ..loop import (

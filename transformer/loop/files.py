@@ -1,6 +1,6 @@
 """The files of a run: its JSON, its checkpoint read back and checked, its exported form, its curves.
 
-Every file is written atomically (:func:`transformer.checkpoint.atomic_write`): a run stopped at any moment
+Every file is written atomically (:func:`course.files.atomic_write`): a run stopped at any moment
 leaves either the previous file or the new one, never half of one.
 """
 from __future__ import annotations
@@ -12,8 +12,9 @@ from dataclasses import MISSING, asdict, fields
 from pathlib import Path
 from typing import Any
 
+from course.files import atomic_write
+
 from .. import checkpoint
-from ..checkpoint import atomic_write
 from .config import LoopConfig
 from .task import Task, TrainingError
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from course.files import leftovers
 from course.layout import REPO
 from reference.capstone import noam_rate
 from tests.models.interrupted import stopped_run
@@ -38,7 +39,7 @@ def test_a_tiny_run_learns_and_fills_its_folder(tmp_path, g2p):
     folder = result.run_dir
     for name in ("config.json", "metrics.json", "curves.png", "attention.png", "checkpoint.pt"):
         assert (folder / name).is_file(), name
-    assert not list(folder.glob("*.tmp")), "a temporary file was left behind"
+    assert not leftovers(folder), "a partial file was left behind"
     metrics = json.loads((folder / "metrics.json").read_text())
     losses = [r["loss"] for r in metrics["train"]]
     assert losses[-1] < losses[0], "the loss went down"
