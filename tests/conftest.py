@@ -18,8 +18,11 @@ from course.notebook_format import to_nbgrader
 # every process it starts (grading runs, kernels, shards) inherits it.
 os.environ[SECRET_ENV] = "c0" * 32
 
-# The checks run on small tensors: a second thread only contends with the other processes.
+# The checks run on small tensors: a second thread only contends with the other processes. The processes
+# the suite starts (kernels, the website's build, grading runs, training commands) inherit one thread too:
+# beside the other test worker, a second thread of theirs would only wait for a core.
 torch.set_num_threads(1)
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 PYTHON = sys.executable
 CHAPTERS = chapters(REPO)
