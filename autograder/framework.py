@@ -27,12 +27,14 @@ must fill in
   :func:`draw` and :func:`relabelling`). A :class:`Case` calls a function with ``args``/``kwargs``, or
   builds a module from ``init`` and ``state`` (its weights, by the exercise's names); ``tag="invalid"``
   (:data:`INVALID`) marks arguments the function must refuse by raising ``invalid_raises``;
-* ``judge(case, result)``: raise :class:`CheckFailed` when the result is wrong, with what is wrong and
-  where to look: :func:`expect_tensor`, :func:`expect_shape`, then :func:`expect_close` against the
-  oracle in float64 with ``diagnoses`` (the values known mistakes give, each with its advice: a mistake
-  is named only when it gives the learner's value);
+* ``rules``: the judge, as small :class:`Rule` s (``@rule("a (B, D) tensor")`` above a method) that
+  ``judge`` runs in order on each case; each raises :class:`CheckFailed` when the result is wrong, with
+  what is wrong and where to look: :func:`expect_tensor`, :func:`expect_shape`, then :func:`expect_close`
+  against the oracle in float64 with ``diagnoses`` (the values known mistakes give, each with its advice:
+  a mistake is named only when it gives the learner's value). Each mistake of the catalogue states the
+  rule that must catch it;
 
-and may fill in ``judge_all`` (properties across cases: changing a future token changes no earlier
+and may fill in ``rules_across`` (properties across cases: changing a future token changes no earlier
 output), ``stages(case)`` (the oracle's intermediate values in order, so that a wrong value no diagnosis
 explains is located at the learner's first line that leaves them: :mod:`autograder.locate`), ``hints``
 (a :class:`Hint` per exception worth explaining), ``forbidden`` and ``forbidden_ops`` (what the exercise
@@ -51,7 +53,11 @@ example check uses each of these (``course/tools/scaffold.py``)::
         trained_through = True                 # a model learns through it (probed)
         hints = (Hint("RuntimeError", "give the mask a last axis", containing="must match the size"),)
         def cases(self, hidden): g = self.generator(hidden); return [Case("x (2, 5, 3)", (x, mask)), ...]
-        def judge(self, case, result): y = expect_tensor(result, "the result", case); expect_close(y, ...)
+        @rule("a (B, D) tensor")
+        def _shape(self, case, result): expect_shape(expect_tensor(result, "the result", case), ...)
+        @rule("the mean of the kept vectors")
+        def _values(self, case, y): expect_close(y, oracle(*case.args), "the result", case, diagnoses=...)
+        rules = (_shape, _values)
         def stages(self, case): return [Stage.of("the sum of the kept vectors", total), ...]
 
     CHECKS = [MaskedMeanCheck]

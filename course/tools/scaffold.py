@@ -102,8 +102,8 @@ CHECKS = '''"""Chapter __NUMBER__ checks: __SENTENCE_TITLE__.
 SCAFFOLD: the check of the example exercise `masked_mean`. Replace it with the checks of the
 chapter's own exercises, one Check subclass per graded function, listed in CHECKS, and their
 rules in STATED. The example uses every seam of the base class (autograder/framework.py says what
-each one is for): ``cases`` and ``judge``, ``stages`` (to point at the learner's first wrong line),
-``hints`` (for an exception), ``result_dtype``, ``follows_device`` and ``trained_through`` (the rules
+each one is for): ``cases`` and ``rules`` (the judge, as small named rules), ``stages`` (to point
+at the learner's first wrong line), ``hints`` (for an exception), ``result_dtype``, ``follows_device`` and ``trained_through`` (the rules
 the base class holds every function to), and ``STATED`` (the rules the instructions state).
 
 Oracle: the mean of the kept vectors, taken row by row in float64.
@@ -114,7 +114,18 @@ from typing import Any
 
 import torch
 
-from ..framework import Case, Check, CheckFailed, Hint, Stage, Stated, expect_close, expect_shape, expect_tensor
+from ..framework import (
+    Case,
+    Check,
+    CheckFailed,
+    Hint,
+    Stage,
+    Stated,
+    expect_close,
+    expect_shape,
+    expect_tensor,
+    rule,
+)
 
 
 def padding_mask(lengths: list[int], T: int) -> torch.Tensor:
@@ -175,7 +186,10 @@ class MaskedMeanCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    # The judge is a list of small named rules, run in order on each case; the first that fails gives the
+    # message, and each mistake of the catalogue states the rule that must catch it.
+    @rule("a (B, D) tensor")
+    def _shape(self, case: Case, result: Any) -> None:
         x, mask = case.args
         B, T, D = x.shape
         name = "`masked_mean`'s result"
@@ -191,8 +205,13 @@ class MaskedMeanCheck(Check):
                 "axis). Average over the positions, dim=1, to get one vector per sequence, (B, D)."
             )
         expect_shape(y, (B, D), name, case, "One vector per sequence: (B, D).")
+
+    @rule("the mean of the kept vectors")
+    def _values(self, case: Case, y: torch.Tensor) -> None:
+        x, mask = case.args
+        T = x.shape[1]
         keep = mask.double()  # (B, T)
-        expect_close(y, oracle(x, mask), name, case, diagnoses=[
+        expect_close(y, oracle(x, mask), "`masked_mean`'s result", case, diagnoses=[
             (lambda: x.double().mean(dim=1),
              "the mask was ignored: the padding was averaged with the real tokens. Average over the positions "
              "where mask is True only."),
@@ -207,6 +226,8 @@ class MaskedMeanCheck(Check):
              "the sum was divided by the number of real tokens in the whole batch; each row has its own count, "
              "mask.sum(dim=1, keepdim=True)."),
         ])
+
+    rules = (_shape, _values)
 
     def stages(self, case: Case) -> list[Stage]:
         """The solution's steps in float64: a wrong value no diagnosis above explains is located at the
@@ -243,7 +264,8 @@ STATED = {
 MISTAKES = '''"""Wrong answers to chapter __NUMBER__, as learners write them, and the words that must name each one.
 
 SCAFFOLD: the mistakes of the example exercise `masked_mean`. Replace them with the mistakes the
-chapter's own exercises invite, at least five per graded function, each written as a learner would.
+chapter's own exercises invite, at least five per graded function, each written as a learner would,
+with the rule of its check that must catch it.
 """
 from __future__ import annotations
 
@@ -288,13 +310,17 @@ def mean_over_features(x, mask):
 
 
 MISTAKES = [
-    Mistake(MEAN, "averages the padding too", mean_ignores_mask, "the mask was ignored"),
-    Mistake(MEAN, "divides by the padded length", mean_divides_by_length, "divided by T, the padded length"),
-    Mistake(MEAN, "keeps the padding, drops the tokens", mean_inverted_mask, "the mask was read the wrong way round"),
-    Mistake(MEAN, "a sum, not a mean", mean_never_divides, "summed but not divided"),
-    Mistake(MEAN, "one count for the whole batch", mean_counts_whole_batch, "in the whole batch"),
-    Mistake(MEAN, "keepdim=True", mean_keeps_position_axis, "it kept the position axis"),
-    Mistake(MEAN, "mean over the features", mean_over_features, "it averaged over the features"),
+    Mistake(MEAN, "averages the padding too", mean_ignores_mask, "the mask was ignored",
+            rule="the mean of the kept vectors"),
+    Mistake(MEAN, "divides by the padded length", mean_divides_by_length, "divided by T, the padded length",
+            rule="the mean of the kept vectors"),
+    Mistake(MEAN, "keeps the padding, drops the tokens", mean_inverted_mask, "the mask was read the wrong way round",
+            rule="the mean of the kept vectors"),
+    Mistake(MEAN, "a sum, not a mean", mean_never_divides, "summed but not divided", rule="the mean of the kept vectors"),
+    Mistake(MEAN, "one count for the whole batch", mean_counts_whole_batch, "in the whole batch",
+            rule="the mean of the kept vectors"),
+    Mistake(MEAN, "keepdim=True", mean_keeps_position_axis, "it kept the position axis", rule="a (B, D) tensor"),
+    Mistake(MEAN, "mean over the features", mean_over_features, "it averaged over the features", rule="a (B, D) tensor"),
 ]
 '''
 
