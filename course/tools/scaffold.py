@@ -103,8 +103,9 @@ SCAFFOLD: the check of the example exercise `masked_mean`. Replace it with the c
 chapter's own exercises, one Check subclass per graded function, listed in CHECKS, and their
 rules in STATED. The example uses every seam of the base class (autograder/framework.py says what
 each one is for): ``cases`` and ``rules`` (the judge, as small named rules), ``stages`` (to point
-at the learner's first wrong line), ``hints`` (for an exception), ``result_dtype``, ``follows_device`` and ``trained_through`` (the rules
-the base class holds every function to), and ``STATED`` (the rules the instructions state).
+at the learner's first wrong line), ``hints`` (for an exception), ``result_dtype``,
+``follows_device`` and ``trained_through`` (the rules the base class holds every function to), and
+``STATED`` (the rules the instructions state).
 
 Oracle: the mean of the kept vectors, taken row by row in float64.
 """
