@@ -82,10 +82,18 @@ SHARED_BUILDS = {
 }
 
 
+#: the folders whose modules share no fixture wider than a test: each test function is a unit of its own,
+#: so that a long module (the catalogue of mistakes runs for minutes) is spread over the workers instead of
+#: ending the run on one of them while the other waits (tests/test_workers.py keeps them so)
+SPLIT_FOLDERS = ("tests/checks/",)
+
+
 def work_unit(nodeid: str) -> str:
     """What one worker runs together: a module, whose module fixtures then run once, or every module
-    that reads the same session build."""
+    that reads the same session build; in :data:`SPLIT_FOLDERS`, a test function with its parameters."""
     module = nodeid.split("::")[0]
+    if module.startswith(SPLIT_FOLDERS):
+        return nodeid.split("[")[0]
     return next((build for build, modules in SHARED_BUILDS.items() if module in modules), module)
 
 

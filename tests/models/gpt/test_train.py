@@ -235,8 +235,8 @@ def test_the_gpu_preset_runs_a_few_steps_on_the_cpu(tmp_path, stdlib):
     """Its settings (bf16 autocast, fused attention, dropout) work together; the model and the batch are cut down
     (bf16's backward pass is slow on a CPU)."""
     config = dataclasses.replace(G.PRESETS["gpu"], device="cpu", run_dir=str(tmp_path / "gpu"), batch_size=2,
-                                 d_model=48, h=6, N=2, d_ff=96, max_steps=2, eval_every=2, eval_chars=300, final_eval_chars=300, checkpoint_every=2,
-                                 sample_bytes=10)
+                                 d_model=48, h=6, N=2, d_ff=96, max_steps=2, eval_every=2, eval_chars=300,
+                                 final_eval_chars=300, checkpoint_every=2, sample_bytes=10)
     result = G.train(config, data=stdlib, progress=False)
     assert result.step == 2 and result.metrics["dev"][-1]["characters"] == 300
     assert all(torch.isfinite(p).all() for p in result.model.parameters())
