@@ -39,6 +39,10 @@ BASE = 10000.0
 ATOL = 1e-5
 ATOL_PER_POSITION = 2e-7
 RTOL = 1e-5
+#: the visible case of the precision note, and how far from the closed form its table may be: a float64
+#: table rounded to float32 is within 6e-8, one whose angles were float32 about 1e-4 at the last positions
+PRECISE_MAX_LEN = 4096
+PRECISE = 1e-6
 
 
 # ----------------------------------------------------------------------------------------
@@ -163,6 +167,11 @@ class SinusoidalEncodingCheck(Check):
             case(9, 5),
             case(1, 4),
             case(20, 1),
+            # long: the instructions' precision note. Angles near 4096 keep about 1e-4 in float32 and 1e-12 in
+            # float64, so only this case tells a table computed in float64 and converted at the end from one
+            # computed in float32 (every other case accepts both: ATOL_PER_POSITION)
+            Case(f"max_len={PRECISE_MAX_LEN}, d_model=8 (long: its later angles need float64)", (PRECISE_MAX_LEN, 8), {},
+                 "precision"),
             case(0, 8, "invalid"),
             case(6, 0, "invalid"),
         ]
@@ -273,6 +282,24 @@ class SinusoidalEncodingCheck(Check):
                 )
         if not agrees:
             raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
+        if case.tag == "precision":
+            self._judge_precision(case, pe, expected)
+
+    @staticmethod
+    def _judge_precision(case: Case, pe: torch.Tensor, expected: torch.Tensor) -> None:
+        """A table that agrees with the closed form only as far as float32 angles allow (it did, just above)
+        but not as far as a float64 table rounded to float32 does: its angles were computed in float32."""
+        gap = (pe.double() - expected).abs()
+        if gap.max() <= PRECISE:
+            return
+        position, column = (int(i) for i in (gap == gap.max()).nonzero()[0])
+        raise CheckFailed(
+            f"`sinusoidal_encoding`'s table is right only to float32 precision on the case {case.label}: at "
+            f"position {position}, column {column} it is off by {gap.max().item():.2g}, where a table computed in "
+            f"float64 and converted at the end is off by less than {PRECISE:g}. An angle near {position} keeps only "
+            "about four decimals in float32: compute the positions, the frequencies and the angles in float64 "
+            "(dtype=torch.float64), and call .float() on the finished table, as the instructions' precision note says."
+        )
 
     @staticmethod
     def _diagnoses(max_len: int, d_model: int) -> list[tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], str]]:
@@ -617,11 +644,12 @@ CHECKS = [SinusoidalEncodingCheck, PositionalEmbeddingCheck]
 # What the instructions state, and the visible case that holds a learner to it. The rules every graded
 # function keeps (its arguments left unchanged, no view of them returned, the device followed, gradients
 # reaching the embedding) are the base class's (Check.judge_effects) and are not repeated here. The
-# advice to compute the table in float64 is not held: the tolerance grows with the position so as to
-# accept a table computed in float32 (see ATOL_PER_POSITION).
+# precision note (compute in float64, convert at the end) is held by one long case only: every other
+# case's tolerance grows with the position (ATOL_PER_POSITION), so that its message is about the value.
 STATED = {
     "sinusoidal_encoding": (
         Stated("the table is float32", "max_len=50", "return float32"),
+        Stated("the angles are computed in float64", "precision", "right only to float32 precision"),
         Stated("sines and cosines are interleaved", "max_len=50", "interleaves them"),
         Stated("each pair is the sine and cosine of the same angle, with exponent 2i", "max_len=50",
                "odd columns used their own index"),

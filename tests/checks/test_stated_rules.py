@@ -85,6 +85,7 @@ BATCHES, BEAM = "capstone.length_batches", "capstone.beam_search"
 #: costing 1, WordPiece's longest match, a nucleus that can be empty): the message names them only
 #: once the other visible cases rule the look-alike out, which tests/checks/test_checks.py asserts.
 BROKEN: dict[tuple[str, str], str | Callable[[], Any]] = {
+    (TABLE, "the angles are computed in float64"): "angles computed in float32",
     (RF, "the receptive field is returned as an int"): "returns a float",
     (RF, "with no layer at all, r = 1"): editing(RF, ("field, jump = 1, 1", "field, jump = int(bool(kernel_sizes)), 1")),
     (RF, "missing strides or dilations mean 1 for every layer"):

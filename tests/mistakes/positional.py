@@ -33,10 +33,23 @@ def _interleave(sines, cosines, d_model):
     return pe
 
 
-def _right(max_len, d_model):
+def _in_float32(max_len, d_model):
     position = torch.arange(max_len, dtype=torch.float32).unsqueeze(1)
     div_term = torch.exp(torch.arange(0, d_model, 2).float() * (-math.log(10000.0) / d_model))
     return _interleave(torch.sin(position * div_term), torch.cos(position * div_term), d_model)
+
+
+def _right(max_len, d_model):
+    """The table as the instructions ask: computed in float64, converted at the end."""
+    position = torch.arange(max_len, dtype=torch.float64).unsqueeze(1)
+    div_term = torch.exp(torch.arange(0, d_model, 2).double() * (-math.log(10000.0) / d_model))
+    return _interleave(torch.sin(position * div_term), torch.cos(position * div_term), d_model).float()
+
+
+def table_in_float32(max_len, d_model):
+    """The formula right, the precision note not followed: the angles are float32 throughout."""
+    _check_sizes(max_len, d_model)
+    return _in_float32(max_len, d_model)
 
 
 def table_sin_cos_swapped(max_len, d_model):
@@ -295,6 +308,7 @@ class LayerFloat64Table(_Base):
 MISTAKES = [
     # sinusoidal_encoding
     Mistake(TABLE, "sin and cos swapped", table_sin_cos_swapped, "sin and cos are swapped", rule="judge"),
+    Mistake(TABLE, "angles computed in float32", table_in_float32, "right only to float32 precision", rule="judge"),
     Mistake(TABLE, "exponent j/d_model with the column index j", table_column_index_exponent,
             "odd columns used their own index", rule="judge"),
     Mistake(TABLE, "exponent i/d_model with the pair index i", table_pair_index_exponent, "pair index", rule="judge"),
