@@ -836,9 +836,12 @@ def expect_finite(t: torch.Tensor, what: str, case: Case, hint: str) -> None:
         raise CheckFailed(f"{what} contains {value} (first at index {tuple(bad)}) on the case {case.label}. {hint}")
 
 
-def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of: str, stable_hint: str) -> torch.Tensor:
+def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of: str, stable_hint: str,
+                nothing_to_average: bool = False) -> torch.Tensor:
     """A training loss: a 0-dimensional, finite tensor of ``dtype`` (not a Python number, which
-    backward() cannot reach). ``mean_of`` says what it averages; ``stable_hint`` how to avoid log(0)."""
+    backward() cannot reach). ``mean_of`` says what it averages; ``stable_hint`` how to avoid log(0).
+    Where every target is padding (``nothing_to_average``) the mean is 0 / 0: NaN, as F.cross_entropy
+    gives and the exercises state."""
     if isinstance(result, (float, int)) and not isinstance(result, bool):
         raise CheckFailed(
             f"{what} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
@@ -851,6 +854,14 @@ def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of:
             "0-dimensional tensor."
         )
     expect_dtype(loss, dtype, what, case)
+    if nothing_to_average:
+        if not torch.isnan(loss):
+            raise CheckFailed(
+                f"{what} is {loss.item():.6g} on the case {case.label}, where every target is padding: there is "
+                "nothing to average, so the mean is 0 / 0, NaN, as F.cross_entropy gives and as the instructions say. "
+                "Any number here would hide from the caller a batch with no real target."
+            )
+        return loss
     expect_finite(loss, what, case, f"log(softmax(x)) underflows to log(0) = -inf for large logits: {stable_hint}")
     return loss
 

@@ -205,7 +205,8 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     found = [None if s.made_by.startswith(RAISED) else _stage_of(s, stages, inputs, agree) for s in steps]
     given = [i for i in steps[crash].uses if i < crash]
     operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
-    known = steps[crash].shape[:1] == (0,)  # each tensor it was given is a step's, an argument or a parameter
+    # each tensor it was given (one at least) is a step's, an argument or a parameter
+    known = len(steps[crash].shape) == 2 and steps[crash].shape[0] == 0 < steps[crash].shape[1]
     if known and all(found[i] is not None for i in given):
         named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
         return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "

@@ -238,7 +238,7 @@ class Recorder(TorchFunctionMode):
     def add_raised(self, frame, name: str, inputs: Any) -> None:
         """The operation that raised: a step with no value, made from the values it was given (``uses``: those
         earlier steps made); its ``shape`` holds how many of them came neither from a step nor from the call's
-        arguments and parameters."""
+        arguments and parameters, and how many there were."""
         if self.truncated or len(self.steps) >= MAX_STEPS:
             return
         self.on = False
@@ -246,10 +246,11 @@ class Recorder(TorchFunctionMode):
             source = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
             function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
             uses = self._uses(inputs)
-            elsewhere = {id(t) for _, t in _tensors(inputs, "")
-                         if id(t) not in self.given and self.made.get(id(t), (0, lambda: None))[1]() is not t}
+            given = {id(t): t for _, t in _tensors(inputs, "")}
+            elsewhere = [i for i, t in given.items()
+                         if i not in self.given and self.made.get(i, (0, lambda: None))[1]() is not t]
             self.steps.append(Step(frame.f_lineno, source[:300], function[:200], (RAISED + name)[:200], None,
-                                   (len(elsewhere),), uses))
+                                   (len(elsewhere), len(given)), uses))
         finally:
             self.on = True
 

@@ -231,6 +231,8 @@ def _smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: in
 
 class LabelSmoothedCrossEntropyCheck(Check):
     function = "label_smoothed_cross_entropy"
+    # a mistake that crashes on the batch with nothing to average is named by its value on the others
+    values_first = True
     trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "F.cross_entropy(label_smoothing=..., ignore_index=pad_id)"
     #: torch._C._nn.cross_entropy_loss is where both lead, with label_smoothing or without
@@ -250,12 +252,15 @@ class LabelSmoothedCrossEntropyCheck(Check):
                 keep = torch.randint(max(1, int(T * (1 - pad_share))), T + 1, (B,), generator=g)  # (B,) real lengths
                 keep[0] = T  # one full row
                 target[torch.arange(T).unsqueeze(0) >= keep.unsqueeze(1)] = pad_id  # (B, T) padded at the end
+            elif pad_share >= 1:
+                target[...] = pad_id  # nothing to average
             elif pad_share:
                 target[torch.rand(shape[:-1], generator=g) < pad_share] = pad_id
                 target.view(-1)[0] = (pad_id + 1) % V  # at least one real position
             extra = " with entries near ±1000" if tag == "large" else ""
+            empty = " (every target is padding)" if bool((target == pad_id).all()) else ""
             label = (f"logits {tuple(shape)} {str(dtype)[6:]}{extra}, target {tuple(shape[:-1])} with "
-                     f"{int((target == pad_id).sum())} padding positions, smoothing={eps}, pad_id={pad_id}")
+                     f"{int((target == pad_id).sum())} padding positions, smoothing={eps}, pad_id={pad_id}{empty}")
             return Case(label, (logits, target), {"smoothing": eps, "pad_id": pad_id}, tag)
 
         out = [
@@ -264,6 +269,7 @@ class LabelSmoothedCrossEntropyCheck(Check):
             case((2, 6, 9), 0.2, pad_id=3, dtype=torch.float64),
             case((4, 4, 5), 0.0),
             case((2, 3, 6), 0.1, scale=500.0, tag="large"),
+            case((2, 3), 0.1, pad_share=1.0),
         ]
         if hidden:
             out += [
@@ -297,8 +303,11 @@ class LabelSmoothedCrossEntropyCheck(Check):
         logits, target = case.args
         eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
         name = "`label_smoothed_cross_entropy`'s result"
+        nothing = not bool((target != pad_id).any())
         loss = expect_loss(result, name, case, logits.dtype, "the mean over the positions that are not padding",
-                           "use torch.log_softmax, which computes it stably.")
+                           "use torch.log_softmax, which computes it stably.", nothing_to_average=nothing)
+        if nothing:
+            return
         V = logits.shape[-1]
         x = logits.double()
         expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
@@ -1012,6 +1021,7 @@ STATED = {
                "must be weighted by (1 - smoothing)"),
         Stated("padding is left out of the sum", "1 padding positions", "padding positions were counted"),
         Stated("padding is left out of the count", "1 padding positions", "not out of the count"),
+        Stated("when every target is padding the result is NaN", "every target is padding", "nothing to average"),
         Stated("pad_id is the argument, not 0", "pad_id=3", "averaged over non-padding positions"),
         Stated("log p comes from torch.log_softmax", "large", "torch.log_softmax"),
         Stated("logits may have any number of leading axes", "target (6,)", "not enough values to unpack"),

@@ -448,9 +448,9 @@ def test_an_operation_that_raised_is_recorded_with_what_it_was_given():
     steps = observer.observed().steps
     assert result.type == "RuntimeError"
     assert steps[-1].made_by == RAISED + "view" and steps[-1].uses == (0,) and steps[-1].value is None
-    assert steps[-1].shape == (0,)  # every tensor it was given is a step's or an argument
+    assert steps[-1].shape == (0, 1)  # the one tensor it was given is a step's
     back = wire.decode_observed(_json(wire.encode_observed(observer.observed()))).steps[-1]
-    assert (back.made_by, back.value, back.shape, back.uses, back.line) == (RAISED + "view", None, (0,), (0,), steps[-1].line)
+    assert (back.made_by, back.value, back.shape, back.uses, back.line) == (RAISED + "view", None, (0, 1), (0,), steps[-1].line)
 
 
 def test_the_condition_of_a_raise_crosses_the_wire_and_a_malformed_one_is_refused():

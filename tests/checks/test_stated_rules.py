@@ -275,6 +275,8 @@ BROKEN: dict[tuple[str, str], str | Callable[[], Any]] = {
     (LM_LOSS, "pad_id is the argument, not 0"): editing(LM_LOSS, ("real = targets != pad_id", "real = targets != 0")),
     (LM_LOSS, "a target is kept by its own id, not its input's"): "masks by the input token",
     (LM_LOSS, "every real target of the batch weighs the same"): "mean of per-sequence means",
+    (LM_LOSS, "when every target is padding the result is NaN"):
+        editing(LM_LOSS, ("return nll[real].sum() / real.sum()", "return nll[real].sum() / real.sum().clamp(min=1)")),
     (LM_LOSS, "the loss is a 0-dimensional tensor, not a Python number"): ".item()",
     (LM_LOSS, "large logits do not give log(0)"): editing(
         LM_LOSS, ("log_probs = torch.log_softmax(predictions, dim=-1)", "log_probs = torch.softmax(predictions, dim=-1).log()")),
@@ -318,6 +320,8 @@ BROKEN: dict[tuple[str, str], str | Callable[[], Any]] = {
     (EDIT, "the symbols may be integer ids"): editing(EDIT, ("previous = list(range(len(b) + 1))",
                                                             "a, b = ' '.join(a).split(), ' '.join(b).split()\n"
                                                             "    previous = list(range(len(b) + 1))")),
+    (SMOOTH, "when every target is padding the result is NaN"):
+        editing(SMOOTH, ("return loss[real].sum() / real.sum()", "return loss[real].sum() / real.sum().clamp(min=1)")),
     (SMOOTH, "epsilon is spread over all V tokens, the right one included"): "smoothing over the wrong tokens only",
     (SMOOTH, "the right token's term is weighted by 1 - epsilon"): "no (1 - eps) on the right token",
     (SMOOTH, "padding is left out of the sum"): "padding counted",

@@ -43,6 +43,8 @@ def _ce(logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None, reducti
 
 class CausalLmLossCheck(Check):
     function = "causal_lm_loss"
+    # a mistake that averages per sequence crashes on the batch with nothing to average: its value elsewhere names it
+    values_first = True
     trained_through = True  # a model learns through it: gradients must reach what it was made from
     oracle = "F.cross_entropy(ignore_index=pad_id) on logits[:, :-1] against ids[:, 1:]"
 
@@ -56,8 +58,9 @@ class CausalLmLossCheck(Check):
             if lengths is not None:
                 ids[torch.arange(T).unsqueeze(0) >= torch.tensor(lengths).unsqueeze(1)] = pad_id  # padded at the end
             extra = " with entries near ±1000" if tag == "large" else ""
+            empty = " (every target is padding)" if lengths is not None and max(lengths) <= 1 else ""
             label = (f"logits {(B, T, V)} {str(dtype)[6:]}{extra}, ids {(B, T)} with "
-                     + (f"real lengths {lengths}" if lengths is not None else "no padding") + f", pad_id={pad_id}")
+                     + (f"real lengths {lengths}" if lengths is not None else "no padding") + f", pad_id={pad_id}{empty}")
             return Case(label, (logits, ids), {"pad_id": pad_id}, tag)
 
         out = [
@@ -65,6 +68,7 @@ class CausalLmLossCheck(Check):
             case(2, 5, 6, dtype=torch.float64),
             case(4, 9, 13, lengths=[9, 2, 6, 3], pad_id=5, dtype=torch.float64),
             case(2, 6, 9, lengths=[6, 3], scale=500.0, tag="large"),
+            case(2, 4, 7, lengths=[1, 1]),  # one real token per row, which predicts padding: nothing to average
         ]
         if hidden:
             out += [
@@ -95,8 +99,11 @@ class CausalLmLossCheck(Check):
         logits, ids = case.args
         pad_id = case.kwargs["pad_id"]
         name = "`causal_lm_loss`'s result"
+        nothing = not bool((ids[:, 1:] != pad_id).any())
         loss = expect_loss(result, name, case, logits.dtype, "the mean over every real target of the batch",
-                           "use torch.log_softmax or F.cross_entropy, which compute it stably.")
+                           "use torch.log_softmax or F.cross_entropy, which compute it stably.", nothing_to_average=nothing)
+        if nothing:
+            return
         x = logits.double()
         B, T, V = x.shape
         shifted, targets = x[:, :-1], ids[:, 1:]  # position t predicts the token at t + 1
@@ -342,6 +349,7 @@ STATED = {
                "instead of their target"),
         Stated("every real target of the batch weighs the same", "real lengths [7, 4, 5]",
                "mean of per-sequence means"),
+        Stated("when every target is padding the result is NaN", "every target is padding", "nothing to average"),
         Stated("the loss is a 0-dimensional tensor, not a Python number", "no padding", "no .item()"),
         Stated("large logits do not give log(0)", "large", "underflows to log(0)"),
     ),
