@@ -416,8 +416,12 @@ class NoamRateCheck(Check):
     def judge(self, case: Case, result: Any) -> None:
         step, d_model, warmup = case.args
         factor = case.kwargs.get("factor", 1.0)
-        if isinstance(result, torch.Tensor) and result.numel() == 1:
-            result = result.item()
+        if isinstance(result, torch.Tensor):
+            raise CheckFailed(
+                f"`noam_rate` returned a tensor on the case {case.label}; return the rate as a Python float, as the "
+                "instructions say (float(...) or .item()): a learning rate is one number for the optimiser, not a "
+                "value in a graph."
+            )
         if isinstance(result, bool) or not isinstance(result, (int, float)):
             raise CheckFailed(f"`noam_rate` returned {result!r} on the case {case.label}; return the rate as a float.")
         expected = _rate(step, d_model, warmup, factor)
@@ -1030,6 +1034,7 @@ STATED = {
     ),
     "noam_rate": (
         Stated("the rate takes the smaller of the two terms", "step=100000", "not max"),
+        Stated("the rate is a Python float", "step=100000", "as a Python float"),
         Stated("factor scales the whole curve", "factor=2.0", "factor argument was ignored"),
         Stated("steps are counted from 1", "step=1,", "not step + 1"),
         Stated("a step below 1 raises ValueError", "step=0", "raise ValueError"),

@@ -320,6 +320,7 @@ BROKEN: dict[tuple[str, str], str | Callable[[], Any]] = {
     (EDIT, "the symbols may be integer ids"): editing(EDIT, ("previous = list(range(len(b) + 1))",
                                                             "a, b = ' '.join(a).split(), ' '.join(b).split()\n"
                                                             "    previous = list(range(len(b) + 1))")),
+    (NOAM, "the rate is a Python float"): "returns a tensor",
     (SMOOTH, "when every target is padding the result is NaN"):
         editing(SMOOTH, ("return loss[real].sum() / real.sum()", "return loss[real].sum() / real.sum().clamp(min=1)")),
     (SMOOTH, "epsilon is spread over all V tokens, the right one included"): "smoothing over the wrong tokens only",

@@ -157,6 +157,12 @@ def rate_warmup_unchecked(step, d_model, warmup, factor=1.0):
     return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)
 
 
+def rate_as_tensor(step, d_model, warmup, factor=1.0):
+    _checked(step, warmup)
+    step = torch.tensor(float(step))  # vectorised, and never turned back into a number
+    return factor * d_model ** -0.5 * torch.minimum(step ** -0.5, step * warmup ** -1.5)
+
+
 def rate_max(step, d_model, warmup, factor=1.0):
     _checked(step, warmup)
     return factor * d_model ** -0.5 * max(step ** -0.5, step * warmup ** -1.5)
@@ -429,6 +435,7 @@ MISTAKES = [
     Mistake(LOSS, "sum instead of mean", loss_sum, "this is the sum over positions", rule="judge"),
     # noam_rate
     Mistake(RATE, "max instead of min", rate_max, "not max", rule="judge"),
+    Mistake(RATE, "returns a tensor", rate_as_tensor, "as a Python float", rule="judge"),
     Mistake(RATE, "no d_model ** -0.5", rate_no_d_model, "d_model ** -0.5 is missing", rule="judge"),
     Mistake(RATE, "step + 1", rate_from_zero, "not step + 1", rule="judge"),
     Mistake(RATE, "warmup ** -0.5 in the warm-up term", rate_warmup_exponent, "not warmup ** -0.5", rule="judge"),
