@@ -239,6 +239,11 @@ WHOLE_JUDGE = "judge"
 ACROSS_CASES = "across cases"
 
 
+def case_tensors(case: Case) -> list[torch.Tensor]:
+    """The tensors a case gives the function: those of its arguments, then its module's parameters."""
+    return [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
+
+
 def _deferrable(result: Any) -> bool:
     """An exception that a returned value on another case may explain better (not a stub, not a mismatch)."""
     return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
@@ -472,7 +477,7 @@ class Check:
     def _dtype(self, case: Case, result: Any) -> None:
         expected, source = self.result_dtype, "the exercise asks for"
         if expected == "arguments":
-            values = [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
+            values = case_tensors(case)
             dtypes = [t.dtype for t in values if t.is_floating_point()]
             if not dtypes:
                 return
@@ -504,7 +509,7 @@ class Check:
         tensors, so that its optional ones (a mask, say) are used; for the gradient, one without dropout
         where there is one."""
         def tensors(case: Case) -> int:
-            values = [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]
+            values = case_tensors(case)
             provided = any(isinstance(a, Provided) for a in (*case.args, *case.kwargs.values()))
             usable = case.tag != INVALID and not provided and any(t.is_floating_point() for t in values)
             return len(values) if usable else 0

@@ -85,7 +85,7 @@ class Observed:
     findings: dict[str, tuple[str, ...]] = field(default_factory=dict)
 
 
-def _tensors(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
+def named_tensors(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
     """(path, tensor) for each tensor in an argument (inside tuples, lists and dicts)."""
     if depth > 4:
         return
@@ -93,15 +93,15 @@ def _tensors(value: Any, path: str, depth: int = 0) -> Iterator[tuple[str, torch
         yield path, value
     elif isinstance(value, (tuple, list)):
         for i, v in enumerate(value[:16]):
-            yield from _tensors(v, f"{path}[{i}]", depth + 1)
+            yield from named_tensors(v, f"{path}[{i}]", depth + 1)
     elif isinstance(value, dict):
         for k, v in list(value.items())[:16]:
-            yield from _tensors(v, f"{path}[{k!r}]", depth + 1)
+            yield from named_tensors(v, f"{path}[{k!r}]", depth + 1)
 
 
 def tensors_in(value: Any) -> list[torch.Tensor]:
     """The tensors in a value (inside tuples, lists and dicts), within the same bounds."""
-    return [t for _, t in _tensors(value, "")]
+    return [t for _, t in named_tensors(value, "")]
 
 
 def argument_names(fn: Callable, method: str, args: tuple, kwargs: dict) -> list[tuple[str, Any]]:
@@ -131,7 +131,7 @@ class Arguments:
     def __init__(self, named: list[tuple[str, Any]], originals: list[Any]):
         self.entries = []  # (name, the tensor the learner got, its original value, its version before)
         for (name, given), original in zip(named, originals):
-            for (path, t), (_, o) in zip(_tensors(given, name), _tensors(original, name)):
+            for (path, t), (_, o) in zip(named_tensors(given, name), named_tensors(original, name)):
                 self.entries.append((path, t, o, t._version))
 
     def written(self) -> tuple[str, ...]:
@@ -144,7 +144,7 @@ class Arguments:
             if t.numel():
                 stores.setdefault(t.untyped_storage().data_ptr(), name)
         found = []
-        for _, r in _tensors(result, "result"):
+        for _, r in named_tensors(result, "result"):
             if r.numel() and r.untyped_storage().data_ptr() in stores:
                 found.append(stores[r.untyped_storage().data_ptr()])
         return tuple(dict.fromkeys(found))
@@ -189,7 +189,7 @@ class Recorder(TorchFunctionMode):
 
     def _uses(self, given: Any) -> tuple[int, ...]:
         found = []
-        for _, t in _tensors(given, ""):
+        for _, t in named_tensors(given, ""):
             index, ref = self.made.get(id(t), (None, None))
             if index is not None and ref() is t and index not in found:
                 found.append(index)
@@ -198,15 +198,14 @@ class Recorder(TorchFunctionMode):
     def add(self, frame, made_by: str, value: Any, inputs: Any = None) -> None:
         if not self.on or self.truncated:
             return
-        found = list(_tensors(value, "")) if not isinstance(value, torch.Tensor) else [("", value)]
+        found = list(named_tensors(value, "")) if not isinstance(value, torch.Tensor) else [("", value)]
         if not found:
             return
         if len(self.steps) + len(found) > MAX_STEPS or self.elements > MAX_ELEMENTS:
             self.truncated = True
             return
         line = frame.f_lineno
-        source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
-        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        source, function = _place(frame, line)
         self.on = False  # copying a value is not a step of the learner's
         try:
             uses = self._uses(inputs)
@@ -243,10 +242,9 @@ class Recorder(TorchFunctionMode):
             return
         self.on = False
         try:
-            source = linecache.getline(frame.f_code.co_filename, frame.f_lineno, frame.f_globals).strip()
-            function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+            source, function = _place(frame, frame.f_lineno)
             uses = self._uses(inputs)
-            given = {id(t): t for _, t in _tensors(inputs, "")}
+            given = {id(t): t for _, t in named_tensors(inputs, "")}
             elsewhere = [i for i, t in given.items()
                          if i not in self.given and self.made.get(i, (0, lambda: None))[1]() is not t]
             self.steps.append(Step(frame.f_lineno, source[:300], function[:200], (RAISED + name)[:200], None,
@@ -328,8 +326,7 @@ class Recorder(TorchFunctionMode):
             self.truncated = True
             return
         self.elements += value.numel()
-        source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
-        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        source, function = _place(frame, line)
         self.steps.append(Step(line, source[:300], function[:200], f"={name}"[:200], value, tuple(value.shape)))
 
     @contextlib.contextmanager
@@ -350,6 +347,12 @@ class Recorder(TorchFunctionMode):
                     sys.setprofile(previous)
         finally:
             handle.remove()
+
+
+def _place(frame, line: int) -> tuple[str, str]:
+    """A line of a frame's code as a step names it: the line's text, and the function's qualified name."""
+    source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
+    return source, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
 
 
 #: a Python value larger than this is not recorded

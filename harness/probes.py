@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from .calls import Case, build_module, materialize, own_code, raised
-from .observe import argument_names
+from .observe import argument_names, named_tensors
 from .providers import Provided
 
 #: the probes a check may ask for
@@ -74,16 +74,6 @@ def probe(fn: Callable, case: Case, names: tuple[str, ...], call_seconds: float 
 
 def _provided(values: tuple) -> bool:
     return any(isinstance(v, Provided) or isinstance(v, (tuple, list)) and _provided(tuple(v)) for v in values)
-
-
-def _tensors(value: Any, path: str = "the result") -> list[tuple[str, torch.Tensor]]:
-    if isinstance(value, torch.Tensor):
-        return [(path, value)]
-    if isinstance(value, (tuple, list)):
-        return [found for i, v in enumerate(value[:16]) for found in _tensors(v, f"{path}[{i}]")]
-    if isinstance(value, dict):
-        return [found for k, v in list(value.items())[:16] for found in _tensors(v, f"{path}[{k!r}]")]
-    return []
 
 
 def _map(value: Any, f: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -138,7 +128,7 @@ def _device(fn: Callable, case: Case) -> tuple[str, ...]:
         if any(m in str(exc) for m in _MISMATCH):
             return ("raised", raised(exc, fn).where, *left[:4])
         return ()
-    for path, t in _tensors(out):
+    for path, t in named_tensors(out, "the result"):
         if t.device != meta:
             return ("returned", path, str(t.device))
     return ()
@@ -239,4 +229,4 @@ def _gradient(fn: Callable, case: Case, deadline: float) -> tuple[str, ...]:
 
 def _first_floating(value: Any) -> torch.Tensor | None:
     """The result a model trains through: the first floating tensor returned (the output before the weights)."""
-    return next((t for _, t in _tensors(value) if t.is_floating_point()), None)
+    return next((t for _, t in named_tensors(value, "the result") if t.is_floating_point()), None)
