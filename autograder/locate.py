@@ -9,7 +9,7 @@ the computation's. It never decides a score; it only shapes the message.
 """
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import torch
@@ -107,20 +107,28 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     return None
 
 
-def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culprit: int) -> list[Step]:
-    """The earlier lines whose values the culprit was made from (directly, or through other values
-    that agree with nothing) when those values agree with none of the computation's steps: a mask
-    or a size made wrong a line before shows there, not on the line that uses it."""
-    lines, todo, seen = {}, list(steps[culprit].uses), set()
-    here = (steps[culprit].line, steps[culprit].function)
-    while todo and len(seen) < 32:
+def _unmatched_behind(steps: Sequence[Step], found: Sequence[int | None], start: int, limit: int) -> Iterator[int]:
+    """The steps ``start`` was made from, directly or through one another, whose values agree with none of
+    the computation's, in the order a depth-first walk back reaches them (at most ``limit``)."""
+    todo, seen = list(steps[start].uses), set()
+    while todo and len(seen) < limit:
         i = todo.pop()
         if i in seen or found[i] is not None:
             continue
         seen.add(i)
+        yield i
+        todo += steps[i].uses
+
+
+def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culprit: int) -> list[Step]:
+    """The earlier lines whose values the culprit was made from (directly, or through other values
+    that agree with nothing) when those values agree with none of the computation's steps: a mask
+    or a size made wrong a line before shows there, not on the line that uses it."""
+    lines = {}
+    here = (steps[culprit].line, steps[culprit].function)
+    for i in _unmatched_behind(steps, found, culprit, 32):
         if (steps[i].line, steps[i].function) != here and steps[i].source:
             lines.setdefault((steps[i].line, steps[i].function), steps[i])
-        todo += steps[i].uses
     return [lines[k] for k in sorted(lines)][:3]
 
 
@@ -180,18 +188,13 @@ def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int)
     first lines to go wrong on the way to the crash, on other lines than the crash's own; each with
     the last value its line made on the way (the one the line hands on)."""
     here = (steps[crash].line, steps[crash].function)
-    roots, latest, todo, seen = {}, {}, list(steps[crash].uses), set()
-    while todo and len(seen) < 64:
-        i = todo.pop()
-        if i in seen or found[i] is not None:
-            continue
-        seen.add(i)
+    roots, latest = {}, {}
+    for i in _unmatched_behind(steps, found, crash, 64):
         place = (steps[i].line, steps[i].function)
         latest[place] = max(latest.get(place, i), i)  # a line's last value is the one it hands on
-        wrong_parents = [j for j in steps[i].uses if found[j] is None]
-        if not wrong_parents and place != here and steps[i].source:
+        made_from_right = all(found[j] is not None for j in steps[i].uses)
+        if made_from_right and place != here and steps[i].source:
             roots.setdefault(place, steps[i])
-        todo += wrong_parents
     return [(roots[k], steps[latest[k]]) for k in sorted(roots)][:3]
 
 
