@@ -39,6 +39,14 @@ def _load_norm(target: nn.LayerNorm, state: State, prefix: str) -> None:
         target.bias.copy_(state[f"{prefix}beta"])
 
 
+def _load_feed_forward_and_norms(layer: nn.Module, state: State, prefix: str, norms: int) -> None:
+    """What PyTorch's encoder and decoder layers name alike: linear1, linear2 and norm1..norm<norms>."""
+    _load_linear(layer.linear1, state, f"{prefix}feed_forward.w_1.")
+    _load_linear(layer.linear2, state, f"{prefix}feed_forward.w_2.")
+    for i in range(1, norms + 1):
+        _load_norm(getattr(layer, f"norm{i}"), state, f"{prefix}norm{i}.")
+
+
 def torch_mha(state: State, d_model: int, h: int, prefix: str = "") -> nn.MultiheadAttention:
     bias = f"{prefix}w_q.bias" in state
     mha = blank(nn.MultiheadAttention, d_model, h, dropout=0.0, bias=bias, batch_first=True, dtype=torch.float64)
@@ -69,10 +77,7 @@ def torch_encoder_layer(state: State, d_model: int, h: int, d_ff: int, prefix: s
     layer = blank(nn.TransformerEncoderLayer, d_model, h, d_ff, dropout=0.0, activation="relu", batch_first=True,
                    norm_first=norm_first, dtype=torch.float64)
     _load_mha(layer.self_attn, state, f"{prefix}self_attn.")
-    _load_linear(layer.linear1, state, f"{prefix}feed_forward.w_1.")
-    _load_linear(layer.linear2, state, f"{prefix}feed_forward.w_2.")
-    _load_norm(layer.norm1, state, f"{prefix}norm1.")
-    _load_norm(layer.norm2, state, f"{prefix}norm2.")
+    _load_feed_forward_and_norms(layer, state, prefix, norms=2)
     return layer.eval()
 
 
@@ -81,10 +86,7 @@ def torch_decoder_layer(state: State, d_model: int, h: int, d_ff: int, prefix: s
                    norm_first=False, dtype=torch.float64)
     _load_mha(layer.self_attn, state, f"{prefix}self_attn.")
     _load_mha(layer.multihead_attn, state, f"{prefix}cross_attn.")
-    _load_linear(layer.linear1, state, f"{prefix}feed_forward.w_1.")
-    _load_linear(layer.linear2, state, f"{prefix}feed_forward.w_2.")
-    for i in (1, 2, 3):
-        _load_norm(getattr(layer, f"norm{i}"), state, f"{prefix}norm{i}.")
+    _load_feed_forward_and_norms(layer, state, prefix, norms=3)
     return layer.eval()
 
 

@@ -2,7 +2,9 @@
 
 Learners are solved (11 / 11), untouched (0 / 11) or solved but for a softmax that is wrong
 (9 / 11); each submission has the timestamp.txt and submission_secret.txt `nbgrader submit`
-writes beside it.
+writes beside it. The notebooks, the learners' and the instructor's, keep only what is graded: the
+demonstrations (plots, the paper-size model) grade nothing, and every grading of the class would run
+them again (tests/grader/test_sandbox.py runs every chapter's whole notebook in the sandbox).
 """
 from __future__ import annotations
 
@@ -30,13 +32,14 @@ ENV = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.e
 def course(root: Path) -> Path:
     """A course directory with chapter 2's instructor notebook and nbgrader's configuration."""
     (root / SOLUTIONS / ASSIGNMENT).mkdir(parents=True, exist_ok=True)
-    shutil.copy(source_path(NOTEBOOK), root / SOLUTIONS / ASSIGNMENT)
+    source = source_path(NOTEBOOK)
+    (root / SOLUTIONS / ASSIGNMENT / source.name).write_text(without_demonstrations(source.read_text()))
     shutil.copy(REPO / NBGRADER_CONFIG, root)
     return root
 
 
 def notebook(kind: str):
-    release = nbformat.read(release_path(NOTEBOOK), as_version=4)
+    release = graded_cells_only(nbformat.read(release_path(NOTEBOOK), as_version=4))
     if kind == "untouched":
         return release
     nb = complete(release, to_nbgrader(source_path(NOTEBOOK)))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -165,3 +166,14 @@ def test_where_the_cpu_is_shared_by_process_submissions_are_graded_one_at_a_time
              + ([] if sandbox.sandboxed() else ["--no-sandbox"]))
     assert used == [1]
     assert "grading one submission at a time instead of 4" in capsys.readouterr().err
+
+
+def test_the_graders_start_builds_no_parser_it_never_uses():
+    """Every grading run and every `autograder check` starts by importing the grader, which reads
+    notebooks (nbformat, then jsonschema). From 4.25 jsonschema builds an Earley parser for IRIs
+    (rfc3987-syntax, with lark) when it is imported: 1.1 s of CPU each time, for a format no notebook
+    uses; requirements.txt keeps a jsonschema that does not."""
+    done = subprocess.run([sys.executable, "-c", "import sys, autograder.__main__, autograder.run, autograder.engine; "
+                           "print(sorted(m for m in ('rfc3987_syntax', 'lark') if m in sys.modules))"],
+                          capture_output=True, text=True, timeout=120, check=True)
+    assert done.stdout.strip() == "[]", done.stdout
