@@ -36,6 +36,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    rule,
     where_it_differs,
 )
 from . import Mismatch, state_mismatch
@@ -80,33 +81,42 @@ class SubsequentMaskCheck(Check):
         out.append(Case("size=-3", (-3,), tag="invalid") if not hidden else Case("size=-1", (-1,), tag="invalid"))
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        name = "`subsequent_mask`"
+    @rule("a (size, size) tensor")
+    def _shape(self, case: Case, result: Any) -> None:
         (size,) = case.args
-        m = expect_tensor(result, f"{name}'s result", case)
+        m = expect_tensor(result, f"`{self.function}`'s result", case)
         if m.dim() == 3 and tuple(m.shape) == (1, size, size):
             raise CheckFailed(
-                f"{name} returned shape {tuple(m.shape)} on the case {case.label}: it has an extra batch axis in front. "
-                "Return (size, size); a (T_q, T_k) mask broadcasts against the (B, h, T_q, T_k) scores by itself."
+                f"`{self.function}` returned shape {tuple(m.shape)} on the case {case.label}: it has an extra batch axis in "
+                "front. Return (size, size); a (T_q, T_k) mask broadcasts against the (B, h, T_q, T_k) scores by itself."
             )
-        expect_shape(m, (size, size), f"{name}'s result", case, "The mask has one row per query and one column per key.")
+        expect_shape(m, (size, size), f"`{self.function}`'s result", case,
+                     "The mask has one row per query and one column per key.")
+
+    @rule("boolean")
+    def _boolean(self, case: Case, m: torch.Tensor) -> None:
+        if m.dtype == torch.bool:
+            return
+        if m.is_floating_point() and case.args[0] > 1 and bool((m == float("-inf")).any()):
+            raise CheckFailed(
+                f"`{self.function}` returned a float tensor of 0 and -inf on the case {case.label}: this is PyTorch's "
+                "additive mask (what nn.Transformer.generate_square_subsequent_mask returns), added to the "
+                "scores. The course's masks are boolean, True where a query may attend: return dtype torch.bool."
+            )
+        kind = "a float" if m.is_floating_point() else "an integer"
+        raise CheckFailed(
+            f"`{self.function}` returned {kind} tensor ({m.dtype}) on the case {case.label}: the course's masks are boolean "
+            "(dtype torch.bool), True where a query may attend. Create it with dtype=torch.bool, or build it from "
+            "a comparison such as j <= i, which is boolean already."
+        )
+
+    @rule("True where j <= i")
+    def _values(self, case: Case, m: torch.Tensor) -> None:
+        (size,) = case.args
         expected = oracles.causal_mask(size)
         # The closed form agrees with PyTorch's own ways of building the same mask.
         assert torch.equal(expected, torch.tril(torch.ones(size, size, dtype=torch.bool)))
         assert torch.equal(expected, nn.Transformer.generate_square_subsequent_mask(size) == 0)
-        if m.dtype != torch.bool:
-            if m.is_floating_point() and size > 1 and bool((m == float("-inf")).any()):
-                raise CheckFailed(
-                    f"{name} returned a float tensor of 0 and -inf on the case {case.label}: this is PyTorch's "
-                    "additive mask (what nn.Transformer.generate_square_subsequent_mask returns), added to the "
-                    "scores. The course's masks are boolean, True where a query may attend: return dtype torch.bool."
-                )
-            kind = "a float" if m.is_floating_point() else "an integer"
-            raise CheckFailed(
-                f"{name} returned {kind} tensor ({m.dtype}) on the case {case.label}: the course's masks are boolean "
-                "(dtype torch.bool), True where a query may attend. Create it with dtype=torch.bool, or build it from "
-                "a comparison such as j <= i, which is boolean already."
-            )
         if torch.equal(m, expected):
             return
         diagnoses = [
@@ -124,12 +134,15 @@ class SubsequentMaskCheck(Check):
         ]
         for wrong, message in diagnoses:
             if torch.equal(m, wrong):
-                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+                raise CheckFailed(f"`{self.function}` is wrong on the case {case.label}: {message}")
         bad = (m != expected).nonzero()[0].tolist()
         raise CheckFailed(
-            f"{name} is wrong on the case {case.label}: entry {tuple(bad)} is {bool(m[tuple(bad)])} but query {bad[0]} "
-            f"{'may' if expected[tuple(bad)] else 'may not'} attend to key {bad[1]}. The mask is True exactly where j <= i."
+            f"`{self.function}` is wrong on the case {case.label}: entry {tuple(bad)} is {bool(m[tuple(bad)])} but query "
+            f"{bad[0]} {'may' if expected[tuple(bad)] else 'may not'} attend to key {bad[1]}. The mask is True exactly "
+            "where j <= i."
         )
+
+    rules = (_shape, _boolean, _values)
 
 
 # ----------------------------------------------------------------------------------------

@@ -350,14 +350,14 @@ class StackNoTgtPadding(_Stack):
 
 MISTAKES = [
     # subsequent_mask
-    Mistake(MASK, "float mask of ones and zeros", mask_float, "returned a float tensor (torch.float32)", rule="judge"),
-    Mistake(MASK, "integer mask", mask_int, "an integer tensor", rule="judge"),
-    Mistake(MASK, "PyTorch's additive -inf mask", mask_additive, "additive mask", rule="judge"),
-    Mistake(MASK, "upper triangle (transposed)", mask_upper, "upper triangle", rule="judge"),
-    Mistake(MASK, "diagonal masked too (strict lower triangle)", mask_strict, "the diagonal is False", rule="judge"),
-    Mistake(MASK, "True marks blocked positions", mask_blocked_positions, "the mask is inverted", rule="judge"),
-    Mistake(MASK, "all True", mask_all_true, "nothing is hidden", rule="judge"),
-    Mistake(MASK, "extra batch axis (1, T, T)", mask_batch_axis, "extra batch axis", rule="judge"),
+    Mistake(MASK, "float mask of ones and zeros", mask_float, "returned a float tensor (torch.float32)", rule="boolean"),
+    Mistake(MASK, "integer mask", mask_int, "an integer tensor", rule="boolean"),
+    Mistake(MASK, "PyTorch's additive -inf mask", mask_additive, "additive mask", rule="boolean"),
+    Mistake(MASK, "upper triangle (transposed)", mask_upper, "upper triangle", rule="True where j <= i"),
+    Mistake(MASK, "diagonal masked too (strict lower triangle)", mask_strict, "the diagonal is False", rule="True where j <= i"),
+    Mistake(MASK, "True marks blocked positions", mask_blocked_positions, "the mask is inverted", rule="True where j <= i"),
+    Mistake(MASK, "all True", mask_all_true, "nothing is hidden", rule="True where j <= i"),
+    Mistake(MASK, "extra batch axis (1, T, T)", mask_batch_axis, "extra batch axis", rule="a (size, size) tensor"),
     Mistake(MASK, "no ValueError for a negative size", mask_no_value_error, "raise ValueError", rule="refusal"),
     Mistake(MASK, "ValueError for an empty sequence", mask_value_error_at_zero, "an empty sequence is valid",
             rule="raises nothing"),
