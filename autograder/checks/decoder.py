@@ -464,16 +464,25 @@ class _DecoderCheck(Check):
     def _drops(case: Case, dropout: float | None) -> dict:
         return {} if dropout is None else {"dropout": oracles.Dropout(dropout, case.args[0].dtype)}
 
-    def judge(self, case: Case, result: Any) -> None:
+    def _output(self, case: Case, result: Any) -> torch.Tensor:
         name = f"`{self.function}`"
         if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
             raise CheckFailed(f"{name} did not run as a module on the case {case.label}.")
-        out = expect_tensor(result.output, f"{name}'s output", case)
-        x = case.args[0]
-        expect_shape(out, x.shape, f"{name}'s output", case,
+        return expect_tensor(result.output, f"{name}'s output", case)
+
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
+        expect_shape(self._output(case, result), case.args[0].shape, f"`{self.function}`'s output", case,
                      "The decoder keeps the shape of its input x, (B, T_tgt, d_model): one row per target position.")
-        expect_finite(out, f"{name}'s output", case, "No query in these cases is fully masked; look for a division by "
-                      "zero or a mask filled with -inf that hides every key.")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        expect_finite(self._output(case, result), f"`{self.function}`'s output", case, "No query in these cases is "
+                      "fully masked; look for a division by zero or a mask filled with -inf that hides every key.")
+
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        out, x = self._output(case, result), case.args[0]
         if case.train:
             self.judge_training(case, out)
             return
@@ -481,41 +490,65 @@ class _DecoderCheck(Check):
         if not matches(out, expected, x.dtype):
             # The functional twin that makes the diagnoses must agree with PyTorch, or they mean nothing.
             assert matches(self.variant(case), expected, torch.float64), "grader error: the functional oracle disagrees"
-        expect_close(out, expected, f"{name}'s output", case, self.diagnoses(case), hint=self.hint, dtype=x.dtype)
+        expect_close(out, expected, f"`{self.function}`'s output", case, self.diagnoses(case), hint=self.hint,
+                     dtype=x.dtype)
 
+    rules = (_shape, _finite, _values)
     hint = ""
 
     def judge_training(self, case: Case, out: torch.Tensor) -> None:
         raise NotImplementedError
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        name = f"`{self.function}`"
+    @staticmethod
+    def _pair(cases: Sequence[Case], results: Sequence[Any], tags: tuple[str, str]):
+        """The case tagged ``tags[0]`` and the two outputs of the pair, or None when the pair is not among them."""
         by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag}
-        if {"future-a", "future-b"} <= by_tag.keys():
-            (case, a), (_, b) = by_tag["future-a"], by_tag["future-b"]
-            first_changed = 3
-            early_a, early_b = a.output[:, :first_changed], b.output[:, :first_changed]
-            if not matches(early_a, early_b):
-                raise CheckFailed(
-                    f"{name}: changing the target tokens at positions 3 and later changed the output at an earlier "
-                    f"position ({case.label}); {where_it_differs(early_b, early_a)}. Position i may only see "
-                    "positions j <= i: give tgt_mask to the self-attention."
-                )
-        if {"tgtpad-a", "tgtpad-b"} <= by_tag.keys():
-            (case, a), (_, b) = by_tag["tgtpad-a"], by_tag["tgtpad-b"]
-            real = ~case.kwargs["tgt_key_padding_mask"]  # (B, T_tgt)
-            if not matches(a.output[real], b.output[real]):
-                raise CheckFailed(
-                    f"{name}: changing padded target positions changed the outputs of real ones ({case.label}): "
-                    "padding must have no influence. Give tgt_key_padding_mask to the self-attention."
-                )
-        if {"mempad-a", "mempad-b"} <= by_tag.keys():
-            (case, a), (_, b) = by_tag["mempad-a"], by_tag["mempad-b"]
-            if not matches(a.output, b.output):
-                raise CheckFailed(
-                    f"{name}: changing padded positions of memory changed the output ({case.label}): padding must "
-                    "have no influence. Give memory_key_padding_mask to the cross-attention."
-                )
+        if not set(tags) <= by_tag.keys():
+            return None
+        (case, a), (_, b) = by_tag[tags[0]], by_tag[tags[1]]
+        return case, a.output, b.output
+
+    @rule("a later target token changes no earlier position")
+    def _causal(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pair = self._pair(cases, results, ("future-a", "future-b"))
+        if pair is None:
+            return
+        case, a, b = pair
+        first_changed = 3
+        early_a, early_b = a[:, :first_changed], b[:, :first_changed]
+        if not matches(early_a, early_b):
+            raise CheckFailed(
+                f"`{self.function}`: changing the target tokens at positions 3 and later changed the output at an "
+                f"earlier position ({case.label}); {where_it_differs(early_b, early_a)}. Position i may only see "
+                "positions j <= i: give tgt_mask to the self-attention."
+            )
+
+    @rule("padded target positions change no real one")
+    def _target_padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pair = self._pair(cases, results, ("tgtpad-a", "tgtpad-b"))
+        if pair is None:
+            return
+        case, a, b = pair
+        real = ~case.kwargs["tgt_key_padding_mask"]  # (B, T_tgt)
+        if not matches(a[real], b[real]):
+            raise CheckFailed(
+                f"`{self.function}`: changing padded target positions changed the outputs of real ones ({case.label}): "
+                "padding must have no influence. Give tgt_key_padding_mask to the self-attention."
+            )
+
+    @rule("padded memory changes nothing")
+    def _memory_padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        pair = self._pair(cases, results, ("mempad-a", "mempad-b"))
+        if pair is None:
+            return
+        case, a, b = pair
+        if not matches(a, b):
+            raise CheckFailed(
+                f"`{self.function}`: changing padded positions of memory changed the output ({case.label}): padding "
+                "must have no influence. Give memory_key_padding_mask to the cross-attention."
+            )
+
+    rules_across = (_causal, _target_padding, _memory_padding)
 
 
 # ----------------------------------------------------------------------------------------

@@ -25,6 +25,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    rule,
 )
 from ..locate import Stage
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
@@ -114,7 +115,8 @@ class SplitHeadsCheck(_HeadsCheck):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("shape (B, h, T, d_k)")
+    def _shape(self, case: Case, result: Any) -> None:
         x, h = case.args
         B, T, d_model = x.shape
         name = "`split_heads`"
@@ -133,6 +135,13 @@ class SplitHeadsCheck(_HeadsCheck):
                 (h, B, T, d_k): "The head axis went in front of the batch: it belongs at position 1, (B, h, T, d_k).",
             }
             expect_shape(y, shape, f"{name}'s result", case, hints.get(tuple(y.shape), ""))
+
+    @rule("head i holds block i of the features")
+    def _values(self, case: Case, y: torch.Tensor) -> None:
+        x, h = case.args
+        B, T, d_model = x.shape
+        name = "`split_heads`"
+        d_k = d_model // h
         xd = x.double()
         diagnoses = [
             (lambda: xd.reshape(B, h, T, d_k),
@@ -150,6 +159,8 @@ class SplitHeadsCheck(_HeadsCheck):
         ]
         expect_close(y, _blocks(xd, h), f"{name}'s result", case, diagnoses,
                      hint="Head i at position t must hold x[b, t, i*d_k:(i+1)*d_k].")
+
+    rules = (_shape, _values)
 
 
 class MergeHeadsCheck(_HeadsCheck):
@@ -192,7 +203,8 @@ class MergeHeadsCheck(_HeadsCheck):
                             (_blocks(whole, 8),), {}, "round-trip"))
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("shape (B, T, h * d_k)")
+    def _shape(self, case: Case, result: Any) -> None:
         (x,) = case.args
         B, h, T, d_k = x.shape
         name = "`merge_heads`"
@@ -212,6 +224,12 @@ class MergeHeadsCheck(_HeadsCheck):
             hint = next((text for made, text in hints
                          if tuple(made().shape) == tuple(y.shape) and matches(y, made(), x.dtype)), "")
             expect_shape(y, shape, f"{name}'s result", case, hint)
+
+    @rule("the heads side by side")
+    def _values(self, case: Case, y: torch.Tensor) -> None:
+        (x,) = case.args
+        B, h, T, d_k = x.shape
+        name = "`merge_heads`"
         xd = x.double()
         diagnoses = [
             (lambda: xd.reshape(B, T, h * d_k),
@@ -225,6 +243,8 @@ class MergeHeadsCheck(_HeadsCheck):
         ]
         expect_close(y, _side_by_side(xd), f"{name}'s result", case, diagnoses,
                      hint="The result at [b, t] must be x[b, 0, t], x[b, 1, t], ..., x[b, h-1, t] side by side.")
+
+    rules = (_shape, _values)
 
 
 # ----------------------------------------------------------------------------------------
