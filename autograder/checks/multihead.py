@@ -473,45 +473,66 @@ class MultiHeadAttentionCheck(Check):
         return case(f"self-attention in training mode, x ({B}, {T}, {d_model}), W^V = W^O = identity", B, T, T, d_model, h,
                     dtype=dtype, state=state, dropout=DROPOUT_P, tag="dropout")
 
-    def judge(self, case: Case, result: Any) -> None:
-        name = "`MultiHeadAttention`"
+    @staticmethod
+    def _output(case: Case, result: Any) -> torch.Tensor:
         if not isinstance(result, ModuleResult):  # pragma: no cover - the framework always wraps modules
-            raise CheckFailed(f"{name} returned an unexpected {type(result).__name__} on the case {case.label}.")
-        query, key, value = case.args
-        B, T_q, d_model = query.shape
-        h = case.init["h"]
-        out = expect_tensor(result.output, f"{name}'s output", case)
-        expect_shape(out, (B, T_q, d_model), f"{name}'s output", case,
+            raise CheckFailed(f"`MultiHeadAttention` returned an unexpected {type(result).__name__} on the case "
+                              f"{case.label}.")
+        return expect_tensor(result.output, "`MultiHeadAttention`'s output", case)
+
+    @staticmethod
+    def _mistaken(case: Case, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
+        """The output and weights of the course's computation with one catalogued mistake (``kwargs``)."""
+        query, key, value = (t.double() for t in case.args)
+        return oracles.multi_head_attention(case.state, query, key, value, h=case.init["h"],
+                                            attn_mask=case.kwargs.get("attn_mask"),
+                                            key_padding_mask=case.kwargs.get("key_padding_mask"), **kwargs)
+
+    @rule("shape (B, T_q, d_model)")
+    def _shape(self, case: Case, result: Any) -> None:
+        B, T_q, d_model = case.args[0].shape
+        expect_shape(self._output(case, result), (B, T_q, d_model), "`MultiHeadAttention`'s output", case,
                      "The output has one d_model vector per query: merge the heads and apply w_o.")
-        expect_finite(out, f"{name}'s output", case,
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        expect_finite(self._output(case, result), "`MultiHeadAttention`'s output", case,
                       "a query that may attend to no key must get zero weights (scaled_dot_product_attention "
                       "already does this), so its output is w_o's bias." if case.tag == "fully-masked" else "")
-        expected_out, expected_w = _oracle(case)
+
+    @rule("output")
+    def _values(self, case: Case, result: Any) -> None:
+        out, query = self._output(case, result), case.args[0]
+        expected_out, expected_w = self.worked_out(case, _oracle)
         if case.tag == "dropout":
             self._judge_dropout(case, out, expected_out, expected_w)
-            # The mask nn.Dropout drew on the weights, which the layer must not store.
-            dropped = oracles.Dropout(case.init["dropout"], query.dtype).mask(expected_w.shape) * expected_w
-            self._judge_weights(case, result, expected_w, [(lambda: dropped, AFTER_DROPOUT)])
-            self._judge_attributes(case, result)
             return
-        state, am, kpm = case.state, case.kwargs.get("attn_mask"), case.kwargs.get("key_padding_mask")
-
-        def mistaken(kwargs):
-            return oracles.multi_head_attention(state, query.double(), key.double(), value.double(), h=h,
-                                                attn_mask=am, key_padding_mask=kpm, **kwargs)
-
-        diagnoses = [(lambda kw=kw: mistaken(kw)[0], message) for kw, message in MISTAKEN]
+        diagnoses = [(lambda kw=kw: self._mistaken(case, kw)[0], message) for kw, message in MISTAKEN]
         hint = ""
         if case.init.get("dropout"):
             hint = EVAL_DROPOUT
             # What dropout left on would have drawn: the same masks, from the same seed.
-            diagnoses.insert(0, (lambda: mistaken({"dropout": oracles.Dropout(case.init["dropout"], query.dtype)})[0],
+            diagnoses.insert(0, (lambda: self._mistaken(case, {"dropout": oracles.Dropout(case.init["dropout"],
+                                                                                          query.dtype)})[0],
                                  "dropout is active although the layer is in eval mode. " + EVAL_DROPOUT))
-        expect_close(out, expected_out, f"{name}'s output", case, diagnoses, hint=hint, dtype=query.dtype)
+        expect_close(out, expected_out, "`MultiHeadAttention`'s output", case, diagnoses, hint=hint, dtype=query.dtype)
 
-        self._judge_weights(case, result, expected_w,
-                            [(lambda kw=kw: mistaken(kw)[1], message) for kw, message in MISTAKEN])
+    @rule("attn_weights")
+    def _weights(self, case: Case, result: Any) -> None:
+        _, expected_w = self.worked_out(case, _oracle)
+        if case.tag == "dropout":
+            # The mask nn.Dropout drew on the weights, which the layer must not store.
+            dropped = oracles.Dropout(case.init["dropout"], case.args[0].dtype).mask(expected_w.shape) * expected_w
+            diagnoses = [(lambda: dropped, AFTER_DROPOUT)]
+        else:
+            diagnoses = [(lambda kw=kw: self._mistaken(case, kw)[1], message) for kw, message in MISTAKEN]
+        self._judge_weights(case, result, expected_w, diagnoses)
+
+    @rule("h and d_k stored")
+    def _attributes(self, case: Case, result: Any) -> None:
         self._judge_attributes(case, result)
+
+    rules = (_shape, _finite, _values, _weights, _attributes)
 
     def _judge_weights(self, case: Case, result: ModuleResult, expected_w: torch.Tensor, diagnoses) -> None:
         """self.attn_weights: every head's softmax weights, (B, h, T_q, T_k), before dropout."""
@@ -600,7 +621,8 @@ class MultiHeadAttentionCheck(Check):
             "from those weights. Apply self.dropout once, to the weights, between the softmax and the product with V."
         )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    @rule("padded keys change nothing")
+    def _padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
         if {"pair-a", "pair-b"} <= pairs.keys():
             (case_a, a), (_, b) = pairs["pair-a"], pairs["pair-b"]
@@ -610,6 +632,8 @@ class MultiHeadAttentionCheck(Check):
                     f"({case_a.label}): a padded key must have no influence at all. Combine "
                     "~key_padding_mask[:, None, None, :] with the attention mask before the softmax."
                 )
+
+    rules_across = (_padding,)
 
 
 CHECKS = [SplitHeadsCheck, MergeHeadsCheck, MultiHeadAttentionCheck]
