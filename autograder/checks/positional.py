@@ -27,6 +27,7 @@ from ..framework import (
     expect_finite,
     expect_shape,
     expect_tensor,
+    rule,
 )
 from . import state_mismatch
 
@@ -143,6 +144,10 @@ ODD_HINT = (
 )
 
 
+def _closed_form_of(case: Case) -> torch.Tensor:
+    return closed_form(*case.args)
+
+
 class SinusoidalEncodingCheck(Check):
     function = "sinusoidal_encoding"
     invalid_hint = (
@@ -209,9 +214,12 @@ class SinusoidalEncodingCheck(Check):
             Stage("the table, sines in the even columns and cosines in the odd ones", (closed_form(max_len, d_model),)),
         ]
 
-    def judge(self, case: Case, result: Any) -> None:
+    NAME = "`sinusoidal_encoding`'s table"
+
+    @rule("shape (max_len, d_model)")
+    def _shape(self, case: Case, result: Any) -> None:
         max_len, d_model = case.args
-        name = "`sinusoidal_encoding`'s table"
+        name = self.NAME
         pe = expect_tensor(result, name, case)
         if tuple(pe.shape) == (d_model, max_len) and max_len != d_model:
             raise CheckFailed(
@@ -224,11 +232,19 @@ class SinusoidalEncodingCheck(Check):
                 "without a batch axis; adding pe[:T] to a (B, T, d_model) batch broadcasts over the batch by itself."
             )
         expect_shape(pe, (max_len, d_model), name, case, "One row per position, one column per feature: (max_len, d_model).")
+
+    @rule("float32")
+    def _float32(self, case: Case, pe: torch.Tensor) -> None:
+        name = self.NAME
         if pe.dtype != torch.float32:
             raise CheckFailed(
                 f"{name} has dtype {str(pe.dtype).replace('torch.', '')} on the case {case.label}; return float32, the "
                 "dtype of the embeddings it is added to (compute in float64 if you like, then call .float())."
             )
+
+    @rule("finite, within [-1, 1]")
+    def _bounded(self, case: Case, pe: torch.Tensor) -> None:
+        name = self.NAME
         expect_finite(pe, name, case, "sin and cos are finite: look for a division by zero in the exponent.")
         if pe.abs().max() > 1.0 + 1e-6:
             raise CheckFailed(
@@ -236,7 +252,11 @@ class SinusoidalEncodingCheck(Check):
                 "return sin(angle) and cos(angle), not the angles pos / 10000^(2i/d_model) themselves."
             )
 
-        expected = closed_form(max_len, d_model)
+    @rule("values")
+    def _values(self, case: Case, pe: torch.Tensor) -> None:
+        max_len, d_model = case.args
+        name = self.NAME
+        expected = self.worked_out(case, _closed_form_of)
         positions = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
         tol = _tolerance(expected, positions)
         agrees = _close(pe, expected, tol)
@@ -282,14 +302,14 @@ class SinusoidalEncodingCheck(Check):
                 )
         if not agrees:
             raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
-        if case.tag == "precision":
-            self._judge_precision(case, pe, expected)
 
-    @staticmethod
-    def _judge_precision(case: Case, pe: torch.Tensor, expected: torch.Tensor) -> None:
-        """A table that agrees with the closed form only as far as float32 angles allow (it did, just above)
+    @rule("angles computed in float64")
+    def _precision(self, case: Case, pe: torch.Tensor) -> None:
+        """A table that agrees with the closed form only as far as float32 angles allow (the values rule)
         but not as far as a float64 table rounded to float32 does: its angles were computed in float32."""
-        gap = (pe.double() - expected).abs()
+        if case.tag != "precision":
+            return
+        gap = (pe.double() - self.worked_out(case, _closed_form_of)).abs()
         if gap.max() <= PRECISE:
             return
         position, column = (int(i) for i in (gap == gap.max()).nonzero()[0])
@@ -300,6 +320,8 @@ class SinusoidalEncodingCheck(Check):
             "about four decimals in float32: compute the positions, the frequencies and the angles in float64 "
             "(dtype=torch.float64), and call .float() on the finished table, as the instructions' precision note says."
         )
+
+    rules = (_shape, _float32, _bounded, _values, _precision)
 
     @staticmethod
     def _diagnoses(max_len: int, d_model: int) -> list[tuple[Callable[[], tuple[torch.Tensor, torch.Tensor]], str]]:
@@ -438,16 +460,22 @@ class PositionalEmbeddingCheck(Check):
                 Stage.of("the positional encodings of the first T positions, pe[:T]", pe),
                 Stage.of("their sum, embedding(tokens) * sqrt(d_model) + pe[:T]", scaled + pe)]
 
-    def judge(self, case: Case, result: Any) -> None:
-        name = "`PositionalEmbedding`'s output"
-        init = case.init
-        d_model, p = init["d_model"], init["dropout"]
-        max_len = init.get("max_len", 5000)
-        if case.tag in ("buffer", "state-dict"):
-            self._judge_storage(case, result, max_len, d_model)
+    NAME = "`PositionalEmbedding`'s output"
+    STORAGE = ("buffer", "state-dict")  # the cases that read the stored table, not the output
+
+    @rule("the table stored as a non-persistent buffer")
+    def _storage(self, case: Case, result: Any) -> None:
+        if case.tag in self.STORAGE:
+            self._judge_storage(case, result, case.init.get("max_len", 5000), case.init["d_model"])
+
+    @rule("shape (B, T, d_model)")
+    def _shape(self, case: Case, result: Any) -> None:
+        if case.tag in self.STORAGE:
             return
         (tokens,) = case.args
         B, T = tokens.shape
+        d_model = case.init["d_model"]
+        name = self.NAME
         assert isinstance(result, ModuleResult)
         y = expect_tensor(result.output, name, case)
         if tuple(y.shape) == (B, T, 2 * d_model):
@@ -457,6 +485,12 @@ class PositionalEmbeddingCheck(Check):
                 "embedding * sqrt(d_model) + pe[:T]."
             )
         expect_shape(y, (B, T, d_model), name, case, "One vector of d_model features per token: (B, T, d_model).")
+
+    @rule("float32, finite")
+    def _float32(self, case: Case, result: Any) -> None:
+        if case.tag in self.STORAGE:
+            return
+        y, name = result.output, self.NAME
         if y.dtype != torch.float32:
             raise CheckFailed(
                 f"{name} has dtype {str(y.dtype).replace('torch.', '')} on the case {case.label}; it should be float32 "
@@ -464,20 +498,32 @@ class PositionalEmbeddingCheck(Check):
             )
         expect_finite(y, name, case, "")
 
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        if case.tag in self.STORAGE:
+            return
+        (tokens,) = case.args
+        T = tokens.shape[1]
+        y, d_model = result.output, case.init["d_model"]
         W = case.state["embedding.weight"].double()
         pe = closed_form(T + 1, d_model)  # one extra row, for the off-by-one diagnosis
         emb = W[tokens]  # (B, T, d_model)
         scale = math.sqrt(d_model)
         expected = emb * scale + pe[:T]  # (B, T, d_model)
         positions = torch.arange(T, dtype=torch.float64)[None, :, None]  # (1, T, 1)
-
         if case.train:
-            self._judge_dropout(case, y, expected, emb * scale, pe[:T], positions, p)
-        else:
-            tol = _tolerance(expected, positions)
-            if not _close(y, expected, tol):
-                self._explain_wrong_output(case, y, expected, emb, pe, positions, tol, result)
-        self._judge_table(case, result, max_len, d_model)
+            self._judge_dropout(case, y, expected, emb * scale, pe[:T], positions, case.init["dropout"])
+            return
+        tol = _tolerance(expected, positions)
+        if not _close(y, expected, tol):
+            self._explain_wrong_output(case, y, expected, emb, pe, positions, tol, result)
+
+    @rule("self.pe is the table")
+    def _table(self, case: Case, result: Any) -> None:
+        if case.tag not in self.STORAGE:
+            self._judge_table(case, result, case.init.get("max_len", 5000), case.init["d_model"])
+
+    rules = (_storage, _shape, _float32, _values, _table)
 
     def _explain_wrong_output(self, case, y, expected, emb, pe, positions, tol, result) -> None:
         name = "`PositionalEmbedding`'s output"
