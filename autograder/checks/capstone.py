@@ -34,6 +34,7 @@ from ..framework import (
     expect_tuple,
     materialize,
     relabelling,
+    rule,
     seeded,
 )
 from ..locate import Stage
@@ -158,7 +159,8 @@ class EditDistanceCheck(Check):
         return [*rows, Stage.of("the last row of the table (or its last column), whose last entry is the distance",
                                 D[n], D[:, m])]
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("an int")
+    def _an_int(self, case: Case, result: Any) -> None:
         result = _as_int(result)
         if isinstance(result, float) and result.is_integer():
             raise CheckFailed(
@@ -170,7 +172,10 @@ class EditDistanceCheck(Check):
                 f"`edit_distance` returned {result!r} ({type(result).__name__}) on the case {case.label}; return an int."
             )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_an_int,)
+
+    @rule("the Levenshtein distance")
+    def _distance(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         results = [_as_int(r) for r in results]
         wrong = [(c, r) for c, r in zip(cases, results) if r != levenshtein(*c.args)]
         if not wrong:
@@ -209,6 +214,8 @@ class EditDistanceCheck(Check):
         )
         failure.case = case
         raise failure
+
+    rules_across = (_distance,)
 
 
 # ----------------------------------------------------------------------------------------
@@ -299,15 +306,25 @@ class LabelSmoothedCrossEntropyCheck(Check):
             Stage("the loss, the mean of the positions' losses over those", (loss[real].sum() / real.sum(),)),
         ]
 
-    def judge(self, case: Case, result: Any) -> None:
+    NAME = "`label_smoothed_cross_entropy`'s result"
+
+    @staticmethod
+    def _nothing_to_average(case: Case) -> bool:
+        target, pad_id = case.args[1], case.kwargs["pad_id"]
+        return not bool((target != pad_id).any())
+
+    @rule("a scalar loss, NaN when every target is padding")
+    def _loss(self, case: Case, result: Any) -> None:
+        expect_loss(result, self.NAME, case, case.args[0].dtype, "the mean over the positions that are not padding",
+                    "use torch.log_softmax, which computes it stably.", nothing_to_average=self._nothing_to_average(case))
+
+    @rule("values")
+    def _values(self, case: Case, loss: Any) -> None:
+        if self._nothing_to_average(case):
+            return
         logits, target = case.args
         eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
-        name = "`label_smoothed_cross_entropy`'s result"
-        nothing = not bool((target != pad_id).any())
-        loss = expect_loss(result, name, case, logits.dtype, "the mean over the positions that are not padding",
-                           "use torch.log_softmax, which computes it stably.", nothing_to_average=nothing)
-        if nothing:
-            return
+        name = self.NAME
         V = logits.shape[-1]
         x = logits.double()
         expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
@@ -357,6 +374,8 @@ class LabelSmoothedCrossEntropyCheck(Check):
         ]
         expect_close(loss, expected, name, case, diagnoses, dtype=logits.dtype,
                      hint="The loss is (1 - eps) * (-log p_y) + eps * mean_v(-log p_v), averaged over non-padding positions.")
+
+    rules = (_loss, _values)
 
 
 # ----------------------------------------------------------------------------------------
@@ -413,9 +432,8 @@ class NoamRateCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        step, d_model, warmup = case.args
-        factor = case.kwargs.get("factor", 1.0)
+    @rule("a Python float")
+    def _a_float(self, case: Case, result: Any) -> None:
         if isinstance(result, torch.Tensor):
             raise CheckFailed(
                 f"`noam_rate` returned a tensor on the case {case.label}; return the rate as a Python float, as the "
@@ -424,6 +442,11 @@ class NoamRateCheck(Check):
             )
         if isinstance(result, bool) or not isinstance(result, (int, float)):
             raise CheckFailed(f"`noam_rate` returned {result!r} on the case {case.label}; return the rate as a float.")
+
+    @rule("equation 3")
+    def _values(self, case: Case, result: float) -> None:
+        step, d_model, warmup = case.args
+        factor = case.kwargs.get("factor", 1.0)
         expected = _rate(step, d_model, warmup, factor)
 
         def close(x: float) -> bool:
@@ -455,6 +478,8 @@ class NoamRateCheck(Check):
             f"`noam_rate` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
             "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)."
         )
+
+    rules = (_a_float, _values)
 
 
 # ----------------------------------------------------------------------------------------

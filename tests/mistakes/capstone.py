@@ -8,7 +8,9 @@ import torch
 from . import Mistake, Spoiled
 
 EDIT = "capstone.edit_distance"
+DISTANCE = "the Levenshtein distance"  # the rule across its cases
 LOSS = "capstone.label_smoothed_cross_entropy"
+LOSS_SCALAR = "a scalar loss, NaN when every target is padding"  # its first rule
 RATE = "capstone.noam_rate"
 BATCHES = "capstone.length_batches"
 BEAM = "capstone.beam_search"
@@ -416,30 +418,30 @@ def beam_returns_raw_score(model, src, beam_size, max_len, bos_id, eos_id, alpha
 
 MISTAKES = [
     # edit_distance
-    Mistake(EDIT, "borders of the table left at 0", edit_zero_borders, "D[i, 0] = i and D[0, j] = j", rule="across cases"),
-    Mistake(EDIT, "position by position", edit_position_by_position, "position by position", rule="across cases"),
-    Mistake(EDIT, "a substitution costs 2", edit_substitution_costs_two, "a substitution costs 1", rule="across cases"),
-    Mistake(EDIT, "joins phonemes into letters", edit_on_letters, "you compared letters, not phonemes", rule="across cases"),
-    Mistake(EDIT, "a swap costs 1", edit_with_transpositions, "swapping two neighbours is two edits", rule="across cases"),
-    Mistake(EDIT, "returns a float", edit_returns_float, "return an int", rule="judge"),
-    Mistake(EDIT, "longest common subsequence", edit_lcs, "longest common subsequence", rule="across cases"),
+    Mistake(EDIT, "borders of the table left at 0", edit_zero_borders, "D[i, 0] = i and D[0, j] = j", rule=DISTANCE),
+    Mistake(EDIT, "position by position", edit_position_by_position, "position by position", rule=DISTANCE),
+    Mistake(EDIT, "a substitution costs 2", edit_substitution_costs_two, "a substitution costs 1", rule=DISTANCE),
+    Mistake(EDIT, "joins phonemes into letters", edit_on_letters, "you compared letters, not phonemes", rule=DISTANCE),
+    Mistake(EDIT, "a swap costs 1", edit_with_transpositions, "swapping two neighbours is two edits", rule=DISTANCE),
+    Mistake(EDIT, "returns a float", edit_returns_float, "return an int", rule="an int"),
+    Mistake(EDIT, "longest common subsequence", edit_lcs, "longest common subsequence", rule=DISTANCE),
     # label_smoothed_cross_entropy
-    Mistake(LOSS, "padding counted", loss_counts_padding, "padding positions were counted", rule="judge"),
-    Mistake(LOSS, "divides by every position", loss_divides_by_all_positions, "not out of the count", rule="judge"),
-    Mistake(LOSS, "smoothing over the wrong tokens only", loss_smooths_wrong_tokens_only, "over all V tokens", rule="judge"),
-    Mistake(LOSS, "no smoothing", loss_no_smoothing, "the smoothing was ignored", rule="judge"),
-    Mistake(LOSS, "no (1 - eps) on the right token", loss_no_one_minus, "must be weighted by (1 - smoothing)", rule="judge"),
-    Mistake(LOSS, "sums the uniform term over the vocabulary", loss_uniform_sum, "mean, not sum", rule="judge"),
-    Mistake(LOSS, "log of softmax", loss_log_of_softmax, "torch.log_softmax", rule="judge"),
-    Mistake(LOSS, "returns .item()", loss_returns_float, "no .item()", rule="judge"),
-    Mistake(LOSS, "sum instead of mean", loss_sum, "this is the sum over positions", rule="judge"),
+    Mistake(LOSS, "padding counted", loss_counts_padding, "padding positions were counted", rule="values"),
+    Mistake(LOSS, "divides by every position", loss_divides_by_all_positions, "not out of the count", rule="values"),
+    Mistake(LOSS, "smoothing over the wrong tokens only", loss_smooths_wrong_tokens_only, "over all V tokens", rule="values"),
+    Mistake(LOSS, "no smoothing", loss_no_smoothing, "the smoothing was ignored", rule="values"),
+    Mistake(LOSS, "no (1 - eps) on the right token", loss_no_one_minus, "must be weighted by (1 - smoothing)", rule="values"),
+    Mistake(LOSS, "sums the uniform term over the vocabulary", loss_uniform_sum, "mean, not sum", rule="values"),
+    Mistake(LOSS, "log of softmax", loss_log_of_softmax, "torch.log_softmax", rule=LOSS_SCALAR),
+    Mistake(LOSS, "returns .item()", loss_returns_float, "no .item()", rule=LOSS_SCALAR),
+    Mistake(LOSS, "sum instead of mean", loss_sum, "this is the sum over positions", rule="values"),
     # noam_rate
-    Mistake(RATE, "max instead of min", rate_max, "not max", rule="judge"),
-    Mistake(RATE, "returns a tensor", rate_as_tensor, "as a Python float", rule="judge"),
-    Mistake(RATE, "no d_model ** -0.5", rate_no_d_model, "d_model ** -0.5 is missing", rule="judge"),
-    Mistake(RATE, "step + 1", rate_from_zero, "not step + 1", rule="judge"),
-    Mistake(RATE, "warmup ** -0.5 in the warm-up term", rate_warmup_exponent, "not warmup ** -0.5", rule="judge"),
-    Mistake(RATE, "factor ignored", rate_ignores_factor, "factor argument was ignored", rule="judge"),
+    Mistake(RATE, "max instead of min", rate_max, "not max", rule="equation 3"),
+    Mistake(RATE, "returns a tensor", rate_as_tensor, "as a Python float", rule="a Python float"),
+    Mistake(RATE, "no d_model ** -0.5", rate_no_d_model, "d_model ** -0.5 is missing", rule="equation 3"),
+    Mistake(RATE, "step + 1", rate_from_zero, "not step + 1", rule="equation 3"),
+    Mistake(RATE, "warmup ** -0.5 in the warm-up term", rate_warmup_exponent, "not warmup ** -0.5", rule="equation 3"),
+    Mistake(RATE, "factor ignored", rate_ignores_factor, "factor argument was ignored", rule="equation 3"),
     Mistake(RATE, "returns 0 at step 0", rate_no_validation, "raise ValueError", rule="refusal"),
     Mistake(RATE, "ZeroDivisionError at step 0", rate_zero_division, "raise ValueError", rule="refusal"),
     Mistake(RATE, "warmup 0 not refused", rate_warmup_unchecked, "warmup=0; raise ValueError", rule="refusal"),
