@@ -583,8 +583,9 @@ class LengthBatchesCheck(Check):
             batches.append([_as_int(i) for i in b])
         return batches
 
-    def judge(self, case: Case, result: Any) -> None:
-        lengths, max_tokens = case.args
+    @rule("every example in exactly one batch")
+    def _partition(self, case: Case, result: Any) -> None:
+        lengths, _ = case.args
         batches = self._batches(case, result)
         n = len(lengths)
         if any(len(b) == 0 for b in batches):
@@ -609,6 +610,11 @@ class LengthBatchesCheck(Check):
                 f"`length_batches` must put every example in exactly one batch, on the case {case.label}: "
                 + "; ".join(detail) + "."
             )
+
+    @rule("each batch within the budget, padded")
+    def _budget(self, case: Case, result: Any) -> None:
+        lengths, max_tokens = case.args
+        batches = self._batches(case, result)
         over = [b for b in batches if len(b) * max(lengths[i] for i in b) > max_tokens]
         if over:
             # Counting real tokens instead of padded ones keeps every batch's sum of lengths within the budget;
@@ -628,6 +634,12 @@ class LengthBatchesCheck(Check):
                 f"{case.label}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
                 "budget before adding an example, with the longest length the batch would then have."
             )
+
+    @rule("examples of similar length together, batches full")
+    def _packing(self, case: Case, result: Any) -> None:
+        lengths, max_tokens = case.args
+        batches = self._batches(case, result)
+        n = len(lengths)
         if n < 50:
             return
         rng = seeded(self.seed("random batches", n))  # the grader's own random batches, for comparison
@@ -646,13 +658,23 @@ class LengthBatchesCheck(Check):
                 "are enough: fill each batch up to the budget before starting the next one."
             )
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_partition, _budget, _packing)
+
+    def _epochs(self, cases: Sequence[Case], results: Sequence[Any]):
+        """The calls that differ in their seed or epoch only, by tag ("main", "again", "next-epoch", "other-seed"),
+        and the main call's batches; None without the main call."""
         by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag in ("main", "again", "next-epoch", "other-seed")}
         if "main" not in by_tag:
-            return
+            return None
         main_case, main = by_tag["main"]
-        main = self._batches(main_case, main)
-        lengths = main_case.args[0]
+        return by_tag, main_case, self._batches(main_case, main)
+
+    @rule("shuffled by its own generator, from seed and epoch")
+    def _seeded(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        epochs = self._epochs(cases, results)
+        if epochs is None:
+            return
+        by_tag, main_case, main = epochs
         if "again" in by_tag and self._batches(*by_tag["again"]) != main:
             raise CheckFailed(
                 f"`length_batches` gave different batches for the same arguments ({main_case.label}) when called twice: "
@@ -669,6 +691,13 @@ class LengthBatchesCheck(Check):
                 f"`length_batches` gave the same batches for another seed ({by_tag['other-seed'][0].label}): seed your "
                 "generator from the seed argument."
             )
+
+    @rule("equal lengths meet new neighbours each epoch")
+    def _neighbours(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        epochs = self._epochs(cases, results)
+        if epochs is None:
+            return
+        by_tag, main_case, main = epochs
         if "next-epoch" in by_tag:
             def contents(batches: list[list[int]]) -> list[list[int]]:
                 return sorted(sorted(b) for b in batches)
@@ -681,12 +710,22 @@ class LengthBatchesCheck(Check):
                     "sort them by length with a stable sort (list.sort, sorted), which keeps the shuffled order among "
                     "equal lengths."
                 )
+
+    @rule("batches in shuffled order")
+    def _order(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        epochs = self._epochs(cases, results)
+        if epochs is None:
+            return
+        _, main_case, main = epochs
+        lengths = main_case.args[0]
         longest = [max(lengths[i] for i in b) for b in main]
         if len(set(longest)) > 3 and (longest == sorted(longest) or longest == sorted(longest, reverse=True)):
             raise CheckFailed(
                 f"`length_batches`'s batches come in order of length on the case {main_case.label}: shuffle the order "
                 "of the batches (with the same generator), so that training does not see all short words first."
             )
+
+    rules_across = (_seeded, _neighbours, _order)
 
 
 # ----------------------------------------------------------------------------------------

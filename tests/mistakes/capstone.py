@@ -13,6 +13,13 @@ LOSS = "capstone.label_smoothed_cross_entropy"
 LOSS_SCALAR = "a scalar loss, NaN when every target is padding"  # its first rule
 RATE = "capstone.noam_rate"
 BATCHES = "capstone.length_batches"
+# length_batches' rules
+PARTITION = "every example in exactly one batch"
+BUDGET = "each batch within the budget, padded"
+PACKING = "examples of similar length together, batches full"
+SEEDED = "shuffled by its own generator, from seed and epoch"
+NEIGHBOURS = "equal lengths meet new neighbours each epoch"
+ORDER = "batches in shuffled order"
 BEAM = "capstone.beam_search"
 
 
@@ -447,17 +454,17 @@ MISTAKES = [
     Mistake(RATE, "warmup 0 not refused", rate_warmup_unchecked, "warmup=0; raise ValueError", rule="refusal"),
     # length_batches
     Mistake(BATCHES, "examples of equal length never shuffled", batches_equal_lengths_unshuffled,
-            "the examples of equal length were not shuffled", rule="across cases"),
-    Mistake(BATCHES, "budget counts real tokens", batches_count_real_tokens, "not the sum of its lengths", rule="judge"),
-    Mistake(BATCHES, "random batches", batches_not_sorted, "sort the examples by length", rule="judge"),
-    Mistake(BATCHES, "the same order every epoch", batches_ignore_epoch, "for another epoch", rule="across cases"),
-    Mistake(BATCHES, "drops the last batch", batches_drop_last, "exactly one batch", rule="judge"),
+            "the examples of equal length were not shuffled", rule=NEIGHBOURS),
+    Mistake(BATCHES, "budget counts real tokens", batches_count_real_tokens, "not the sum of its lengths", rule=BUDGET),
+    Mistake(BATCHES, "random batches", batches_not_sorted, "sort the examples by length", rule=PACKING),
+    Mistake(BATCHES, "the same order every epoch", batches_ignore_epoch, "for another epoch", rule=SEEDED),
+    Mistake(BATCHES, "drops the last batch", batches_drop_last, "exactly one batch", rule=PARTITION),
     Mistake(BATCHES, "batches in order of length", batches_in_length_order, "shuffle the order of the batches",
-            rule="across cases"),
+            rule=ORDER),
     Mistake(BATCHES, "global random generator", batches_global_rng, "never from the global random generator",
-            rule="across cases"),
-    Mistake(BATCHES, "one example per batch", batches_one_example_each, "fill each batch up to the budget", rule="judge"),
-    Mistake(BATCHES, "budget checked after adding", batches_check_after_adding, "more than max_tokens", rule="judge"),
+            rule=SEEDED),
+    Mistake(BATCHES, "one example per batch", batches_one_example_each, "fill each batch up to the budget", rule=PACKING),
+    Mistake(BATCHES, "budget checked after adding", batches_check_after_adding, "more than max_tokens", rule=BUDGET),
     Mistake(BATCHES, "refuses an example as long as the budget", batches_refuse_exact_fit,
             "An example exactly as long as max_tokens fits", rule="raises nothing"),
     # beam_search
