@@ -927,10 +927,15 @@ class BeamSearchCheck(Check):
             raise CheckFailed(f"`beam_search`'s score is {score!r} on the case {case.label}: return it as a float.")
         return tokens.tolist(), float(score)
 
-    def judge(self, case: Case, result: Any) -> None:
-        self._result(case, result)  # the form of every result first; the values in judge_all
+    @rule("tokens a LongTensor (L,), the score a float")
+    def _form(self, case: Case, result: Any) -> None:
+        self._result(case, result)  # the form of every result first; the values across the cases
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_form,)
+
+    @rule("the best hypothesis and its normalised score")
+    def _best(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        """Judged across the cases, so that a catalogued mistake is named only where it explains every case."""
         answers = [(case, self._result(case, result)) for case, result in zip(cases, results)]
 
         def explains(mistake: dict[str, Any]) -> bool:
@@ -1021,6 +1026,8 @@ class BeamSearchCheck(Check):
             "hypotheses together (beam_size of them at every step, however many have finished before); those ending "
             "in eos_id finish and leave; return the finished one with the best normalised score."
         )
+
+    rules_across = (_best,)
 
 
 def _run(case: Case, **mistake: Any) -> tuple[list[int], float]:

@@ -21,6 +21,7 @@ SEEDED = "shuffled by its own generator, from seed and epoch"
 NEIGHBOURS = "equal lengths meet new neighbours each epoch"
 ORDER = "batches in shuffled order"
 BEAM = "capstone.beam_search"
+BEST = "the best hypothesis and its normalised score"  # its rule across the cases
 
 
 SPOILED = Spoiled("edit_distance", "previous[j - 1] + (x != y)", "previous[j - 1] + 1")
@@ -468,17 +469,17 @@ MISTAKES = [
     Mistake(BATCHES, "refuses an example as long as the budget", batches_refuse_exact_fit,
             "An example exactly as long as max_tokens fits", rule="raises nothing"),
     # beam_search
-    Mistake(BEAM, "sums logits", beam_sums_logits, "the raw logits were added up", rule="across cases"),
-    Mistake(BEAM, "sums probabilities", beam_sums_probabilities, "probabilities were added up", rule="across cases"),
-    Mistake(BEAM, "each hypothesis keeps its own best token", beam_own_best_only, "compare all extensions", rule="across cases"),
-    Mistake(BEAM, "extends hypotheses after <eos>", beam_ignores_eos, "went on after <eos>", rule="across cases"),
-    Mistake(BEAM, "keeps beam_size live hypotheses", beam_keeps_width, "the beam shrinks", rule="across cases"),
+    Mistake(BEAM, "sums logits", beam_sums_logits, "the raw logits were added up", rule=BEST),
+    Mistake(BEAM, "sums probabilities", beam_sums_probabilities, "probabilities were added up", rule=BEST),
+    Mistake(BEAM, "each hypothesis keeps its own best token", beam_own_best_only, "compare all extensions", rule=BEST),
+    Mistake(BEAM, "extends hypotheses after <eos>", beam_ignores_eos, "went on after <eos>", rule=BEST),
+    Mistake(BEAM, "keeps beam_size live hypotheses", beam_keeps_width, "the beam shrinks", rule=BEST),
     Mistake(BEAM, "the beam stays smaller once a hypothesis finished", beam_shrinks_for_good,
-            "the beam stayed smaller after a hypothesis finished", rule="across cases"),
-    Mistake(BEAM, "finished hypotheses stay in the beam", beam_never_finishes, "did not finish at <eos>", rule="across cases"),
+            "the beam stayed smaller after a hypothesis finished", rule=BEST),
+    Mistake(BEAM, "finished hypotheses stay in the beam", beam_never_finishes, "did not finish at <eos>", rule=BEST),
     Mistake(BEAM, "no fallback when nothing finishes", beam_no_fallback, "no hypothesis finished within max_len",
             rule="raises nothing"),
-    Mistake(BEAM, "|Y| ** alpha", beam_power_penalty, "not |Y| ** alpha", rule="across cases"),
-    Mistake(BEAM, "ranks by raw scores", beam_ranks_raw_scores, "ignored the length penalty", rule="across cases"),
-    Mistake(BEAM, "returns the raw score", beam_returns_raw_score, "return the normalised score", rule="across cases"),
+    Mistake(BEAM, "|Y| ** alpha", beam_power_penalty, "not |Y| ** alpha", rule=BEST),
+    Mistake(BEAM, "ranks by raw scores", beam_ranks_raw_scores, "ignored the length penalty", rule=BEST),
+    Mistake(BEAM, "returns the raw score", beam_returns_raw_score, "return the normalised score", rule=BEST),
 ]
