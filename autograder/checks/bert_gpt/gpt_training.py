@@ -29,6 +29,7 @@ from ...framework import (
     expect_shape,
     expect_tensor,
     matches,
+    rule,
     where_it_differs,
 )
 from ...oracles.gpt import gpt_block
@@ -95,15 +96,26 @@ class CausalLmLossCheck(Check):
             Stage("the loss, the mean of those over the real targets", (nll[real].sum() / real.sum(),)),
         ]
 
-    def judge(self, case: Case, result: Any) -> None:
+    NAME = "`causal_lm_loss`'s result"
+
+    @staticmethod
+    def _nothing_to_average(case: Case) -> bool:
+        ids, pad_id = case.args[1], case.kwargs["pad_id"]
+        return not bool((ids[:, 1:] != pad_id).any())
+
+    @rule("a scalar loss, NaN when every target is padding")
+    def _loss(self, case: Case, result: Any) -> None:
+        expect_loss(result, self.NAME, case, case.args[0].dtype, "the mean over every real target of the batch",
+                    "use torch.log_softmax or F.cross_entropy, which compute it stably.",
+                    nothing_to_average=self._nothing_to_average(case))
+
+    @rule("values")
+    def _values(self, case: Case, loss: Any) -> None:
+        if self._nothing_to_average(case):
+            return
         logits, ids = case.args
         pad_id = case.kwargs["pad_id"]
-        name = "`causal_lm_loss`'s result"
-        nothing = not bool((ids[:, 1:] != pad_id).any())
-        loss = expect_loss(result, name, case, logits.dtype, "the mean over every real target of the batch",
-                           "use torch.log_softmax or F.cross_entropy, which compute it stably.", nothing_to_average=nothing)
-        if nothing:
-            return
+        name = self.NAME
         x = logits.double()
         B, T, V = x.shape
         shifted, targets = x[:, :-1], ids[:, 1:]  # position t predicts the token at t + 1
@@ -155,6 +167,8 @@ class CausalLmLossCheck(Check):
         expect_close(loss, expected, name, case, diagnoses, dtype=logits.dtype,
                      hint="The loss is the mean of -log softmax(logits[:, t])[ids[:, t + 1]] over the positions whose "
                           "target ids[:, t + 1] is not pad_id.")
+
+    rules = (_loss, _values)
 
 
 
@@ -274,14 +288,26 @@ class GPTBlockCheck(Check):
             case(3, 6, 24, 3, 48, "train", dropout=0.5, train=True)
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
-        name = "`GPTBlock`'s output"
+    NAME = "`GPTBlock`'s output"
+
+    @classmethod
+    def _output(cls, case: Case, result: Any) -> torch.Tensor:
         if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
             raise CheckFailed(f"`GPTBlock` did not run as a module on the case {case.label}.")
-        (x,) = case.args
-        y = expect_tensor(result.output, name, case)
-        expect_shape(y, x.shape, name, case, "A block keeps the shape (B, T, d_model) of its input.")
-        expect_finite(y, name, case, "No position is fully masked here: every position may attend to itself.")
+        return expect_tensor(result.output, cls.NAME, case)
+
+    @rule("a tensor of x's shape")
+    def _shape(self, case: Case, result: Any) -> None:
+        expect_shape(self._output(case, result), case.args[0].shape, self.NAME, case,
+                     "A block keeps the shape (B, T, d_model) of its input.")
+
+    @rule("finite")
+    def _finite(self, case: Case, result: Any) -> None:
+        expect_finite(self._output(case, result), self.NAME, case,
+                      "No position is fully masked here: every position may attend to itself.")
+
+    @rule("dropout submodules")
+    def _dropouts(self, case: Case, result: Any) -> None:
         for attr in ("dropout1", "dropout2"):
             got = result.attributes.get(attr)
             if not (isinstance(got, Opaque) and got.type == "Dropout"):
@@ -289,6 +315,12 @@ class GPTBlockCheck(Check):
                     f"`GPTBlock` has no submodule {attr} of type nn.Dropout on the case {case.label}: build "
                     f"self.{attr} = nn.Dropout(dropout), for the sub-layer's output before the residual sum."
                 )
+
+    @rule("values")
+    def _values(self, case: Case, result: Any) -> None:
+        name = self.NAME
+        (x,) = case.args
+        y = self._output(case, result)
         d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
         xd = x.double()
 
@@ -322,7 +354,10 @@ class GPTBlockCheck(Check):
                               "which follows module.eval()) rather than torch.nn.functional.dropout."))
         expect_close(y, expected, name, case, diagnoses, hint=hint, dtype=x.dtype)
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_shape, _finite, _dropouts, _values)
+
+    @rule("a later token changes no earlier position")
+    def _causal(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         pairs = [(c, r) for c, r in zip(cases, results) if c.tag in ("future-a", "future-b")]
         for (case, a), (other, b) in zip(pairs[::2], pairs[1::2]):
             first = int((case.args[0] != other.args[0]).any(dim=(0, 2)).nonzero()[0])
@@ -333,6 +368,8 @@ class GPTBlockCheck(Check):
                     f"position ({case.label}); {where_it_differs(early_b, early_a)}. Position t may see positions "
                     "0..t only: give the attention the causal mask subsequent_mask(T)."
                 )
+
+    rules_across = (_causal,)
 
 
 # What the instructions state, and the visible case that holds a learner to it. The rules every graded

@@ -17,6 +17,7 @@ from ...framework import (
     Opaque,
     Stated,
     relabelling,
+    rule,
 )
 from ...oracles.bpe import bpe_apply, bpe_merges, bpe_rounds, counted_once, longest_match, vocabulary
 from .draws import RETURNED
@@ -156,10 +157,15 @@ class BpeTrainCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("a list of (int, int) pairs")
+    def _form(self, case: Case, result: Any) -> None:
         _as_pairs(result, "bpe_train", case)
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_form,)
+
+    @rule("the merges of byte-level BPE")
+    def _values(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        """Judged across the cases, so that a catalogued mistake is named only where it explains every case."""
         judged = [(c, _as_pairs(r, "bpe_train", c)) for c, r in zip(cases, results)]
         wrong = [(c, mine) for c, mine in judged if mine != bpe_merges(*c.args)]
         if not wrong:
@@ -231,6 +237,8 @@ class BpeTrainCheck(Check):
             f"and give it the id 256 + {k} = {256 + k}."
         )
 
+    rules_across = (_values,)
+
 
 # ----------------------------------------------------------------------------------------
 # bpe_encode
@@ -295,10 +303,15 @@ class BpeEncodeCheck(Check):
             ]
         return out
 
-    def judge(self, case: Case, result: Any) -> None:
+    @rule("a list of ints")
+    def _form(self, case: Case, result: Any) -> None:
         _as_ids(result, "bpe_encode", case)
 
-    def judge_all(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+    rules = (_form,)
+
+    @rule("the ids the merges give")
+    def _values(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
+        """Judged across the cases, so that a catalogued mistake is named only where it explains every case."""
         judged = [(c, _as_ids(r, "bpe_encode", c)) for c, r in zip(cases, results)]
         wrong = [(c, mine) for c, mine in judged if mine != bpe_apply(*c.args)]
         if not wrong:
@@ -358,6 +371,8 @@ class BpeEncodeCheck(Check):
             "from the bytes and apply each merge k, in order, to the whole sequence, replacing its pair from the left "
             f"by 256 + k.{extra}"
         )
+
+    rules_across = (_values,)
 
 
 # What the instructions state, and the visible case that holds a learner to it. The rules every graded
