@@ -196,8 +196,12 @@ class Session:
         for attempt in range(1, CALL_TRIES + 1):
             child = self._child(function, own)
             try:
+                # The call's own limit ends when the function returns; the probes that follow have a limit of
+                # their own, so that a function that never returns is stopped at the call's limit.
                 reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes)},
-                                      timeout=self.left(self.limits.call_seconds + (PROBE_SECONDS if probes else 0)))
+                                      timeout=self.left(self.limits.call_seconds))
+                if probes and reply == wire.CALLED:
+                    reply = child.receive(timeout=self.left(PROBE_SECONDS))
                 break
             except WorkerTimeout:
                 self._end_child()

@@ -41,12 +41,13 @@ _MAX_LEAVES = 48
 
 
 #: the probes call the function again several times: not one that took longer than this once, and not for
-#: longer than the budget in all (the call's time limit covers them), so that a slow function that is right
+#: longer than the budget in all (their own time limit covers them), so that a slow function that is right
 #: never looks like an endless loop
 SLOWEST_CALL = 0.5
 BUDGET = 3.0
-#: what a call's time limit grows by when probes follow it: their budget, and the seconds PyTorch takes to
-#: import its meta kernels the first time a process uses the meta device
+#: the time limit of the probes that follow a call, counted from the moment the function returned
+#: (``wire.CALLED``): their budget, and the seconds PyTorch takes to import its meta kernels the first time a
+#: process uses the meta device
 PROBE_SECONDS = BUDGET + 6.0
 
 

@@ -45,6 +45,9 @@ _BITS = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: ship its bits as
 _RAISED_TEXT = {"type": 200, "message": 2000, "where": 500, "origin": 200}
 
 #: what a reply may carry; a case and a provided object only travel towards the learner
+#: what the learner's side sends the moment a graded function has returned, before the probes that follow
+#: it run: the call's own time limit ends there, and the probes' begins
+CALLED = {"called": True}
 REPLY_TAGS = frozenset({"$tensor", "$float", "$tuple", "$dict", "$raised", "$forbidden", "$module", "$opaque"})
 REQUEST_TAGS = REPLY_TAGS | {"$case", "$provided"}
 

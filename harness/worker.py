@@ -494,6 +494,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                         start = time.monotonic()
                         result = call_learner(fn, case, wires, observer)
                         if asked and not isinstance(result, (Raised, UsedForbidden)):
+                            frames.send(wire.CALLED)
                             observer.findings = probe(fn, case, asked, time.monotonic() - start)
                         seen = wire.encode_observed(observer.observed())
                     except BaseException as exc:

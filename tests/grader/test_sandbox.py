@@ -20,6 +20,7 @@ from autograder.sandbox import Channel, Limits, Worker, WorkerTimeout
 from autograder.submissions import notebook_cells
 from course.layout import submission_folder
 from course.notebook_format import complete, to_nbgrader
+from harness.probes import PROBE_SECONDS
 from tests.conftest import NOTEBOOKS, REPO, chapter_of, release_path, source_path
 
 LIMITS = Limits(call_seconds=3, cell_seconds=3, submission_seconds=60, memory_mb=1024, output_kb=16)
@@ -474,11 +475,17 @@ def test_without_bubblewrap_grading_falls_back_and_says_so(monkeypatch):
     # The looping function's test and one that does not call it: the attention tests call the softmax too,
     # and would only wait out the same limit again.
     judged = tuple(t for t in assignment.tests if t.grade_id in ("test_softmax", "test_score_variance"))
+    start = time.monotonic()
     outcomes, _ = grade_cells(dataclasses.replace(assignment, tests=judged), looping, LIMITS, [REPO],
                               include_hidden=False)
+    waited = time.monotonic() - start
     verdict = {o.grade_id: o for o in outcomes}
     assert not verdict["test_softmax"].passed and "did not finish" in verdict["test_softmax"].message
     assert verdict["test_score_variance"].passed
+    # The softmax is probed after it returns (it is trained through): the probes' time is granted once the
+    # function has returned, so a softmax that never returns is stopped at the call's limit, twice (a call out
+    # of time is made once more), not at the call's limit and the probes' together (26 s here when it was).
+    assert waited < 2 * (LIMITS.call_seconds + PROBE_SECONDS), f"the looping softmax was stopped after {waited:.0f} s"
 
 
 def test_a_call_out_of_time_is_made_once_more_before_it_costs_points(monkeypatch):
