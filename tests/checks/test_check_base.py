@@ -21,6 +21,14 @@ def test_no_two_checks_draw_from_the_same_seed():
     assert len(seeds) == 2 * len(CHECKS), [owners for owners in seeds.values() if len(owners) > 1]
 
 
+def test_every_check_judges_by_named_rules():
+    """A failure says which rule failed (CheckFailed.rule, which the catalogue of mistakes states) only where
+    the judge is made of rules: no check overrides the base class's judge or judge_all."""
+    own = [check.check_id for check in CHECKS
+           if type(check).judge is not Check.judge or type(check).judge_all is not Check.judge_all or not check.rules]
+    assert not own, f"checks with a judge of their own instead of `rules` and `rules_across`: {own}"
+
+
 def test_a_check_is_known_by_the_id_its_notebook_calls():
     for notebook in NOTEBOOKS:
         for function, check in chapter_checks(notebook).items():
