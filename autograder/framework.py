@@ -239,6 +239,18 @@ WHOLE_JUDGE = "judge"
 ACROSS_CASES = "across cases"
 
 
+def tagged_pair(cases: Sequence[Case], results: Sequence[Any], first: str = "pair-a",
+                second: str = "pair-b") -> tuple[Case, Any, Any] | None:
+    """For a rule across cases that compares two calls differing in one respect (a future token, the values
+    at padded positions): the case tagged ``first`` with both results, or None when the two are not among
+    the cases (a hidden run without them, say)."""
+    by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag in (first, second)}
+    if first not in by_tag or second not in by_tag:
+        return None
+    (case, a), (_, b) = by_tag[first], by_tag[second]
+    return case, a, b
+
+
 def case_tensors(case: Case) -> list[torch.Tensor]:
     """The tensors a case gives the function: those of its arguments, then its module's parameters."""
     return [*tensors_in((*case.args, *case.kwargs.values())), *(case.state or {}).values()]

@@ -37,6 +37,7 @@ from ..framework import (
     expect_tensor,
     matches,
     rule,
+    tagged_pair,
     where_it_differs,
 )
 from . import Mismatch, state_mismatch
@@ -499,21 +500,12 @@ class _DecoderCheck(Check):
     def judge_training(self, case: Case, out: torch.Tensor) -> None:
         raise NotImplementedError
 
-    @staticmethod
-    def _pair(cases: Sequence[Case], results: Sequence[Any], tags: tuple[str, str]):
-        """The case tagged ``tags[0]`` and the two outputs of the pair, or None when the pair is not among them."""
-        by_tag = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag}
-        if not set(tags) <= by_tag.keys():
-            return None
-        (case, a), (_, b) = by_tag[tags[0]], by_tag[tags[1]]
-        return case, a.output, b.output
-
     @rule("a later target token changes no earlier position")
     def _causal(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pair = self._pair(cases, results, ("future-a", "future-b"))
+        pair = tagged_pair(cases, results, "future-a", "future-b")
         if pair is None:
             return
-        case, a, b = pair
+        case, a, b = pair[0], pair[1].output, pair[2].output
         first_changed = 3
         early_a, early_b = a[:, :first_changed], b[:, :first_changed]
         if not matches(early_a, early_b):
@@ -525,10 +517,10 @@ class _DecoderCheck(Check):
 
     @rule("padded target positions change no real one")
     def _target_padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pair = self._pair(cases, results, ("tgtpad-a", "tgtpad-b"))
+        pair = tagged_pair(cases, results, "tgtpad-a", "tgtpad-b")
         if pair is None:
             return
-        case, a, b = pair
+        case, a, b = pair[0], pair[1].output, pair[2].output
         real = ~case.kwargs["tgt_key_padding_mask"]  # (B, T_tgt)
         if not matches(a[real], b[real]):
             raise CheckFailed(
@@ -538,10 +530,10 @@ class _DecoderCheck(Check):
 
     @rule("padded memory changes nothing")
     def _memory_padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pair = self._pair(cases, results, ("mempad-a", "mempad-b"))
+        pair = tagged_pair(cases, results, "mempad-a", "mempad-b")
         if pair is None:
             return
-        case, a, b = pair
+        case, a, b = pair[0], pair[1].output, pair[2].output
         if not matches(a, b):
             raise CheckFailed(
                 f"`{self.function}`: changing padded positions of memory changed the output ({case.label}): padding "

@@ -34,6 +34,7 @@ from ..framework import (
     matches,
     mismatched,
     rule,
+    tagged_pair,
 )
 from . import state_mismatch
 
@@ -459,9 +460,9 @@ class _StackCheck(Check):
 
     @rule("padding changes no real position")
     def _padding_changes_nothing(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
-        if {"pair-a", "pair-b"} <= pairs.keys():
-            (case, a), (_, b) = pairs["pair-a"], pairs["pair-b"]
+        pair = tagged_pair(cases, results)
+        if pair is not None:
+            case, a, b = pair
             real = ~case.kwargs["key_padding_mask"]  # (B, T)
             if not matches(a.output[real], b.output[real]):
                 raise CheckFailed(

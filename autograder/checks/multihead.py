@@ -26,6 +26,7 @@ from ..framework import (
     expect_tensor,
     matches,
     rule,
+    tagged_pair,
 )
 from ..locate import Stage
 from ..oracles import double_state, mha_state, torch_attn_mask, torch_mha
@@ -623,9 +624,9 @@ class MultiHeadAttentionCheck(Check):
 
     @rule("padded keys change nothing")
     def _padding(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
-        if {"pair-a", "pair-b"} <= pairs.keys():
-            (case_a, a), (_, b) = pairs["pair-a"], pairs["pair-b"]
+        pair = tagged_pair(cases, results)
+        if pair is not None:
+            case_a, a, b = pair
             if not matches(a.output, b.output):
                 raise CheckFailed(
                     f"`MultiHeadAttention`'s output changed when only the padded keys and values changed "

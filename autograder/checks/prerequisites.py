@@ -32,6 +32,7 @@ from ..framework import (
     materialize,
     named_failure,
     rule,
+    tagged_pair,
 )
 from ..oracles import blank
 
@@ -405,9 +406,9 @@ class RnnForwardCheck(Check):
 
     @rule("no state depends on the future")
     def _causal(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
-        pairs = {c.tag: (c, r) for c, r in zip(cases, results) if c.tag.startswith("pair-")}
-        if {"pair-a", "pair-b"} <= pairs.keys():
-            (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
+        pair = tagged_pair(cases, results)
+        if pair is not None:
+            case_a, (out_a, _), (out_b, _) = pair
             if not matches(out_a[:, :3], out_b[:, :3]):
                 raise CheckFailed(
                     f"`rnn_forward`'s outputs at steps 1-3 changed when only x at steps 4-6 changed ({case_a.label}): "
