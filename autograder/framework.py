@@ -239,6 +239,12 @@ WHOLE_JUDGE = "judge"
 ACROSS_CASES = "across cases"
 
 
+def module_output(result: Any, function: str, case: Case) -> torch.Tensor:
+    """The tensor a module's forward returned (a :class:`ModuleResult`'s output), as "`function`'s output"."""
+    out = result.output if isinstance(result, ModuleResult) else result
+    return expect_tensor(out, f"`{function}`'s output", case)
+
+
 def tagged_pair(cases: Sequence[Case], results: Sequence[Any], first: str = "pair-a",
                 second: str = "pair-b") -> tuple[Case, Any, Any] | None:
     """For a rule across cases that compares two calls differing in one respect (a future token, the values

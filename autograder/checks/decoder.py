@@ -27,7 +27,6 @@ from ..framework import (
     Check,
     CheckFailed,
     Hint,
-    ModuleResult,
     Stage,
     Stated,
     draw,
@@ -36,6 +35,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    module_output,
     rule,
     tagged_pair,
     where_it_differs,
@@ -465,25 +465,20 @@ class _DecoderCheck(Check):
     def _drops(case: Case, dropout: float | None) -> dict:
         return {} if dropout is None else {"dropout": oracles.Dropout(dropout, case.args[0].dtype)}
 
-    def _output(self, case: Case, result: Any) -> torch.Tensor:
-        name = f"`{self.function}`"
-        if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
-            raise CheckFailed(f"{name} did not run as a module on the case {case.label}.")
-        return expect_tensor(result.output, f"{name}'s output", case)
-
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        expect_shape(self._output(case, result), case.args[0].shape, f"`{self.function}`'s output", case,
+        expect_shape(module_output(result, self.function, case), case.args[0].shape, f"`{self.function}`'s output", case,
                      "The decoder keeps the shape of its input x, (B, T_tgt, d_model): one row per target position.")
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(self._output(case, result), f"`{self.function}`'s output", case, "No query in these cases is "
-                      "fully masked; look for a division by zero or a mask filled with -inf that hides every key.")
+        expect_finite(module_output(result, self.function, case), f"`{self.function}`'s output", case,
+                      "No query in these cases is fully masked; look for a division by zero or a mask filled with -inf "
+                      "that hides every key.")
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
-        out, x = self._output(case, result), case.args[0]
+        out, x = module_output(result, self.function, case), case.args[0]
         if case.train:
             self.judge_training(case, out)
             return

@@ -22,7 +22,6 @@ from ..framework import (
     Check,
     CheckFailed,
     Hint,
-    ModuleResult,
     Opaque,
     Raised,
     Stage,
@@ -30,9 +29,9 @@ from ..framework import (
     expect_close,
     expect_finite,
     expect_shape,
-    expect_tensor,
     matches,
     mismatched,
+    module_output,
     rule,
     tagged_pair,
 )
@@ -52,11 +51,6 @@ NORM_BUILTINS = (
     "torch.nn.functional.batch_norm", "torch.nn.RMSNorm", "torch.nn.functional.rms_norm",
 )
 NORM_OPS = ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm")
-
-
-def _output(result: Any, name: str, case: Case) -> torch.Tensor:
-    out = result.output if isinstance(result, ModuleResult) else result
-    return expect_tensor(out, f"`{name}`'s output", case)
 
 
 # ----------------------------------------------------------------------------------------
@@ -105,7 +99,7 @@ class PositionwiseFeedForwardCheck(Check):
     def _shape(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         d_model, d_ff = case.init["d_model"], case.init["d_ff"]
         if tuple(y.shape) == (*x.shape[:-1], d_ff) and d_ff != d_model:
             raise CheckFailed(
@@ -116,13 +110,13 @@ class PositionwiseFeedForwardCheck(Check):
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(_output(result, self.function, case), f"`{self.function}`'s output", case, "")
+        expect_finite(module_output(result, self.function, case), f"`{self.function}`'s output", case, "")
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         d_model, d_ff, p = case.init["d_model"], case.init["d_ff"], case.init["dropout"]
         state, xd = case.state, x.double()
 
@@ -260,12 +254,12 @@ class LayerNormCheck(Check):
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case, "LayerNorm keeps the shape of its input.")
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         expect_finite(y, f"`{self.function}`'s output", case,
                       "A position whose features are all equal has variance 0: eps inside the square "
                       "root, sqrt(var + eps), keeps the division finite." if case.tag == "constant" else
@@ -287,7 +281,7 @@ class LayerNormCheck(Check):
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         d = x.shape[-1]
         eps = case.init.get("eps", 1e-5)
         xd = x.double()
@@ -474,13 +468,13 @@ class _StackCheck(Check):
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case,
                      f"{self.keeps_the_shape} keeps the shape (B, T, d_model) of its input.")
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(_output(result, self.function, case), f"`{self.function}`'s output", case, "")
+        expect_finite(module_output(result, self.function, case), f"`{self.function}`'s output", case, "")
 
     def expect_layer(self, y: torch.Tensor, expected: torch.Tensor, case: Case, diagnoses: Diagnoses) -> None:
         name = f"`{self.function}`'s output"
@@ -679,7 +673,7 @@ class EncoderLayerCheck(_StackCheck):
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
         xd = x.double()
@@ -791,7 +785,7 @@ class EncoderCheck(_StackCheck):
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
         name = f"`{self.function}`'s output"
-        y = _output(result, self.function, case)
+        y = module_output(result, self.function, case)
         d_model, h, d_ff, N, p = (case.init[k] for k in ("d_model", "h", "d_ff", "N", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
         xd = x.double()

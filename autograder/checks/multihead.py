@@ -25,6 +25,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     matches,
+    module_output,
     rule,
     tagged_pair,
 )
@@ -475,13 +476,6 @@ class MultiHeadAttentionCheck(Check):
                     dtype=dtype, state=state, dropout=DROPOUT_P, tag="dropout")
 
     @staticmethod
-    def _output(case: Case, result: Any) -> torch.Tensor:
-        if not isinstance(result, ModuleResult):  # pragma: no cover - the framework always wraps modules
-            raise CheckFailed(f"`MultiHeadAttention` returned an unexpected {type(result).__name__} on the case "
-                              f"{case.label}.")
-        return expect_tensor(result.output, "`MultiHeadAttention`'s output", case)
-
-    @staticmethod
     def _mistaken(case: Case, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The output and weights of the course's computation with one catalogued mistake (``kwargs``)."""
         query, key, value = (t.double() for t in case.args)
@@ -492,18 +486,18 @@ class MultiHeadAttentionCheck(Check):
     @rule("shape (B, T_q, d_model)")
     def _shape(self, case: Case, result: Any) -> None:
         B, T_q, d_model = case.args[0].shape
-        expect_shape(self._output(case, result), (B, T_q, d_model), "`MultiHeadAttention`'s output", case,
+        expect_shape(module_output(result, self.function, case), (B, T_q, d_model), "`MultiHeadAttention`'s output", case,
                      "The output has one d_model vector per query: merge the heads and apply w_o.")
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(self._output(case, result), "`MultiHeadAttention`'s output", case,
+        expect_finite(module_output(result, self.function, case), "`MultiHeadAttention`'s output", case,
                       "a query that may attend to no key must get zero weights (scaled_dot_product_attention "
                       "already does this), so its output is w_o's bias." if case.tag == "fully-masked" else "")
 
     @rule("output")
     def _values(self, case: Case, result: Any) -> None:
-        out, query = self._output(case, result), case.args[0]
+        out, query = module_output(result, self.function, case), case.args[0]
         expected_out, expected_w = self.worked_out(case, _oracle)
         if case.tag == "dropout":
             self._judge_dropout(case, out, expected_out, expected_w)

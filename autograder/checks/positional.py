@@ -27,6 +27,7 @@ from ..framework import (
     expect_finite,
     expect_shape,
     expect_tensor,
+    module_output,
     rule,
 )
 from . import state_mismatch
@@ -476,8 +477,7 @@ class PositionalEmbeddingCheck(Check):
         B, T = tokens.shape
         d_model = case.init["d_model"]
         name = self.NAME
-        assert isinstance(result, ModuleResult)
-        y = expect_tensor(result.output, name, case)
+        y = module_output(result, self.function, case)
         if tuple(y.shape) == (B, T, 2 * d_model):
             raise CheckFailed(
                 f"{name} has shape {tuple(y.shape)} on the case {case.label}: the encoding was concatenated to the "

@@ -19,7 +19,6 @@ from ...framework import (
     Check,
     CheckFailed,
     Hint,
-    ModuleResult,
     Opaque,
     Stage,
     Stated,
@@ -27,8 +26,8 @@ from ...framework import (
     expect_finite,
     expect_loss,
     expect_shape,
-    expect_tensor,
     matches,
+    module_output,
     rule,
     where_it_differs,
 )
@@ -290,20 +289,14 @@ class GPTBlockCheck(Check):
 
     NAME = "`GPTBlock`'s output"
 
-    @classmethod
-    def _output(cls, case: Case, result: Any) -> torch.Tensor:
-        if not isinstance(result, ModuleResult):  # pragma: no cover - a module case always gives one
-            raise CheckFailed(f"`GPTBlock` did not run as a module on the case {case.label}.")
-        return expect_tensor(result.output, cls.NAME, case)
-
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        expect_shape(self._output(case, result), case.args[0].shape, self.NAME, case,
+        expect_shape(module_output(result, self.function, case), case.args[0].shape, self.NAME, case,
                      "A block keeps the shape (B, T, d_model) of its input.")
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(self._output(case, result), self.NAME, case,
+        expect_finite(module_output(result, self.function, case), self.NAME, case,
                       "No position is fully masked here: every position may attend to itself.")
 
     @rule("dropout submodules")
@@ -320,7 +313,7 @@ class GPTBlockCheck(Check):
     def _values(self, case: Case, result: Any) -> None:
         name = self.NAME
         (x,) = case.args
-        y = self._output(case, result)
+        y = module_output(result, self.function, case)
         d_model, h, d_ff, p = (case.init[k] for k in ("d_model", "h", "d_ff", "dropout"))
         xd = x.double()
 
