@@ -700,6 +700,29 @@ class Check:
 
 #: the rules every check keeps, the base class's own: what is not a result, the dtype, what a call must leave
 #: alone, the refusal of invalid arguments
+class LossCheck(Check):
+    """A check of a training loss over targets some of which are padding. Its first rule is the loss's form
+    (:func:`expect_loss`: a 0-dimensional finite tensor, NaN where every target is padding); a subclass names
+    the loss (``what``), what it averages (``mean_of``) and how to compute it stably (``stable_hint``), says
+    which targets are real (:meth:`real_targets`), and lists ``rules = (LossCheck._loss, <its values>)``, whose
+    values rule judges only a case with something to average (:meth:`nothing_to_average`)."""
+
+    what: ClassVar[str]
+    mean_of: ClassVar[str]
+    stable_hint: ClassVar[str]
+
+    def real_targets(self, case: Case) -> torch.Tensor:
+        raise NotImplementedError
+
+    def nothing_to_average(self, case: Case) -> bool:
+        return not bool(self.real_targets(case).any())
+
+    @rule("a scalar loss, NaN when every target is padding")
+    def _loss(self, case: Case, result: Any) -> None:
+        expect_loss(result, self.what, case, case.args[0].dtype, self.mean_of, self.stable_hint,
+                    nothing_to_average=self.nothing_to_average(case))
+
+
 BASE_RULES: tuple[Rule, ...] = (*Check._NON_RESULTS, Check._dtype, *Check._EFFECTS, Check._refuses, Check._refusal_names)
 #: the names a failure can carry besides its rules': a whole judge or judge_all of a check's own, and the
 #: learner's function not callable or not ending in time

@@ -25,11 +25,11 @@ from ..framework import (
     Check,
     CheckFailed,
     Hint,
+    LossCheck,
     Provided,
     Stated,
     draw,
     expect_close,
-    expect_loss,
     expect_tensor,
     expect_tuple,
     materialize,
@@ -236,7 +236,7 @@ def _smoothed(logits: torch.Tensor, target: torch.Tensor, eps: float, pad_id: in
     return ((1 - eps) if one_minus else 1.0) * nll + eps * uniform
 
 
-class LabelSmoothedCrossEntropyCheck(Check):
+class LabelSmoothedCrossEntropyCheck(LossCheck):
     function = "label_smoothed_cross_entropy"
     # a mistake that crashes on the batch with nothing to average is named by its value on the others
     values_first = True
@@ -306,25 +306,20 @@ class LabelSmoothedCrossEntropyCheck(Check):
             Stage("the loss, the mean of the positions' losses over those", (loss[real].sum() / real.sum(),)),
         ]
 
-    NAME = "`label_smoothed_cross_entropy`'s result"
+    what = "`label_smoothed_cross_entropy`'s result"
+    mean_of = "the mean over the positions that are not padding"
+    stable_hint = "use torch.log_softmax, which computes it stably."
 
-    @staticmethod
-    def _nothing_to_average(case: Case) -> bool:
-        target, pad_id = case.args[1], case.kwargs["pad_id"]
-        return not bool((target != pad_id).any())
-
-    @rule("a scalar loss, NaN when every target is padding")
-    def _loss(self, case: Case, result: Any) -> None:
-        expect_loss(result, self.NAME, case, case.args[0].dtype, "the mean over the positions that are not padding",
-                    "use torch.log_softmax, which computes it stably.", nothing_to_average=self._nothing_to_average(case))
+    def real_targets(self, case: Case) -> torch.Tensor:
+        return case.args[1] != case.kwargs["pad_id"]
 
     @rule("values")
     def _values(self, case: Case, loss: Any) -> None:
-        if self._nothing_to_average(case):
+        if self.nothing_to_average(case):
             return
         logits, target = case.args
         eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
-        name = self.NAME
+        name = self.what
         V = logits.shape[-1]
         x = logits.double()
         expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
@@ -375,7 +370,7 @@ class LabelSmoothedCrossEntropyCheck(Check):
         expect_close(loss, expected, name, case, diagnoses, dtype=logits.dtype,
                      hint="The loss is (1 - eps) * (-log p_y) + eps * mean_v(-log p_v), averaged over non-padding positions.")
 
-    rules = (_loss, _values)
+    rules = (LossCheck._loss, _values)
 
 
 # ----------------------------------------------------------------------------------------

@@ -19,12 +19,12 @@ from ...framework import (
     Check,
     CheckFailed,
     Hint,
+    LossCheck,
     Opaque,
     Stage,
     Stated,
     expect_close,
     expect_finite,
-    expect_loss,
     expect_shape,
     matches,
     module_output,
@@ -41,7 +41,7 @@ def _ce(logits: torch.Tensor, targets: torch.Tensor, pad_id: int | None, reducti
     return F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1), reduction=reduction, **kwargs)
 
 
-class CausalLmLossCheck(Check):
+class CausalLmLossCheck(LossCheck):
     function = "causal_lm_loss"
     # a mistake that averages per sequence crashes on the batch with nothing to average: its value elsewhere names it
     values_first = True
@@ -95,26 +95,20 @@ class CausalLmLossCheck(Check):
             Stage("the loss, the mean of those over the real targets", (nll[real].sum() / real.sum(),)),
         ]
 
-    NAME = "`causal_lm_loss`'s result"
+    what = "`causal_lm_loss`'s result"
+    mean_of = "the mean over every real target of the batch"
+    stable_hint = "use torch.log_softmax or F.cross_entropy, which compute it stably."
 
-    @staticmethod
-    def _nothing_to_average(case: Case) -> bool:
-        ids, pad_id = case.args[1], case.kwargs["pad_id"]
-        return not bool((ids[:, 1:] != pad_id).any())
-
-    @rule("a scalar loss, NaN when every target is padding")
-    def _loss(self, case: Case, result: Any) -> None:
-        expect_loss(result, self.NAME, case, case.args[0].dtype, "the mean over every real target of the batch",
-                    "use torch.log_softmax or F.cross_entropy, which compute it stably.",
-                    nothing_to_average=self._nothing_to_average(case))
+    def real_targets(self, case: Case) -> torch.Tensor:
+        return case.args[1][:, 1:] != case.kwargs["pad_id"]  # position t predicts the token at t + 1
 
     @rule("values")
     def _values(self, case: Case, loss: Any) -> None:
-        if self._nothing_to_average(case):
+        if self.nothing_to_average(case):
             return
         logits, ids = case.args
         pad_id = case.kwargs["pad_id"]
-        name = self.NAME
+        name = self.what
         x = logits.double()
         B, T, V = x.shape
         shifted, targets = x[:, :-1], ids[:, 1:]  # position t predicts the token at t + 1
@@ -167,7 +161,7 @@ class CausalLmLossCheck(Check):
                      hint="The loss is the mean of -log softmax(logits[:, t])[ids[:, t + 1]] over the positions whose "
                           "target ids[:, t + 1] is not pad_id.")
 
-    rules = (_loss, _values)
+    rules = (LossCheck._loss, _values)
 
 
 
