@@ -121,6 +121,8 @@ class CheckFailed(AssertionError):
     unexplained: bool = False
     #: the message without the mistake's name, for when the name does not hold on every case
     plain: str = ""
+    #: the rule that gives ``plain``, where that is a later rule than the one that named the mistake
+    plain_rule: str = ""
     #: the case a failure of several cases' results (``judge_all``) is about, for locating its wrong value
     case: Case | None = None
     #: the name of the rule that failed (:class:`Rule`): what the catalogue of mistakes states for each mistake
@@ -331,8 +333,24 @@ class Check:
         of ``rules`` that fails."""
         if not self.rules:
             raise NotImplementedError
-        for each in self.rules:
-            each(self, case, result)
+        for i, each in enumerate(self.rules):
+            try:
+                each(self, case, result)
+            except CheckFailed as failure:
+                if failure.names is not None and failure.plain is None:
+                    failure.plain, failure.plain_rule = self._later_message(self.rules[i + 1:], case, result)
+                raise
+
+    def _later_message(self, later: Sequence[Rule], case: Case, result: Any) -> tuple[str, str]:
+        """What the rules after one that named a mistake say of a result (the message and the rule), for
+        when that mistake does not explain every failing case: a rule of known mistakes leaves the words
+        for an unexplained value to the rules that describe the value."""
+        for each in later:
+            try:
+                each(self, case, result)
+            except CheckFailed as failure:
+                return str(failure), failure.rule
+        return f"`{self.function}`'s result is wrong on the case {case.label}.", ""
 
     def worked_out(self, case: Case, what: Callable[[Case], Any]) -> Any:
         """``what(case)`` (the oracle's value, say), worked out once for the case being judged however many
@@ -446,9 +464,12 @@ class Check:
         failure, case, seen = first
         if failure.names is not None:
             if not common:
-                failure = _failure(failure.plain, unexplained=True, rule=failure.rule)
+                failure = _failure(failure.plain, unexplained=True, rule=failure.plain_rule or failure.rule)
             elif common[0] != failure.names[0]:  # the mistake that explains every case, in this case's words
-                failure = _failure(failure.what + failure.advice[common[0]], rule=failure.rule)
+                renamed = _failure(failure.what + failure.advice[common[0]], rule=failure.rule)
+                renamed.names, renamed.plain, renamed.what = common, failure.plain, failure.what
+                renamed.advice = {k: failure.advice[k] for k in common}
+                failure = renamed
         if failure.names is None:
             where = self.where_values_part(case, seen)
             if where:
@@ -980,14 +1001,16 @@ def expect_close(
     raise named_failure(f"{what} is wrong on the case {case.label}: ", explaining, plain)
 
 
-def named_failure(what: str, explaining: Sequence[str], plain: str) -> CheckFailed:
+def named_failure(what: str, explaining: Sequence[str], plain: str | None) -> CheckFailed:
     """The failure that names the first of the catalogued mistakes ``explaining`` (each one's advice:
     all of those that reproduce the learner's value on this case), after the words ``what``; or,
     when none does, the ``plain`` message. The verdict keeps a name only where it explains every
     failing case (:meth:`Check._judge_each`), so every mistake that gives this value is kept: on
-    another case only one of them may."""
+    another case only one of them may. A rule of known mistakes alone, whose later rules say what is
+    wrong with a value no mistake explains, passes ``plain=None`` (and raises only when ``explaining``
+    holds one): :meth:`Check.judge` then takes the later rules' message as the plain one."""
     if not explaining:
-        return _failure(plain, unexplained=True)
+        return _failure(plain or "", unexplained=True)
     failure = CheckFailed(what + explaining[0])
     failure.names = tuple(dict.fromkeys(_mistake_key(m) for m in explaining))
     failure.plain, failure.advice, failure.what = plain, dict(zip(map(_mistake_key, explaining), explaining)), what

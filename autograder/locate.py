@@ -10,7 +10,7 @@ the computation's. It never decides a score; it only shapes the message.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import torch
 
@@ -47,6 +47,48 @@ def _stage_of(step: Step, stages: Sequence[Stage], inputs: Sequence[torch.Tensor
     return None
 
 
+def _a_count(step: Step) -> bool:
+    """Whether a step is a lone Python int one of the learner's variables held (or the function returned)."""
+    value = step.value
+    return (value is not None and value.dim() == 0 and not value.is_floating_point() and value.dtype != torch.bool
+            and (step.made_by.startswith("=") or step.made_by == "return"))
+
+
+def _comparable(steps: Sequence[Step], stages: Sequence[Stage]) -> list[Step]:
+    """The steps, with the values of lone ints dropped where they would only agree by chance (a count, an
+    index or a cost of 0 or 1 equals some value of any computation): all of them unless the computation has
+    single numbers among its stages, and else those of every variable but the one the function returns
+    (``return r``), when it returns a variable that held ints."""
+    if not any(v.dim() == 0 for stage in stages for v in stage.values):
+        return [replace(s, value=None) if _a_count(s) else s for s in steps]
+    returned = steps[-1].source.removeprefix("return").strip() if steps and steps[-1].made_by == "return" else ""
+    if not returned.isidentifier() or not any(_a_count(s) and s.made_by == "=" + returned for s in steps):
+        return list(steps)
+    return [replace(s, value=None) if _a_count(s) and s.made_by not in ("=" + returned, "return") else s for s in steps]
+
+
+def _chance(step: Step) -> bool:
+    """Whether a value may agree with a step of the computation by chance: a single number, or a Python value."""
+    return step.value is not None and (step.value.numel() <= 1 or step.made_by.startswith("="))
+
+
+def _found(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> list[int | None]:
+    """The stage each step's value agrees with (:func:`_stage_of`). A value that may agree by chance counts only
+    up to the stage after the furthest reached so far: the computation's 5 three layers on is no sign that a 5 made
+    now is right."""
+    found, reached = [], -1
+    for step in steps:
+        k = _stage_of(step, stages[:reached + 2] if _chance(step) else stages, inputs, agree)
+        found.append(k)
+        reached = max(reached, k if k is not None else -1)
+    return found
+
+
+def _numeric(step: Step) -> bool:
+    """Whether a step holds a number of the kind a float64 stage compares with: a float, or a Python int."""
+    return step.value is not None and (step.value.is_floating_point() or _a_count(step))
+
+
 def _where(step: Step) -> str:
     return f"line {step.line} of your `{step.function}`" + (f", `{step.source}`" if step.source else "")
 
@@ -69,6 +111,8 @@ def _maker(step: Step) -> str:
 def _parting(value: torch.Tensor, expected: torch.Tensor, agree: Agree) -> str:
     """Where two values of one shape part: how many positions, and the first."""
     a, e = value.double(), expected.double()
+    if a.dim() == 0:  # one number: its size sets the scale, so say both
+        return "" if agree(value, expected) else f" (you have {a.item():.6g}, the computation {e.item():.6g})"
     close = torch.isclose(a, e, atol=1e-6, rtol=1e-5) | (torch.isnan(a) & torch.isnan(e))
     differing = (~close).nonzero()
     if not len(differing):
@@ -98,7 +142,7 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     agreeing = _agreeing(found, furthest)
     last = max(agreeing, default=-1)
     after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
-             and steps[i].value.is_floating_point() == floating]
+             and _numeric(steps[i]) == floating]
     outer = steps[-1].function if steps[-1].made_by == "return" else None
     for group in ([i for i in after if agreeing & set(steps[i].uses)],
                   [i for i in after if tuple(steps[i].value.shape) in shapes], after):
@@ -132,17 +176,50 @@ def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culpr
     return [lines[k] for k in sorted(lines)][:3]
 
 
+def _became_float(steps: Sequence[Step]) -> str:
+    """Where a variable that held an int first holds a float, when the function returns a float: the line that
+    turned a count into a float, or ""."""
+    if not steps or steps[-1].made_by != "return" or steps[-1].value is None or not steps[-1].value.is_floating_point():
+        return ""
+    counted = set()
+    for s in steps:
+        if not s.made_by.startswith("=") or s.value is None or s.value.dim():
+            continue
+        if _a_count(s):
+            counted.add(s.made_by)
+        elif s.made_by in counted and s.value.is_floating_point():
+            return (f"Your values agree with the computation's, but `{s.made_by[1:]}` held an int until {_where(s)}, "
+                    "made it a float: `/` gives a float even where it divides exactly (`//` keeps an int).")
+    return ""
+
+
+def _unmatched_lists(steps: Sequence[Step], found: Sequence[int | None], culprit: int,
+                     stages: Sequence[Stage]) -> list[Step]:
+    """The Python lists made before the culprit that have the shape of one of the computation's lists and agree
+    with none of its values (strides filled in wrong, say): a wrong list shows only where it is used."""
+    shapes = {tuple(v.shape) for stage in stages for v in stage.values if v.dim() == 1}
+    lines = {}
+    for i in range(culprit):
+        s = steps[i]
+        if found[i] is None and s.made_by.startswith("=") and s.value is not None and tuple(s.value.shape) in shapes:
+            lines.setdefault((s.line, s.function), s)
+    return [lines[k] for k in sorted(lines)][:3]
+
+
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
            truncated: bool = False) -> str:
     """The sentence that says where the values first part, or "" when the trace cannot say."""
     if not steps or not stages:
         return ""
-    found = [_stage_of(s, stages, inputs, agree) for s in steps]
+    recorded, steps = steps, _comparable(steps, stages)
+    found = _found(steps, stages, inputs, agree)
     furthest = max((k for k in found if k is not None), default=-1)
     final = len(stages) - 1
     last = max(_agreeing(found, furthest), default=-1)
     if furthest == final:
         step = steps[last]
+        if step.made_by == "return" and step.function == steps[-1].function:
+            return _became_float(recorded)  # it returns the right value: what is wrong is not a value (its type, say)
         where = _where(step)
         return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "
                 "your function returns: look at what happens to it after that line.")
@@ -157,13 +234,19 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         return (f"{head}, and your function returns that value: the steps after it, from {following.name} on, "
                 "are missing.")
     step = steps[culprit]
+    returned = step.made_by == "return" and culprit == len(steps) - 1
+    if returned:  # nothing before it stands for the next step (a line that does all the work): it is the result
+        following = stages[final]
     same = last >= 0 and (steps[last].line, steps[last].function) == (step.line, step.function)
     first = "the first value after that which does not is" if last >= 0 else "the first that should is"
     on = "after" if step.made_by.startswith("=") else "on"
     text = f"{head}; {first} {_maker(step)} " + (f"{on} the same line" if same else f"{on} {_where(step)}")
     shapes = {tuple(v.shape) for v in following.values}
     agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
-    if step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed:
+    if returned and tuple(step.value.shape) in shapes:
+        expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
+        text += f". The computation's result is {following.name}{_parting(step.value, expected, agree)}."
+    elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed:
         text += (f": it changes {stages[furthest].name}, which the computation's next step, {following.name}, "
                  f"takes as it is{_parting(step.value, agreed[tuple(step.value.shape)], agree)}.")
     elif step.value is not None and tuple(step.value.shape) in shapes:
@@ -172,7 +255,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     else:
         text += (f". The computation's next step is {following.name}, of shape "
                  f"{' or '.join(str(s) for s in sorted(shapes))}; that value has shape {step.shape}.")
-    sources = _unmatched_sources(steps, found, culprit)
+    sources = _unmatched_sources(steps, found, culprit) or _unmatched_lists(steps, found, culprit, stages)
     if sources:
         text += (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
                  + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: "
@@ -205,7 +288,8 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     crash = next((i for i in range(len(steps) - 1, -1, -1) if steps[i].made_by.startswith(RAISED)), None)
     if crash is None or not stages:
         return ""
-    found = [None if s.made_by.startswith(RAISED) else _stage_of(s, stages, inputs, agree) for s in steps]
+    steps = _comparable(steps, stages)
+    found = [None if s.made_by.startswith(RAISED) else k for s, k in zip(steps, _found(steps, stages, inputs, agree))]
     given = [i for i in steps[crash].uses if i < crash]
     operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
     # each tensor it was given (one at least) is a step's, an argument or a parameter

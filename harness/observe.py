@@ -265,6 +265,8 @@ class Recorder(TorchFunctionMode):
             caller = frame.f_back
             if caller is None or not self._learner(caller):  # the graded function's own return
                 self.add(frame, "return", arg)
+                if self.python_values:
+                    self._add_returned(frame, arg)
             return
         if self.is_cell(frame.f_code.co_filename):
             return  # a helper of the learner's: its own lines were recorded
@@ -312,7 +314,7 @@ class Recorder(TorchFunctionMode):
                     if t is None or (name in held and _same(held[name], t)):
                         continue
                     held[name] = t
-                    self._add_python(frame, line, name, t)
+                    self._add_python(frame, line, f"={name}", t)
             finally:
                 self.on = True
         if event == "return":
@@ -321,13 +323,25 @@ class Recorder(TorchFunctionMode):
             self.python[id(frame)] = (frame.f_lineno, held, loops)
         return self._trace_lines
 
-    def _add_python(self, frame, line: int, name: str, value: torch.Tensor) -> None:
+    def _add_returned(self, frame, value: Any) -> None:
+        """The number or list of numbers the graded function returns."""
+        if self.truncated:
+            return
+        self.on = False  # making the record's tensor is not a step of the learner's
+        try:
+            number = _number_tensor(value)
+            if number is not None:
+                self._add_python(frame, frame.f_lineno, "return", number)
+        finally:
+            self.on = True
+
+    def _add_python(self, frame, line: int, made_by: str, value: torch.Tensor) -> None:
         if len(self.steps) >= MAX_STEPS or self.elements + value.numel() > MAX_ELEMENTS:
             self.truncated = True
             return
         self.elements += value.numel()
         source, function = _place(frame, line)
-        self.steps.append(Step(line, source[:300], function[:200], f"={name}"[:200], value, tuple(value.shape)))
+        self.steps.append(Step(line, source[:300], function[:200], made_by[:200], value, tuple(value.shape)))
 
     @contextlib.contextmanager
     def recording(self):
@@ -360,11 +374,15 @@ MAX_PYTHON_ELEMENTS = 10_000
 
 
 def _number_tensor(value: Any) -> torch.Tensor | None:
-    """A float, or a list of numbers, as a float64 tensor; None for anything else. A lone int is left out
-    (a count, an index or a cost of 0 or 1 equals some value of any computation by chance), and so is a
-    table of lists: filled in place a cell at a time, all but its last state are rightly unfinished."""
+    """A float, or a list of numbers, as a float64 tensor, a lone int as an int64 one; None for anything
+    else. A lone int is kept apart by its dtype (a count, an index or a cost of 0 or 1 equals some value
+    of any computation by chance: :mod:`autograder.locate` compares it only with a computation that has
+    single numbers among its steps). A table of lists is left out: filled in place a cell at a time, all
+    but its last state are rightly unfinished."""
     if type(value) is float:
         return torch.tensor(value, dtype=torch.float64)
+    if type(value) is int and abs(value) < 2 ** 53:
+        return torch.tensor(value, dtype=torch.int64)
     if type(value) in (list, tuple) and value and len(value) <= MAX_PYTHON_ELEMENTS \
             and all(type(v) in (int, float) for v in value):
         return torch.tensor([float(v) for v in value], dtype=torch.float64)

@@ -33,6 +33,7 @@ from ..framework import (
     expect_tensor,
     expect_tuple,
     materialize,
+    named_failure,
     relabelling,
     rule,
     seeded,
@@ -199,8 +200,8 @@ class EditDistanceCheck(Check):
         case, result = wrong[0]
         expected = levenshtein(*case.args)
         message = self.explaining_mistake(cases, results, diagnoses)
-        if message:
-            raise CheckFailed(f"`edit_distance` returned {result} on the case {case.label}: {message}")
+        if message:  # it explains every case, so the verdict need not verify it again
+            raise named_failure(f"`edit_distance` returned {result} on the case {case.label}: ", [message], None)
         if case.tag == "empty" and result == _zero_borders(*case.args):  # what borders of 0 give, and nothing else
             raise CheckFailed(
                 f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: turning a "
@@ -427,6 +428,21 @@ class NoamRateCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        step, d_model, warmup = case.args
+        factor = case.kwargs.get("factor", 1.0)
+
+        def number(x: float) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.float64)
+
+        decay, warm = step ** -0.5, step * warmup ** -1.5
+        return [Stage.of("the scale d_model ** -0.5", number(d_model ** -0.5), number(factor * d_model ** -0.5)),
+                Stage.of("the two terms, step ** -0.5 (the decay) and step * warmup ** -1.5 (the warm-up)",
+                         number(decay), number(warm)),
+                Stage.of("the smaller of the two terms, min(step ** -0.5, step * warmup ** -1.5)", number(min(decay, warm))),
+                Stage.of("the rate, factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)",
+                         number(_rate(step, d_model, warmup, factor)))]
+
     @rule("a Python float")
     def _a_float(self, case: Case, result: Any) -> None:
         if isinstance(result, torch.Tensor):
@@ -465,13 +481,15 @@ class NoamRateCheck(Check):
              "after the warm-up the rate decays as step ** -0.5; step ** 0.5 would grow."),
             (lambda: _rate(step, d_model, warmup), "the factor argument was ignored: multiply the whole rate by it."),
         ]
+        explaining = []
         for value, message in diagnoses:
             candidate = value()
             if not math.isnan(candidate) and close(candidate) and not math.isclose(candidate, expected, rel_tol=1e-9):
-                raise CheckFailed(f"`noam_rate` returned {result:.6g} on the case {case.label}: {message}")
-        raise CheckFailed(
+                explaining.append(message)
+        raise named_failure(
+            f"`noam_rate` returned {result:.6g} on the case {case.label}: ", explaining,
             f"`noam_rate` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
-            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)."
+            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
         )
 
     rules = (_a_float, _values)
@@ -1000,10 +1018,10 @@ class BeamSearchCheck(Check):
                 continue
             if candidate == mine and candidate != expected_tokens:
                 matching.append((mistake, message))
-        if matching:
-            # Several mistakes can give the same tokens on one case; name the one that explains every case.
-            _, message = next((m for m in matching if explains(m[0])), matching[0]) if len(matching) > 1 else matching[0]
-            raise CheckFailed(f"`beam_search`'s result is wrong on the case {case.label}: {message}")
+        # Several mistakes can give the same tokens on one case: name one only where it explains every case.
+        verified = [message for mistake, message in matching if explains(mistake)]
+        if verified:
+            raise named_failure(f"`beam_search`'s result is wrong on the case {case.label}: ", verified[:1], None)
         if case.tag == "greedy":
             raise CheckFailed(
                 f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "

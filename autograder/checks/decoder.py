@@ -36,6 +36,7 @@ from ..framework import (
     expect_tensor,
     matches,
     module_output,
+    named_failure,
     rule,
     tagged_pair,
     where_it_differs,
@@ -133,14 +134,13 @@ class SubsequentMaskCheck(Check):
             (torch.zeros(size, size, dtype=torch.bool),
              "every entry is False, so no position may attend to anything: True goes where j <= i."),
         ]
-        for wrong, message in diagnoses:
-            if torch.equal(m, wrong):
-                raise CheckFailed(f"`{self.function}` is wrong on the case {case.label}: {message}")
         bad = (m != expected).nonzero()[0].tolist()
-        raise CheckFailed(
+        raise named_failure(
+            f"`{self.function}` is wrong on the case {case.label}: ",
+            [message for wrong, message in diagnoses if torch.equal(m, wrong)],
             f"`{self.function}` is wrong on the case {case.label}: entry {tuple(bad)} is {bool(m[tuple(bad)])} but query "
             f"{bad[0]} {'may' if expected[tuple(bad)] else 'may not'} attend to key {bad[1]}. The mask is True exactly "
-            "where j <= i."
+            "where j <= i.",
         )
 
     rules = (_shape, _boolean, _values)

@@ -26,6 +26,7 @@ from ..framework import (
     expect_tensor,
     matches,
     module_output,
+    named_failure,
     rule,
     tagged_pair,
 )
@@ -552,12 +553,11 @@ class MultiHeadAttentionCheck(Check):
         alive = expected_w.sum(-1) > 0.5  # (B, h, T_q) queries that see at least one key
         sums = weights.double().sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=1e-4):
-            for mistaken, message in diagnoses:
-                if matches(weights, mistaken(), query.dtype):
-                    raise CheckFailed(f"{name}'s attn_weights are wrong on the case {case.label}: {message}")
-            raise CheckFailed(
+            raise named_failure(
+                f"{name}'s attn_weights are wrong on the case {case.label}: ",
+                [message for mistaken, message in diagnoses if matches(weights, mistaken(), query.dtype)],
                 f"{name}'s attn_weights rows do not sum to 1 on the case {case.label}: store the softmax weights "
-                "themselves (before dropout), not the scores or the dropped-out weights."
+                "themselves (before dropout), not the scores or the dropped-out weights.",
             )
         expect_close(weights, expected_w, f"{name}'s attn_weights", case, diagnoses, dtype=query.dtype)
 

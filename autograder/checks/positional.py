@@ -28,6 +28,7 @@ from ..framework import (
     expect_shape,
     expect_tensor,
     module_output,
+    named_failure,
     rule,
 )
 from . import state_mismatch
@@ -261,24 +262,35 @@ class SinusoidalEncodingCheck(Check):
         positions = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
         tol = _tolerance(expected, positions)
         agrees = _close(pe, expected, tol)
+        explaining = []
         for mistaken, message in [] if agrees else self._diagnoses(max_len, d_model):
             candidate, angle = mistaken()
             # A float32 angle is only as exact as its size allows: large angles need a wider margin.
             candidate_tol = ATOL + 4 * ATOL_PER_POSITION * angle.abs() + RTOL * candidate.abs()
             if not _close(candidate, expected, tol) and _close(pe, candidate, candidate_tol):
-                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+                explaining.append(message)
+        plain = self._broken_property(case, pe, expected, positions, tol) or (
+            "" if agrees else f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
+        if explaining:
+            raise named_failure(f"{name} is wrong on the case {case.label}: ", explaining, plain)
+        if plain:
+            raise CheckFailed(plain)
 
-        # The properties hold for the closed form; when no known mistake fits, they say where to look.
+    def _broken_property(self, case: Case, pe: torch.Tensor, expected: torch.Tensor, positions: torch.Tensor,
+                         tol: torch.Tensor) -> str:
+        """The first property of the closed form that ``pe`` breaks, in words that say where to look; "" if none."""
+        max_len, d_model = case.args
+        name = self.NAME
         p = pe.double()
         pos = positions[:, 0]
         if not _close(p[:, 0], torch.sin(pos), tol[:, 0]):
-            raise CheckFailed(
+            return (
                 f"{name}'s column 0 is not sin(pos) on the case {case.label}: for 2i = 0 the divisor "
                 "10000^(2i/d_model) is 1, so column 0 must be sin(0), sin(1), sin(2), ... "
                 f"({_worst(p[:, :1], torch.sin(pos)[:, None])})."
             )
         if d_model > 1 and not _close(p[:, 1], torch.cos(pos), tol[:, 1]):
-            raise CheckFailed(
+            return (
                 f"{name}'s column 1 is not cos(pos) on the case {case.label}: columns 0 and 1 form the first pair "
                 "(2i = 0), so column 1 must be cos(0), cos(1), cos(2), ... "
                 f"({_worst(p[:, 1:2], torch.cos(pos)[:, None])})."
@@ -290,19 +302,18 @@ class SinusoidalEncodingCheck(Check):
             merged = (gaps < 1e-3) & (torch.cdist(expected, expected) > 1e-2)
             if merged.any():
                 a, b = (int(i) for i in merged.nonzero()[0])
-                raise CheckFailed(
+                return (
                     f"{name} gives positions {min(a, b)} and {max(a, b)} the same encoding on the case {case.label}: "
                     "every position must get its own row, or the model cannot tell them apart."
                 )
         for k in (1, 3, 7):
             if d_model >= 2 and k < max_len and _rotation_error(p, k) > 1e-3 + ATOL_PER_POSITION * max_len:
-                raise CheckFailed(
+                return (
                     f"{name} on the case {case.label}: PE(pos + {k}) is not the rotation M_{k} PE(pos). Every pair of "
                     "columns (2i, 2i + 1) must hold (sin, cos) of the same angle pos / 10000^(2i/d_model); "
                     f"{_worst(p, expected)}."
                 )
-        if not agrees:
-            raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
+        return ""
 
     @rule("angles computed in float64")
     def _precision(self, case: Case, pe: torch.Tensor) -> None:
@@ -527,7 +538,7 @@ class PositionalEmbeddingCheck(Check):
 
     def _explain_wrong_output(self, case, y, expected, emb, pe, positions, tol, result) -> None:
         name = "`PositionalEmbedding`'s output"
-        d_model, p = case.init["d_model"], case.init["dropout"]
+        d_model = case.init["d_model"]
         B, T = case.args[0].shape
         scale = math.sqrt(d_model)
         diagnoses = [
@@ -545,14 +556,23 @@ class PositionalEmbeddingCheck(Check):
         if B == 1:
             diagnoses.append((emb * scale + pe[:1], "every position got the encoding of position 0, pe[:B] with B = 1. "
                               + SHAPE_HINT))
-        for candidate, message in diagnoses:
-            if _close(y, candidate, _tolerance(candidate, positions)):
-                raise CheckFailed(f"{name} is wrong on the case {case.label}: {message}")
+        explaining = [message for candidate, message in diagnoses if _close(y, candidate, _tolerance(candidate, positions))]
+        plain = self._unexplained_output(case, y, expected, pe, positions, tol, result)
+        if explaining:
+            raise named_failure(f"{name} is wrong on the case {case.label}: ", explaining, plain)
+        raise CheckFailed(plain)
+
+    @staticmethod
+    def _unexplained_output(case, y, expected, pe, positions, tol, result) -> str:
+        """What to say of a wrong output that no known mistake explains: what it shows, or where it differs."""
+        name = "`PositionalEmbedding`'s output"
+        d_model, p = case.init["d_model"], case.init["dropout"]
+        T = case.args[0].shape[1]
         if p > 0:
             zeroed = (y.double().abs() <= tol) & (expected.abs() > 1e-3)
             kept = (y.double() - expected / (1 - p)).abs() <= tol / (1 - p)
             if zeroed.any() and bool((zeroed | kept | (expected.abs() <= 1e-3)).all()):
-                raise CheckFailed(
+                return (
                     f"{name} is wrong on the case {case.label}: dropout is active in eval mode (some entries are zero "
                     "and the rest divided by 1 - p). Use the submodule self.dropout (nn.Dropout), which turns itself "
                     "off after module.eval(), rather than F.dropout(..., training=True)."
@@ -561,12 +581,12 @@ class PositionalEmbeddingCheck(Check):
         if isinstance(table, torch.Tensor) and tuple(table.shape[-2:]) == (case.init.get("max_len", 5000), d_model):
             flat = table.reshape(-1, d_model)[:T].double()
             if not _close(flat, pe[:T], _tolerance(pe[:T], positions[0])):
-                raise CheckFailed(
+                return (
                     f"{name} is wrong on the case {case.label} because self.pe is not the sinusoidal table: build it "
                     "with your sinusoidal_encoding(max_len, d_model), and pass its checks first."
                 )
-        raise CheckFailed(f"{name} is wrong on the case {case.label}: {_worst(y, expected)}. "
-                          "Expected dropout(embedding(tokens) * sqrt(d_model) + pe[:T]).")
+        return (f"{name} is wrong on the case {case.label}: {_worst(y, expected)}. "
+                "Expected dropout(embedding(tokens) * sqrt(d_model) + pe[:T]).")
 
     def _judge_dropout(self, case, y, expected, scaled_emb, pe, positions, p) -> None:
         """Training mode: each entry is either dropped (0) or the eval value divided by 1 - p."""

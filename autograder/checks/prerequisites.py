@@ -34,6 +34,7 @@ from ..framework import (
     rule,
     tagged_pair,
 )
+from ..locate import Stage
 from ..oracles import blank
 
 # ----------------------------------------------------------------------------------------
@@ -150,6 +151,30 @@ class ReceptiveFieldCheck(Check):
         if isinstance(result, torch.Tensor) and result.numel() == 1 and not result.is_floating_point():
             return int(result.item())
         return result
+
+    def stages(self, case: Case) -> list[Stage]:
+        """r layer by layer from the first layer up; beside it, the recursion r <- (r - 1) s + (k - 1) d + 1 from
+        the last layer down. (The jump, the product of the strides so far, is left out: a small int agrees with
+        some r by chance.)"""
+        kernels, strides, dilations = self._layers(case)
+
+        def numbers(*values: float) -> tuple[torch.Tensor, ...]:
+            return tuple(torch.tensor(float(v), dtype=torch.float64) for v in values)
+
+        downward, r = [], 1
+        for k, s, d in zip(reversed(kernels), reversed(strides), reversed(dilations)):
+            r = (r - 1) * s + (k - 1) * d + 1
+            downward.append(r)
+        # the lists, made or not, stand beside the start: a stage a learner may skip would hold back the rest
+        lists = (torch.tensor(strides, dtype=torch.float64), torch.tensor(dilations, dtype=torch.float64)) if kernels else ()
+        out = [Stage("r = 1 before any layer (and the strides and the dilations, one per layer, 1 where none are given)",
+                     (*numbers(1), *lists))]
+        r, jump = 1, 1
+        for layer, (k, s, d) in enumerate(zip(kernels, strides, dilations)):
+            r, jump = r + (k - 1) * d * jump, jump * s
+            out.append(Stage(f"r after {layer + 1} layer{'s' if layer else ''} (counted from the first layer up, or "
+                             "from the last down by the recursion)", numbers(r, downward[layer])))
+        return [*out, Stage("the receptive field r", numbers(r))]
 
     @rule("a Python int")
     def _an_int(self, case: Case, result: Any) -> None:
@@ -301,6 +326,25 @@ class RnnForwardCheck(Check):
                 case(6, 9, 10, 7),
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        """Step by step: the state's part h_{t-1} @ W_hh (the input's part x_t @ W_xh too at the first step: later
+        it agrees whatever the states, so it would say nothing of them), the sum with b_h (or without it, the
+        partial sum), h_t; then every state stacked."""
+        x, h0, W_xh, W_hh, b_h = (t.double() for t in case.args)
+        h, out, states = h0, [], []
+        for t in range(x.shape[1]):
+            from_input, from_state = x[:, t] @ W_xh, h @ W_hh  # (B, d_h) each
+            pre = from_input + from_state + b_h
+            h = torch.tanh(pre)
+            states.append(h)
+            parts = (from_input, from_state) if t == 0 else (from_state,)
+            out += [Stage(f"step {t + 1}'s " + ("parts x[:, 0] @ W_xh and h_0 @ W_hh" if t == 0 else f"h_{t} @ W_hh"),
+                          parts),
+                    Stage.of(f"step {t + 1}'s sum x[:, {t}] @ W_xh + h_{t} @ W_hh + b_h, before the tanh", pre,
+                             from_input + from_state),
+                    Stage.of(f"h_{t + 1} = tanh of that sum", h)]
+        return [*out, Stage.of("the states h_1..h_T stacked along dim=1, (B, T, d_h)", torch.stack(states, dim=1))]
 
     @staticmethod
     def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -574,13 +618,16 @@ class GreedyDecodeCheck(Check):
         if pad_id != 0:
             diagnoses.append((lambda: run(fill=0),
                               "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."))
+        explaining = []
         for mistaken, message in diagnoses:
             try:
                 candidate = mistaken()
             except Exception:  # a mistake that cannot even run on this case
                 continue
             if candidate.shape == ys.shape and torch.equal(candidate, ys):
-                raise CheckFailed(f"`greedy_decode`'s result is wrong on the case {case.label}: {message}")
+                explaining.append(message)
+        if explaining:  # the rules below say what is wrong where these do not explain every case
+            raise named_failure(f"`greedy_decode`'s result is wrong on the case {case.label}: ", explaining, None)
 
     # No known mistake fits: say where the output first departs from greedy decoding.
     @rule("starts with BOS")

@@ -141,6 +141,35 @@ def edit_distance_diagonal_from_the_row_above(a, b):  # Python lists, line by li
     return previous[-1]
 
 
+def rnn_forward_bias_subtracted(x, h0, W_xh, W_hh, b_h):
+    h, states = h0, []
+    for t in range(x.shape[1]):
+        h = torch.tanh(x[:, t] @ W_xh + h @ W_hh - b_h)  # FAULT
+        states.append(h)
+    return torch.stack(states, dim=1), h
+
+
+def receptive_field_strides_default_two(kernel_sizes, strides=None, dilations=None):  # Python ints
+    n = len(kernel_sizes)
+    strides = [2] * n if strides is None else list(strides)  # FAULT
+    dilations = [1] * n if dilations is None else list(dilations)
+    if len(strides) != n or len(dilations) != n or min([*kernel_sizes, *strides, *dilations], default=1) < 1:
+        raise ValueError("one stride and one dilation per layer, each at least 1")
+    field, jump = 1, 1
+    for k, s, d in zip(kernel_sizes, strides, dilations):
+        field += (k - 1) * d * jump
+        jump *= s
+    return field
+
+
+def noam_rate_scale_cubed(step, d_model, warmup, factor=1.0):  # Python floats
+    if step < 1 or warmup < 1:
+        raise ValueError(f"step and warmup are counted from 1, got step={step}, warmup={warmup}")
+    scale = factor * d_model ** -1.5  # FAULT
+    decay, warm = step ** -0.5, step * warmup ** -1.5
+    return scale * min(decay, warm)
+
+
 UNSEEN = [
     ("attention.softmax", softmax_sum_over_rows),
     ("attention.scaled_dot_product_attention", sdpa_scale_from_keys_length),
@@ -151,6 +180,9 @@ UNSEEN = [
     ("positional.sinusoidal_encoding", sinusoidal_integer_exponent),
     ("bert_gpt.causal_lm_loss", lm_loss_rolled_targets),
     ("capstone.edit_distance", edit_distance_diagonal_from_the_row_above),
+    ("prerequisites.rnn_forward", rnn_forward_bias_subtracted),
+    ("prerequisites.receptive_field", receptive_field_strides_default_two),
+    ("capstone.noam_rate", noam_rate_scale_cubed),
 ]
 
 
@@ -164,9 +196,12 @@ def _faulty_line(fn) -> str:
 def test_an_uncatalogued_mistake_is_located_at_its_line(check_id, fn):
     message = _message(check_id, fn)
     line = _faulty_line(fn)
-    # The sentence that locates it quotes the faulty line as the first whose value does not agree.
-    parting = message.split("the first value after that which does not")[-1]
-    assert "the first value after that which does not" in message, message
+    # The sentence that locates it quotes the faulty line as the first whose value does not agree (or, where
+    # no value before it agrees, as the first that should).
+    marker = next((m for m in ("the first value after that which does not", "the first that should is") if m in message),
+                  None)
+    assert marker, message
+    parting = message.split(marker)[-1]
     assert line in parting or ("on the same line" in parting and line in message), message
 
 
@@ -326,6 +361,27 @@ def test_a_mistake_is_named_only_when_it_explains_every_failing_case():
     # every case is named, in the words of the first failing case
     message = str(pytest.raises(CheckFailed, run_check, Double([2.0, 5.0]), lambda x: x + 1).value)
     assert "you added 1" in message and "squared" not in message
+
+
+class Triple(Double):
+    """``triple(x)`` is 3x; at x = 1 adding 1 and adding sqrt(x) give the same value."""
+
+    function = "triple"
+
+    def judge(self, case: Case, result: Any) -> None:
+        (x,) = case.args
+        expect_close(result, 3 * x.double(), "`triple`'s result", case, [
+            (lambda: x.double() + x.double().sqrt(), "you added its square root."),
+            (lambda: x.double() + 1, "you added 1."),
+        ])
+
+
+def test_the_mistake_that_explains_every_case_is_named_as_verified():
+    # On the first case both mistakes fit and the square root comes first; only adding 1 fits both cases:
+    # the message names it, in the first case's words, and still carries its name as a verified one.
+    failure = pytest.raises(CheckFailed, run_check, Triple([1.0, 4.0]), lambda x: x + 1).value
+    assert "you added 1" in str(failure) and "square root" not in str(failure)
+    assert failure.names == ("you added #.",)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -564,6 +620,43 @@ def test_python_values_are_recorded_line_by_line_without_counters_or_arguments()
     made = [(s.made_by, s.value.tolist()) for s in seen.observed().steps]
     assert ("=running", [0.5, 1.5, 3.0]) in made and ("=total", 3.0) in made
     assert not any(name in ("=i", "=v", "=values") for name, _ in made)  # counters and arguments are no steps
+
+
+def test_a_count_that_became_a_float_is_quoted_where_it_did():
+    def receptive_field_true_division(kernel_sizes, strides=None, dilations=None):  # refuses nothing: valid cases first
+        field, jump = 1, 1
+        for i, k in enumerate(kernel_sizes):
+            field = field + (k - 1) * (dilations[i] if dilations else 1) * jump
+            jump = jump * (strides[i] if strides else 1) / 1
+        return field
+
+    message = _message("prerequisites.receptive_field", receptive_field_true_division)
+    assert "return a Python int" in message and "`jump = jump * (strides[i] if strides else 1) / 1`, made it a float" \
+        in message, message
+
+
+def test_a_one_line_function_is_located_at_the_line_that_returns():
+    def noam_rate_one_line(step, d_model, warmup, factor=1.0):
+        if step < 1 or warmup < 1:
+            raise ValueError(f"step and warmup are counted from 1, got step={step}, warmup={warmup}")
+        return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.25)
+
+    message = _message("capstone.noam_rate", noam_rate_one_line)
+    assert "the value it returns on line" in message, message
+    assert "`return factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.25)`" in message, message
+    assert "The computation's result is the rate" in message and "(you have " in message, message
+
+
+def test_small_ints_agree_only_in_the_order_of_the_computation():
+    # r after the second layer is 5 here: a 5 the learner makes first agrees with nothing, as a value made
+    # before its step cannot be that step's by chance
+    stages = [Stage.of("r = 1", torch.tensor(1.0, dtype=torch.float64)),
+              Stage.of("r after layer 1", torch.tensor(3.0, dtype=torch.float64)),
+              Stage.of("r after layer 2", torch.tensor(5.0, dtype=torch.float64))]
+    steps = [Step(2, "r = 1", "f", "=r", torch.tensor(1)), Step(3, "r = 5", "f", "=r", torch.tensor(5)),
+             Step(4, "return r", "f", "return", torch.tensor(5))]
+    message = locate(steps, stages, [], lambda a, e: bool(a.double() == e.double()))
+    assert "Up to line 2 of your `f`, `r = 1`" in message and "the value of `r` after line 3" in message, message
 
 
 def test_a_right_table_row_that_is_not_returned_is_said_so():

@@ -16,6 +16,7 @@ from ...framework import (
     CheckFailed,
     Opaque,
     Stated,
+    named_failure,
     relabelling,
     rule,
 )
@@ -206,8 +207,8 @@ class BpeTrainCheck(Check):
         ]
         case, mine = wrong[0]
         message = self.explaining_mistake(cases, [m for _, m in judged], diagnoses)
-        if message:
-            raise CheckFailed(f"`bpe_train`'s merges are wrong on the case {case.label}: {message}")
+        if message:  # it explains every case
+            raise named_failure(f"`bpe_train`'s merges are wrong on the case {case.label}: ", [message], None)
         text, num_merges = case.args
         rounds = bpe_rounds(text, num_merges)
         expected = [m for m, _, _ in rounds]
@@ -337,8 +338,8 @@ class BpeEncodeCheck(Check):
         ]
         case, mine = wrong[0]
         message = self.explaining_mistake(cases, [m for _, m in judged], diagnoses)
-        if message:
-            raise CheckFailed(f"`bpe_encode`'s ids are wrong on the case {case.label}: {message}")
+        if message:  # it explains every case
+            raise named_failure(f"`bpe_encode`'s ids are wrong on the case {case.label}: ", [message], None)
         text, merges = case.args
         table = vocabulary(merges)
         strange = [i for i in mine if i not in table]
