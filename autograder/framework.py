@@ -800,6 +800,14 @@ def _mistake_key(advice: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?", "#", advice)
 
 
+def failure_on(case: Case, message: str) -> CheckFailed:
+    """A failure of a rule across cases (``rules_across``) that is about the value of one case: the verdict
+    locates that case's wrong value in the learner's lines."""
+    failure = CheckFailed(message)
+    failure.case = case
+    return failure
+
+
 def _failure(message: str, unexplained: bool = False, rule: str = "") -> CheckFailed:
     failure = CheckFailed(message)
     failure.unexplained, failure.rule = unexplained, rule

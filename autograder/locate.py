@@ -67,6 +67,22 @@ def _comparable(steps: Sequence[Step], stages: Sequence[Stage]) -> list[Step]:
     return [replace(s, value=None) if _a_count(s) and s.made_by not in ("=" + returned, "return") else s for s in steps]
 
 
+def _unfinished(steps: Sequence[Step]) -> list[Step]:
+    """The steps, with the values of Python lists still being filled dropped: a list that the same variable
+    later holds as the beginning of a longer one (a sequence rebuilt one token at a time) is no value of the
+    computation's yet, nor a wrong one; only its last state counts."""
+    out = list(steps)
+    for i, step in enumerate(steps):
+        value = step.value
+        if value is None or value.dim() != 1 or not step.made_by.startswith("="):
+            continue
+        later = next((s for s in steps[i + 1:] if s.made_by == step.made_by and s.function == step.function), None)
+        if later is not None and later.value is not None and later.value.dim() == 1 \
+                and len(later.value) > len(value) and torch.equal(later.value[:len(value)], value):
+            out[i] = replace(step, value=None)
+    return out
+
+
 def _chance(step: Step) -> bool:
     """Whether a value may agree with a step of the computation by chance: a single number, or a Python value."""
     return step.value is not None and (step.value.numel() <= 1 or step.made_by.startswith("="))
@@ -144,8 +160,11 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
              and _numeric(steps[i]) == floating]
     outer = steps[-1].function if steps[-1].made_by == "return" else None
+    # a Python list's length is a value like any other: a merge made wrong changes it
+    lists = any(len(s) == 1 for s in shapes)
     for group in ([i for i in after if agreeing & set(steps[i].uses)],
-                  [i for i in after if tuple(steps[i].value.shape) in shapes], after):
+                  [i for i in after if tuple(steps[i].value.shape) in shapes
+                   or lists and steps[i].made_by.startswith("=") and steps[i].value.dim() == 1], after):
         if group:
             return next((i for i in group if steps[i].function == outer), group[0])
     return None
@@ -211,7 +230,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     """The sentence that says where the values first part, or "" when the trace cannot say."""
     if not steps or not stages:
         return ""
-    recorded, steps = steps, _comparable(steps, stages)
+    recorded, steps = steps, _unfinished(_comparable(steps, stages))
     found = _found(steps, stages, inputs, agree)
     furthest = max((k for k in found if k is not None), default=-1)
     final = len(stages) - 1
@@ -231,8 +250,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         returned = next((s for s in reversed(steps) if s.made_by.startswith("return")), None)
         if returned is None or furthest < 0:
             return ""
-        return (f"{head}, and your function returns that value: the steps after it, from {following.name} on, "
-                "are missing.")
+        return (f"{head}, and your function returns that value: none of your values after it is {following.name} "
+                "or a later step (they are missing, or they leave that value as it was).")
     step = steps[culprit]
     returned = step.made_by == "return" and culprit == len(steps) - 1
     if returned:  # nothing before it stands for the next step (a line that does all the work): it is the result
@@ -246,12 +265,16 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     if returned and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's result is {following.name}{_parting(step.value, expected, agree)}."
-    elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed:
+    elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed \
+            and not step.made_by.startswith("="):  # a Python list of the same length as before is no sign of that
         text += (f": it changes {stages[furthest].name}, which the computation's next step, {following.name}, "
                  f"takes as it is{_parting(step.value, agreed[tuple(step.value.shape)], agree)}.")
     elif step.value is not None and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's next step is {following.name}{_parting(step.value, expected, agree)}."
+    elif step.made_by.startswith("=") and len(step.shape) == 1 and all(len(s) == 1 for s in shapes):
+        text += (f". The computation's next step is {following.name}, of length "
+                 f"{' or '.join(str(s[0]) for s in sorted(shapes))}; that list has length {step.shape[0]}.")
     else:
         text += (f". The computation's next step is {following.name}, of shape "
                  f"{' or '.join(str(s) for s in sorted(shapes))}; that value has shape {step.shape}.")

@@ -291,16 +291,20 @@ class Recorder(TorchFunctionMode):
         if event == "call" and self.on and not self.truncated and self._learner(frame):
             self.on = False
             try:  # the arguments are inputs, not values a line made
-                given = {name: _number_tensor(value) for name, value in frame.f_locals.items()}
+                given = {name: _snapshot(value) for name, value in frame.f_locals.items()}
             finally:
                 self.on = True
-            self.python[id(frame)] = (frame.f_lineno, {k: t for k, t in given.items() if t is not None},
+            self.python[id(frame)] = (frame.f_lineno, {k: v for k, v in given.items() if v is not None},
                                       _loop_names(frame.f_code))
             return self._trace_lines
         return None
 
     def _trace_lines(self, frame, event, arg):
         """On each new line (and on return), the numbers and lists of numbers that the line before changed."""
+        if self.truncated:
+            self.python.pop(id(frame), None)
+            frame.f_trace_lines = False  # the record is full: the rest of the call runs at full speed
+            return None
         if event not in ("line", "return") or id(frame) not in self.python:
             return self._trace_lines
         line, held, loops = self.python[id(frame)]
@@ -310,11 +314,13 @@ class Recorder(TorchFunctionMode):
                 for name, value in list(frame.f_locals.items()):
                     if name in loops or isinstance(value, torch.Tensor):
                         continue  # a loop's counter matches anything; tensors have their own record
-                    t = _number_tensor(value)
-                    if t is None or (name in held and _same(held[name], t)):
+                    kept = _snapshot(value)
+                    if kept is None or held.get(name) == kept:
                         continue
-                    held[name] = t
-                    self._add_python(frame, line, f"={name}", t)
+                    held[name] = kept
+                    t = _number_tensor(value)
+                    if t is not None:
+                        self._add_python(frame, line, f"={name}", t)
             finally:
                 self.on = True
         if event == "return":
@@ -371,6 +377,17 @@ def _place(frame, line: int) -> tuple[str, str]:
 
 #: a Python value larger than this is not recorded
 MAX_PYTHON_ELEMENTS = 10_000
+
+
+def _snapshot(value: Any) -> Any:
+    """What a variable holds, as plain Python to compare from line to line without making tensors: a number with
+    its type (an int that becomes an equal float has changed), or a list's elements; None for anything else."""
+    kind = type(value)
+    if kind in (int, float):
+        return kind, value
+    if kind in (list, tuple) and len(value) <= MAX_PYTHON_ELEMENTS:
+        return kind, tuple(value)
+    return None
 
 
 def _number_tensor(value: Any) -> torch.Tensor | None:

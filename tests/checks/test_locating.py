@@ -527,7 +527,7 @@ def test_locate_names_the_first_value_after_the_last_that_agrees():
     text = locate([_step(1, a), _step(2, b), _step(3, b * 5), _step(4, c * 5, "return")], stages, [], agree)
     assert "Up to line 2" in text and "(B)" in text and "on line 3" in text and "next step is C" in text
     missing = locate([_step(1, a), _step(2, b, "return")], stages, [], agree)
-    assert "returns that value" in missing and "from C on, are missing" in missing
+    assert "returns that value" in missing and "none of your values after it is C or a later step" in missing
     assert locate([], stages, [], agree) == ""
 
 
@@ -657,6 +657,28 @@ def test_small_ints_agree_only_in_the_order_of_the_computation():
              Step(4, "return r", "f", "return", torch.tensor(5))]
     message = locate(steps, stages, [], lambda a, e: bool(a.double() == e.double()))
     assert "Up to line 2 of your `f`, `r = 1`" in message and "the value of `r` after line 3" in message, message
+
+
+def test_a_sequence_rebuilt_token_by_token_is_compared_once_it_is_finished():
+    def bpe_encode_steps_one_after_a_merge(text, merges):
+        ids = list(text.encode("utf-8"))
+        for k, (a, b) in enumerate(merges):
+            merged, i = [], 0
+            while i < len(ids):
+                if i + 1 < len(ids) and (ids[i], ids[i + 1]) == (a, b):
+                    merged.append(256 + k)
+                    i += 1  # the pair's second token is read again
+                else:
+                    merged.append(ids[i])
+                    i += 1
+            ids = merged
+        return ids
+
+    message = _message("bert_gpt.bpe_encode", bpe_encode_steps_one_after_a_merge)
+    # the partial lists on the way agree with the start of the sequence; only the finished one is compared
+    assert "your values agree with the computation (the text's UTF-8 bytes" in message, message
+    assert "the first value after that which does not is the value of `merged` after" in message, message
+    assert "The computation's next step is the sequence after merge 0" in message, message
 
 
 def test_a_right_table_row_that_is_not_returned_is_said_so():

@@ -16,10 +16,12 @@ from ...framework import (
     CheckFailed,
     Opaque,
     Stated,
+    failure_on,
     named_failure,
     relabelling,
     rule,
 )
+from ...locate import Stage
 from ...oracles.bpe import bpe_apply, bpe_merges, bpe_rounds, counted_once, longest_match, vocabulary
 from .draws import RETURNED
 
@@ -158,6 +160,17 @@ class BpeTrainCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        """The bytes, then merge by merge the pair chosen and the sequence after it (the counts, a dict, are not
+        compared); the last, the merges themselves, is never a value a line holds as a flat list."""
+        text, num_merges = case.args
+        out = [Stage.of("the text's UTF-8 bytes, list(text.encode('utf-8'))", _floats(list(text.encode("utf-8"))))]
+        for k, (best, _, after) in enumerate(bpe_rounds(text, num_merges)):
+            out += [Stage.of(f"the pair merge {k} joins, the most frequent then (ties: the first seen)", _floats(best)),
+                    Stage.of(f"the sequence after merge {k}, every occurrence of that pair replaced by {256 + k}",
+                             _floats(after))]
+        return [*out, Stage.of("the merges, in order", torch.tensor(bpe_merges(text, num_merges), dtype=torch.float64))]
+
     @rule("a list of (int, int) pairs")
     def _form(self, case: Case, result: Any) -> None:
         _as_pairs(result, "bpe_train", case)
@@ -214,7 +227,7 @@ class BpeTrainCheck(Check):
         expected = [m for m, _, _ in rounds]
         if len(mine) < len(expected) and mine == expected[: len(mine)]:
             best, stats, _ = rounds[len(mine)]
-            raise CheckFailed(
+            raise failure_on(case,
                 f"`bpe_train` stopped after {len(mine)} merges on the case {case.label}, where "
                 f"{len(expected)} are made: after them the pair {_shown(expected, best)} still occurs "
                 f"{stats[best][0]} times. Stop only when no pair occurs twice, or after num_merges merges."
@@ -222,7 +235,7 @@ class BpeTrainCheck(Check):
         if len(mine) > len(expected) and mine[: len(expected)] == expected:
             why = (f"no pair occurs twice any more after merge {len(expected) - 1}" if len(expected) < num_merges
                    else f"num_merges={num_merges}")
-            raise CheckFailed(
+            raise failure_on(case,
                 f"`bpe_train` returned {len(mine)} merges on the case {case.label}, where only {len(expected)} are "
                 f"made: {why}, so stop there."
             )
@@ -230,7 +243,7 @@ class BpeTrainCheck(Check):
         want, stats, _ = rounds[k]
         got = mine[k]
         count = stats.get(got, [0])[0]
-        raise CheckFailed(
+        raise failure_on(case,
             f"`bpe_train`'s merge {k} is wrong on the case {case.label} (the {k} before it are right): you merged "
             f"{_shown(expected, got)}, which occurs {count} times at that point, where {_shown(expected, want)} "
             f"occurs {stats[want][0]} times and comes first among the most frequent. Count every neighbouring pair "
@@ -244,6 +257,11 @@ class BpeTrainCheck(Check):
 # ----------------------------------------------------------------------------------------
 # bpe_encode
 # ----------------------------------------------------------------------------------------
+
+
+def _floats(values: Sequence[int]) -> torch.Tensor:
+    """A list of ids as a record of the learner's values holds it."""
+    return torch.tensor([float(v) for v in values], dtype=torch.float64)
 
 
 def _as_ids(result: Any, function: str, case: Case) -> list[int]:
@@ -304,6 +322,20 @@ class BpeEncodeCheck(Check):
             ]
         return out
 
+    def stages(self, case: Case) -> list[Stage]:
+        """The bytes, then the sequence after each merge that changes it (one that finds no pair changes
+        nothing, and a value a line does not change is not recorded again)."""
+        text, merges = case.args
+        sequence = list(text.encode("utf-8"))
+        out = [Stage.of("the text's UTF-8 bytes, list(text.encode('utf-8'))", _floats(sequence))]
+        for k, pair in enumerate(merges):
+            after = bpe_apply(text, merges[: k + 1])
+            if after != sequence:
+                out.append(Stage.of(f"the sequence after merge {k}, every occurrence of {tuple(pair)} replaced by "
+                                    f"{256 + k} from the left", _floats(after)))
+                sequence = after
+        return [*out, Stage.of("the ids after the last merge", _floats(sequence))]
+
     @rule("a list of ints")
     def _form(self, case: Case, result: Any) -> None:
         _as_ids(result, "bpe_encode", case)
@@ -344,7 +376,7 @@ class BpeEncodeCheck(Check):
         table = vocabulary(merges)
         strange = [i for i in mine if i not in table]
         if strange:
-            raise CheckFailed(
+            raise failure_on(case,
                 f"`bpe_encode` returned the id {strange[0]} on the case {case.label}, which no token has: ids 0-255 are "
                 f"the bytes of the text and 256 + k the k-th merge, so with {len(merges)} merges every id is below "
                 f"{256 + len(merges)}."
@@ -352,7 +384,7 @@ class BpeEncodeCheck(Check):
         decoded = b"".join(table[i] for i in mine)
         if decoded != text.encode("utf-8"):
             lost = "drops part of the text" if len(decoded) < len(text.encode("utf-8")) else "does not give the text back"
-            raise CheckFailed(
+            raise failure_on(case,
                 f"`bpe_encode`'s ids on the case {case.label}: decoding them {lost} "
                 f"({_snippet(decoded.decode('utf-8', errors='replace'))} instead of {_snippet(text)}). Every byte of "
                 "the text must end up in exactly one token: when a merge joins the pair at i and i + 1, continue at "
@@ -366,7 +398,7 @@ class BpeEncodeCheck(Check):
 
         extra = (" Encoding the training text must retrace training: the same merges, in the same order, at the same "
                  "places." if case.tag == "training" else "")
-        raise CheckFailed(
+        raise failure_on(case,
             f"`bpe_encode` gave {len(mine)} tokens on the case {case.label} where {len(expected)} were expected; the "
             f"first difference is at token {at}: you have {pieces(mine)} where {pieces(expected)} was expected. Start "
             "from the bytes and apply each merge k, in order, to the whole sequence, replacing its pair from the left "
