@@ -231,13 +231,23 @@ class _AttentionCheck(Check):
         mask = case.kwargs.get("mask")
         scores = self.scores(case)
         out = [*self.score_stages(case), Stage.of("the scores", scores)]
-        if mask is not None:
-            full = mask.expand(scores.shape)
-            # -inf, or a large negative number: both are right wherever a query sees some key
-            out.append(Stage.of("the masked scores, -inf where the mask is False",
-                                scores.masked_fill(~full, float("-inf")), scores.masked_fill(~full, -1e9)))
         weights = masked_softmax(scores, None if mask is None else mask.expand(scores.shape))
-        out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
+        if mask is None:
+            out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
+        else:
+            full = mask.expand(scores.shape)
+            masked = scores.masked_fill(~full, float("-inf"))
+            # A query that sees no key may have its row filled with finite scores (0) on the way, so that the
+            # softmax gives no NaN (uniform weights, zeroed afterwards): a right step, which must not be blamed.
+            blind = ~full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
+            safe = masked.masked_fill(blind, 0.0)
+            # -inf, or a large negative number: both are right wherever a query sees some key
+            out.append(Stage.of("the masked scores, -inf where the mask is False", masked,
+                                scores.masked_fill(~full, -1e9), safe))
+            if bool(blind.any()):
+                out.append(Stage.of("the softmax of the masked scores, uniform for a query that sees no key (until "
+                                    "its row is zeroed)", torch.softmax(safe, dim=-1)))
+            out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
         out.append(Stage.of("the output, weights @ v", weights @ v.double()))
         return out
 

@@ -21,6 +21,7 @@ from autograder.locate import Stage, locate
 from harness import wire
 from harness.calls import call_learner, remember_cell
 from harness.observe import MAX_STEPS, Observed, Observer, Step
+from reference.attention import softmax
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -679,6 +680,20 @@ def test_a_sequence_rebuilt_token_by_token_is_compared_once_it_is_finished():
     assert "your values agree with the computation (the text's UTF-8 bytes" in message, message
     assert "the first value after that which does not is the value of `merged` after" in message, message
     assert "The computation's next step is the sequence after merge 0" in message, message
+
+
+def test_a_row_filled_with_finite_scores_for_a_blind_query_is_not_blamed():
+    def sdpa_blind_rows_left_uniform(q, k, v, mask=None):
+        scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))
+        if mask is not None:
+            visible = mask.any(dim=-1, keepdim=True)
+            scores = scores.masked_fill(~mask, float("-inf")).masked_fill(~visible, 0.0)  # right: no NaN
+        weights = softmax(scores, dim=-1)  # the blind rows are never zeroed
+        return weights @ v, weights
+
+    message = _message("attention.scaled_dot_product_attention", sdpa_blind_rows_left_uniform)
+    assert "uniform for a query that sees no key" in message and "returns that value" in message, message
+    assert "the first value after that which does not" not in message, message
 
 
 def test_a_right_table_row_that_is_not_returned_is_said_so():
