@@ -162,14 +162,40 @@ def build_module(cls: Callable, case: Case) -> Any:
         missing = sorted(set(case.state) - set(own))
         unexpected = sorted(set(own) - set(case.state))
         if missing or unexpected:
-            raise StateMismatch(missing, unexpected, shared=shared_names(module))
+            raise StateMismatch(missing, unexpected, _made_at(type(module), unexpected), shared=shared_names(module))
         for name, value in case.state.items():
             if tuple(own[name].shape) != tuple(value.shape):
-                raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}")
+                made = _made_at(type(module), [name])
+                raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}"
+                                    + (f" ({made})" if made else ""))
         module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
     module.train(case.train)
     torch.manual_seed(0)
     return module
+
+
+def _made_at(cls: type, names: Sequence[str]) -> str:
+    """Where the learner's class makes the submodule or parameter that holds the first of ``names`` (its
+    first attribute, ``feed_forward`` of ``feed_forward.w_1.weight``): "feed_forward is made on line N of
+    your `C.__init__`, `self.feed_forward = ...`"; "" when no line of the learner's says so."""
+    for name in names:
+        attribute = name.split(".")[0]
+        assigned = re.compile(rf"\bself\.{re.escape(attribute)}\s*(:[^=]*)?=(?!=)")
+        for klass in cls.__mro__:
+            if klass.__module__.startswith("torch"):
+                break
+            for method in vars(klass).values():
+                if not isinstance(method, types.FunctionType) or not _is_cell(method.__code__.co_filename):
+                    continue
+                try:
+                    lines, start = inspect.getsourcelines(method)
+                except (OSError, TypeError):
+                    continue
+                for offset, text in enumerate(lines):
+                    if assigned.search(text):
+                        return (f"{attribute} is made on line {start + offset} of your `{method.__qualname__}`, "
+                                f"`{text.strip()[:200]}`")
+    return ""
 
 
 def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:

@@ -696,6 +696,34 @@ def test_a_row_filled_with_finite_scores_for_a_blind_query_is_not_blamed():
     assert "the first value after that which does not" not in message, message
 
 
+FEED_FORWARD_CELLS = {
+    "swapped": ("self.w_1 = nn.Linear(d_ff, d_model)", "self.w_1 = nn.Linear(d_ff, d_model)"),
+    "renamed": ("self.linear1 = nn.Linear(d_model, d_ff)", "self.linear1 = nn.Linear(d_model, d_ff)"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(FEED_FORWARD_CELLS))
+def test_a_parameter_of_the_wrong_shape_or_name_quotes_the_line_that_made_it(kind):
+    line, quoted = FEED_FORWARD_CELLS[kind]
+    source = f"""
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        {line}
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        first = self.w_1 if hasattr(self, "w_1") else self.linear1
+        return self.w_2(self.dropout(torch.relu(first(x))))
+"""
+    remember_cell(f"<cell feed-forward {kind}>", source)
+    namespace = {"__name__": "__main__", "nn": nn, "torch": torch}
+    exec(compile(source, f"<cell feed-forward {kind}>", "exec"), namespace)  # noqa: S102
+    message = _message("encoder.PositionwiseFeedForward", namespace["PositionwiseFeedForward"])
+    assert f"is made on line 5 of your `PositionwiseFeedForward.__init__`, `{quoted}`" in message, message
+
+
 def test_a_right_table_row_that_is_not_returned_is_said_so():
     def edit_distance_returns_the_row_before(a, b):
         previous = list(range(len(b) + 1))
