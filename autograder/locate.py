@@ -9,6 +9,7 @@ the computation's. It never decides a score; it only shapes the message.
 """
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -212,6 +213,32 @@ def _became_float(steps: Sequence[Step]) -> str:
     return ""
 
 
+def _factor(value: torch.Tensor, base: torch.Tensor) -> float | None:
+    """The one number ``value`` is ``base`` times, entry by entry, or None when there is none."""
+    a, b = value.double(), base.double()
+    if a.shape != b.shape or not bool(torch.isfinite(a).all() and torch.isfinite(b).all()):
+        return None
+    nonzero = b.abs() > 1e-12 * max(1.0, float(b.abs().max()))
+    if int(nonzero.sum()) < 2 or bool((a[~nonzero].abs() > 1e-12).any()):
+        return None
+    ratios = a[nonzero] / b[nonzero]
+    c = float(ratios.median())
+    return c if c != 0 and bool(torch.allclose(ratios, torch.full_like(ratios, c), rtol=1e-5, atol=0.0)) else None
+
+
+def _scaled(step: Step, expected: torch.Tensor, made_from: Sequence[Step], name: str) -> str:
+    """Where the culprit is a right value times a wrong number (a scale from the wrong size, say): the two
+    numbers, which say more than the values they give."""
+    for base in made_from:
+        if base.value is None or base.value.shape != step.value.shape:
+            continue
+        mine, theirs = _factor(step.value, base.value), _factor(expected, base.value)
+        if mine is not None and theirs is not None and not math.isclose(mine, theirs, rel_tol=1e-4):
+            return (f" Your value is {mine:.6g} (1/{1 / mine:.6g}) times {name}; the computation's is {theirs:.6g} "
+                    f"(1/{1 / theirs:.6g}) times it: the number your line scales by is the one to check.")
+    return ""
+
+
 def _unmatched_lists(steps: Sequence[Step], found: Sequence[int | None], culprit: int,
                      stages: Sequence[Stage]) -> list[Step]:
     """The Python lists made before the culprit that have the shape of one of the computation's lists and agree
@@ -272,6 +299,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     elif step.value is not None and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's next step is {following.name}{_parting(step.value, expected, agree)}."
+        text += _scaled(step, expected, [steps[i] for i in step.uses if i in _agreeing(found, furthest)],
+                        stages[furthest].name if furthest >= 0 else "")
     elif step.made_by.startswith("=") and len(step.shape) == 1 and all(len(s) == 1 for s in shapes):
         text += (f". The computation's next step is {following.name}, of length "
                  f"{' or '.join(str(s[0]) for s in sorted(shapes))}; that list has length {step.shape[0]}.")

@@ -724,6 +724,19 @@ class PositionwiseFeedForward(nn.Module):
     assert f"is made on line 5 of your `PositionwiseFeedForward.__init__`, `{quoted}`" in message, message
 
 
+def test_a_right_value_scaled_by_a_wrong_number_gives_both_numbers():
+    def sdpa_scale_from_the_positions(q, k, v, mask=None):
+        d_k = q.shape[-2]  # the number of queries, not their size
+        scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)
+        weights = softmax(scores.masked_fill(~mask, float("-inf")) if mask is not None else scores, dim=-1)
+        return weights.nan_to_num(0.0) @ v, weights.nan_to_num(0.0)
+
+    message = _message("attention.scaled_dot_product_attention", sdpa_scale_from_the_positions)
+    # the first case: 4 queries of size 8, so the scale is 1/2 where it should be 1/sqrt(8)
+    assert "Your value is 0.5 (1/2) times the dot products" in message, message
+    assert "the computation's is 0.353553 (1/2.82843) times it" in message, message
+
+
 def test_a_right_table_row_that_is_not_returned_is_said_so():
     def edit_distance_returns_the_row_before(a, b):
         previous = list(range(len(b) + 1))
