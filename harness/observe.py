@@ -44,6 +44,9 @@ RAISED = "raised in "
 
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(__file__) + os.sep
+#: the frames that stand between a learner's line and what it calls without being either: torch's own, and
+#: this record's and the call's machinery (its modes); the course's models in harness/ are code of their own
+_MACHINERY = (_TORCH_DIR, os.path.join(_HERE, "observe.py"), os.path.join(_HERE, "calls.py"))
 
 
 @dataclass(frozen=True)
@@ -175,7 +178,7 @@ class Recorder(TorchFunctionMode):
 
     def _caller(self, frame):
         """The first frame outside torch and this module, when it is the learner's; else None."""
-        while frame is not None and frame.f_code.co_filename.startswith((_TORCH_DIR, _HERE)):
+        while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
             frame = frame.f_back
         return frame if frame is not None and self._learner(frame) else None
 
@@ -259,7 +262,7 @@ class Recorder(TorchFunctionMode):
                 self.add(frame, "self." + self.module_names[id(module)], output, inputs=args)
 
     def _profile(self, frame, event, arg):
-        if event != "return" or not self.on or frame.f_code.co_filename.startswith((_TORCH_DIR, _HERE)):
+        if event != "return" or not self.on or frame.f_code.co_filename.startswith(_MACHINERY):
             return
         if frame.f_code in self.own:
             caller = frame.f_back
@@ -270,8 +273,10 @@ class Recorder(TorchFunctionMode):
             return
         if self.is_cell(frame.f_code.co_filename):
             return  # a helper of the learner's: its own lines were recorded
-        caller = frame.f_back
-        if caller is not None and self._learner(caller):
+        # the course's code a learner's line calls (through torch's Module.__call__, say): what it returns is a
+        # step of that line; what it does inside is not the learner's
+        caller = self._caller(frame.f_back)
+        if caller is not None:
             self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg)
 
     def know(self, tensors: Any) -> None:

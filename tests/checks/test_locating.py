@@ -737,6 +737,22 @@ def test_a_right_value_scaled_by_a_wrong_number_gives_both_numbers():
     assert "the computation's is 0.353553 (1/2.82843) times it" in message, message
 
 
+def test_the_course_models_work_is_not_the_learners_only_what_it_returns():
+    from harness.toys import ToyTranslator
+
+    def first_logits(model, src):
+        memory = model.encode(src)
+        ys = torch.ones(src.shape[0], 1, dtype=torch.long)
+        return model.decode(memory, ys)[:, -1]
+
+    seen = Observer(trace=True)
+    call_learner(first_logits, Case("a toy", (ToyTranslator(), torch.tensor([[3, 4, 5]]))), observer=seen)
+    made = [s.made_by for s in seen.observed().steps]
+    # the two calls and what the learner's lines do with their results; none of the model's own operations
+    assert "ToyTranslator.encode" in made and "ToyTranslator.decode" in made, made
+    assert len(made) <= 6, made
+
+
 def test_a_right_table_row_that_is_not_returned_is_said_so():
     def edit_distance_returns_the_row_before(a, b):
         previous = list(range(len(b) + 1))
