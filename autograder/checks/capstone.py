@@ -10,6 +10,7 @@ Every case draws its inputs from its own ``torch.Generator``.
 """
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import math
@@ -862,6 +863,23 @@ def _greedy(model, src, max_len, bos_id, eos_id) -> list[int]:
     return ys
 
 
+def _first_step(case: Case) -> dict[str, torch.Tensor]:
+    """The first step of the grader's beam search on a case, from the exercise's own start, [bos_id] with score 0:
+    the memory, the prefix decoded, the next token's logits (V,), their log-probabilities (the extensions'
+    scores, the start scoring 0), the beam_size best of those with their indices, and all of them sorted."""
+    model_spec, src = case.args
+    k, bos_id = case.kwargs["beam_size"], case.kwargs["bos_id"]
+    model = materialize(model_spec)
+    memory = model.encode(src.clone())
+    prefix = torch.tensor([[bos_id]])  # (1, 1)
+    logits = model.decode(memory, prefix)[0, -1].double()  # (V,)
+    log_probs = torch.log_softmax(logits, dim=-1)
+    best = log_probs.topk(min(k, log_probs.numel()))
+    return {"memory": memory, "prefix": prefix, "logits": logits, "log_probs": log_probs, "values": best.values,
+            "indices": best.indices, "sorted": log_probs.sort(descending=True).values,
+            "order": log_probs.argsort(descending=True)}
+
+
 class BeamSearchCheck(Check):
     function = "beam_search"
     oracle = (
@@ -924,6 +942,66 @@ class BeamSearchCheck(Check):
                 case(5, 3, 10, seed=2, vocab_size=8, alpha=0.6, eos_slope=1.0),
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        """The first step of the greedy case (the other cases: none).
+
+        Only the first step's inputs are the exercise's own, [bos_id] with score 0: every later step decodes the
+        hypotheses the learner kept, and a wrong choice among them (a token, a parent, an <eos> set aside wrongly)
+        is made in Python, where the trace sees no value; its first trace is a right computation on a wrong
+        hypothesis, a step later, which would be blamed on the line that decodes it. So a wrong result is located
+        only where its first token is already wrong (:meth:`_judge_values`), within the first step
+        (:meth:`where_values_part`).
+
+        Before the chain, the values that are right whatever the learner's first step does, so that they never
+        stand for the furthest stage once a value of the chain agrees: the start's score 0 (a scores tensor made
+        of it alone, or an index 0, is no sign that the step is right), the prefix [[bos_id]] and the memory.
+        The chain: the logits of the token after <bos>, their log-probabilities (the extensions' scores, the start
+        scoring 0; each one alone too, as a learner who lists the extensions reads them one at a time), the
+        beam_size best of them (topk, or a sort), and then the result, which a wrong first token never reaches."""
+        if case.tag != "greedy":
+            return []
+        first = _first_step(case)
+        memory, prefix, logits, log_probs = first["memory"], first["prefix"], first["logits"], first["log_probs"]
+        values, indices, zero = first["values"], first["indices"].double(), torch.zeros(1, dtype=torch.float64)
+        tokens, _ = _run(case)
+        return [
+            Stage.of("the score of the hypothesis [bos_id] the search starts from, 0", zero, zero[0], zero[None]),
+            Stage.of("the prefix [[bos_id]] decoded first", prefix, prefix[0]),
+            Stage.of("the memory, model.encode(src)", memory),
+            Stage.of("the logits of the first token, model.decode(memory, ys)[:, -1]", logits, logits[None]),
+            Stage("the log-probabilities of the first token, torch.log_softmax of the logits (the scores of the "
+                  "first step's extensions, as [bos_id] scores 0)", (log_probs, log_probs[None], *log_probs)),
+            Stage("the beam_size best extensions of the first step, their scores and indices (topk over all of them)",
+                  (values, *values, indices, *indices, first["sorted"], first["order"].double())),
+            Stage.of("the best hypothesis, the tokens your function returns", torch.tensor(tokens)),
+        ]
+
+    def where_values_part(self, case: Case, seen: Any) -> str:
+        """Where the values part within the first step (see :meth:`stages`): the trace is read up to the second
+        step's hypotheses, [bos_id, token] (the first of the learner's int tensors of two columns that starts with
+        bos_id: what the second step decodes, or a result of one step), when it has them. Past them the model's
+        own operations on a wrong token would be taken for the learner's lines; a first step whose values all agree
+        is said nothing about."""
+        if seen is None or not seen.steps:
+            return ""
+        bos_id = case.kwargs["bos_id"]
+
+        def second(step: Any) -> bool:
+            value = step.value
+            return (value is not None and not value.is_floating_point() and value.dim() in (1, 2)
+                    and value.shape[-1] == 2 and bool((value.reshape(-1, 2)[:, 0] == bos_id).all()))
+
+        end = next((i for i, step in enumerate(seen.steps) if second(step)), len(seen.steps))
+        return super().where_values_part(case, dataclasses.replace(seen, steps=seen.steps[:end]))
+
+    def where_crash_began(self, case: Case, seen: Any) -> str:
+        """Only whether the tensors the crashing operation was given are right (when they are the first step's).
+        The earlier line to blame, when they are not, is found by following what each value was made from; but the
+        course's model is recorded as if its operations were made on the line that calls it, and the values of a
+        later step are none of the first step's: the line blamed would be the model's, or a right one."""
+        said = super().where_crash_began(case, seen)
+        return said if said.startswith("The tensors") else ""
 
     def _result(self, case: Case, result: Any) -> tuple[list[int], float]:
         """The learner's (tokens, score) as plain values, or a message about their form."""
@@ -1023,11 +1101,16 @@ class BeamSearchCheck(Check):
         if verified:
             raise named_failure(f"`beam_search`'s result is wrong on the case {case.label}: ", verified[:1], None)
         if case.tag == "greedy":
-            raise CheckFailed(
+            failure = CheckFailed(
                 f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "
                 "with beam_size=1 beam search keeps one hypothesis, the best extension at every step, exactly as greedy "
                 "decoding does."
             )
+            if len(mine) > 1 and len(expected_tokens) > 1 and mine[1] != expected_tokens[1]:
+                # The first token is chosen from the exercise's own start, [bos_id] with score 0: the values part from
+                # the grader's within the first step, and the verdict locates where (see :meth:`stages`).
+                failure.case = case
+            raise failure
         if case.tag == "exhaustive":
             raise CheckFailed(
                 f"`beam_search` returned {mine} on the case {case.label}; the beam is wide enough to hold every sequence, "
