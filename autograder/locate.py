@@ -264,7 +264,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     last = max(_agreeing(found, furthest), default=-1)
     if furthest == final:
         step = steps[last]
-        if step.made_by == "return" and step.function == steps[-1].function:
+        if step.made_by.startswith("return") and step.function == steps[-1].function:  # "return[1]" of a tuple too
             return _became_float(recorded)  # it returns the right value: what is wrong is not a value (its type, say)
         where = _where(step)
         return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "

@@ -527,6 +527,9 @@ def test_locate_names_the_first_value_after_the_last_that_agrees():
     agree = torch.allclose
     text = locate([_step(1, a), _step(2, b), _step(3, b * 5), _step(4, c * 5, "return")], stages, [], agree)
     assert "Up to line 2" in text and "(B)" in text and "on line 3" in text and "next step is C" in text
+    # a right result, returned as the first of two values, is no value "not returned"
+    assert locate([_step(1, a), _step(2, b), _step(3, c), _step(4, c, "return[0]"), _step(4, b, "return[1]")],
+                  stages, [], agree) == ""
     missing = locate([_step(1, a), _step(2, b, "return")], stages, [], agree)
     assert "returns that value" in missing and "none of your values after it is C or a later step" in missing
     assert locate([], stages, [], agree) == ""
