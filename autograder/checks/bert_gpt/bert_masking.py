@@ -12,13 +12,16 @@ from typing import Any
 import torch
 
 from ...framework import (
+    INVALID,
     Case,
     Check,
     CheckFailed,
+    Stage,
     Stated,
     expect_tensor,
     expect_tuple,
     rule,
+    seeded,
 )
 from .draws import RETURNED, bound, seed_groups, seeded_generator
 
@@ -34,6 +37,11 @@ def _bert_batch(g: torch.Generator, B: int, T: int, ordinary: list[int], pad: in
         ids[b, 0], ids[b, middle], ids[b, n - 1] = cls, sep, sep
         ids[b, n:] = pad
     return ids
+
+
+#: the stages of the choice that a learner's values must reach for a location to be given
+FIRST_DRAW = "the first uniform draw, torch.rand(ids.shape, generator=generator)"
+BELOW_RATE = "the positions whose first draw is below rate"
 
 
 class MaskTokensCheck(Check):
@@ -87,6 +95,43 @@ class MaskTokensCheck(Check):
                 case(3, 8, 20, seed=15, rate=-0.1, tag="invalid")[0],
             ]
         return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        """The choice of the positions, up to which a learner's values are certain: the special positions, the
+        first uniform draw from the generator and the positions it chooses (the final stage). What follows it is
+        not: a right answer may draw the 80 / 10 / 10 numbers and the replacements in another order or shape (only
+        for the chosen positions, say), and it writes the inputs in place, which the trace does not see. So the
+        values are located only where they part before the choice is made (:meth:`where_values_part`). The first
+        draw is torch.rand(ids.shape) in float32 or float64 (torch.bernoulli draws the same numbers). With rate=1
+        every ordinary position is chosen whatever the draw: nothing there tells a right choice from a wrong one."""
+        (ids,) = case.args
+        rate = case.kwargs.get("rate", 0.15)
+        if case.tag == INVALID or rate >= 1:
+            return []
+        special = torch.isin(ids, torch.tensor(sorted(set(case.kwargs["special_ids"])), dtype=ids.dtype))  # (B, T)
+        seed = case.kwargs["generator"].kwargs["seed"]
+        drawn = [torch.rand(ids.shape, generator=seeded(seed), dtype=dtype) for dtype in (torch.float32, torch.float64)]
+        below = [u < rate for u in drawn]
+        return [
+            Stage.of("the positions of the special tokens (or of the ordinary ones), torch.isin(ids, special_ids)",
+                     special, ~special),
+            Stage(FIRST_DRAW, tuple(drawn)),
+            Stage(BELOW_RATE, tuple(below)),
+            Stage("the chosen positions: below rate, and not a special token", tuple(b & ~special for b in below)),
+        ]
+
+    def where_values_part(self, case: Case, seen: Any) -> str:
+        """Where the learner's values part from the choice of the positions, when they do after the first draw
+        agrees: a first draw of another kind, or one for something else, may be right, and a value after the
+        choice may be made in another right way (:meth:`stages`)."""
+        said = super().where_values_part(case, seen)
+        return said if any(f"({name})" in said for name in (FIRST_DRAW, BELOW_RATE)) else ""
+
+    def where_crash_began(self, case: Case, seen: Any) -> str:
+        """Only whether the tensors the crashing operation was given are right: the values made after the choice
+        are none of the stages' (:meth:`stages`), so an earlier line to blame could be a right one."""
+        said = super().where_crash_began(case, seen)
+        return said if said.startswith("The tensors") else ""
 
     @staticmethod
     def _draws(case: Case, result: Any) -> SimpleNamespace:

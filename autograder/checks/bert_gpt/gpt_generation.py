@@ -12,14 +12,18 @@ from typing import Any
 
 import torch
 
+from harness.observe import MAX_VALUE_ELEMENTS
+
 from ... import toys
 from ...framework import (
+    INVALID,
     Case,
     Check,
     CheckFailed,
     Hint,
     Opaque,
     Provided,
+    Stage,
     Stated,
     expect_close,
     expect_dtype,
@@ -123,6 +127,55 @@ class SampleNextCheck(Check):
                 case(2, 8, 1, seed=20, temperature=-0.5, top_k=2, tag="invalid"),
                 case(2, 8, 1, seed=20, top_p=-0.2, tag="invalid"),
             ]
+        return out
+
+    def stages(self, case: Case) -> list[Stage]:
+        """What is certain before the draw: the scaled logits, the filtered ones with -inf, the probabilities
+        (the last stage: the draw itself may differ between right answers, drawn from sorted probabilities, say,
+        and is judged by its counts). Nothing for a case whose logits the trace keeps by their shape only (the
+        statistical cases with 16 tokens or 20000 rows): with no value of the learner's to compare, every one of
+        them would look wrong."""
+        (logits,) = case.args
+        if case.tag == INVALID or logits.numel() > MAX_VALUE_ELEMENTS:
+            return []
+        temperature, top_k, top_p = self._settings(case)
+        x = logits.double()
+        if temperature == 0 or top_k == 1:
+            return [Stage.of("the most likely token of each row, logits.argmax(dim=-1)", x.argmax(dim=-1))]
+        scores = x / temperature  # (B, V)
+        out = [] if temperature == 1 else [Stage.of("the logits (as float64)", x)]
+        out.append(Stage.of(f"the scaled logits, logits / temperature (temperature={temperature})", scores))
+        V = scores.shape[-1]
+        if 0 < top_k < V:
+            largest = scores.topk(top_k, dim=-1).values  # (B, top_k)
+            kth = largest[:, -1:]  # (B, 1)
+            below = scores < kth
+            out += [Stage.of(f"the {top_k} largest scaled logits of each row (the k-th is the smallest kept)", kth,
+                             kth[:, 0], largest, scores.sort(dim=-1, descending=True).values),
+                    Stage.of("the tokens below the k-th largest, to remove", below, ~below)]
+            scores = scores.masked_fill(below, float("-inf"))
+            out.append(Stage.of(f"the scaled logits after top-k (top_k={top_k}), -inf where a token is removed", scores))
+        if top_p < 1:
+            probs = torch.softmax(scores, dim=-1)
+            ranked, order = probs.sort(dim=-1, descending=True)
+            running = ranked.cumsum(dim=-1)
+            ahead = running - ranked  # the mass of the tokens more likely than each
+            drop_sorted = ahead >= top_p
+            drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # vocabulary order
+            out += [Stage.of("the probabilities of the tokens kept so far, softmax of those logits", probs),
+                    # the order is certain only where no two probabilities tie (the zeros of removed tokens do)
+                    Stage("those probabilities sorted from the most likely down",
+                          (ranked,) + ((order,) if bool((probs > 0).all()) else ())),
+                    Stage.of("their running sum, cumsum(dim=-1)", running),
+                    Stage.of("the probability of the tokens more likely than each, cumsum - probs", ahead),
+                    Stage.of(f"the sorted tokens to remove, those with top_p={top_p} or more ahead of them",
+                             drop_sorted, ~drop_sorted),
+                    Stage.of("the tokens to remove, in vocabulary order", drop, ~drop)]
+            scores = scores.masked_fill(drop, float("-inf"))
+            out.append(Stage.of(f"the logits after top-p (top_p={top_p}), -inf where a token is removed", scores))
+        final = torch.softmax(scores, dim=-1)
+        out.append(Stage.of("the probabilities to draw from, softmax of the kept logits (0 where removed)", final,
+                            final.sort(dim=-1, descending=True).values))
         return out
 
     def wrong_argument(self, case: Case) -> str:
@@ -332,6 +385,154 @@ def _toy(case: Case) -> toys.ToyGPT:
     return toys.ToyGPT(**{k: v for k, v in model.kwargs.items() if k != "budget"})
 
 
+def _heads(y: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, T, d_model) -> (B, h, T, d_k), as split_heads gives it."""
+    B, T, d = y.shape
+    return y.reshape(B, T, h, d // h).transpose(1, 2)
+
+
+def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> tuple[list[Stage], int]:
+    """The values of the cached greedy decoder, for locating a learner's first wrong one, and the index of the
+    first stage that may stand for how far the learner's values are right (those before it never do).
+
+    :func:`autograder.locate.locate` reads the stages as a chain: the furthest one a learner's value agrees with
+    says how far the values are right, and the first value after the last one that agrees, which agrees with
+    none, is where they part. A decoder is no chain: some of its values are right whatever went wrong before
+    them, some are made side by side, and it returns a tuple. So the stages come in two parts.
+
+    The chain: each step's values, block by block, in the order the reference makes them, up to the step before
+    the last; then the last step's logits, the final stage (the stacking of the results comes after it). Two
+    values made beside the chain are left out of it, since a right one made after a wrong one would hide it:
+    the values so far (a learner concatenates the keys first, then the values), and the attention weights (the
+    course's scaled_dot_product_attention gives them after its output).
+
+    Before the chain, the values that agree with the computation without saying how far a learner's values are
+    right, and so never stand for the furthest stage once a value of the chain agrees: what the function
+    returns (a returned value that agreed with the furthest stage would hide the value after it that does not),
+    the last step's other values (a mistake made at every step would be located at the last, after the cache
+    returned), the positions' embeddings and the masks (they depend on no value), the tokens and their
+    embeddings (greedy decoding often picks the same token from somewhat wrong logits), the values so far and
+    the attention weights. They come in reverse order of the steps, so that before any value of the chain
+    agrees, the first step's count for the furthest (a later step's mask is right whatever came before it); the
+    last step's, when it is the only one, in the order of the chain.
+
+    A value that two stages of the chain hold (the weights of a lone query, all ones, in every block) is left
+    out: it says nothing of how far the learner's values are right."""
+    chain: list[tuple[Any, Stage]] = []  # ((step, block), stage)
+    early: list[list[Stage]] = []  # per step
+    returned: list[Stage] = []
+    tokens, all_logits = [], []
+    cache: list[tuple[torch.Tensor, torch.Tensor]] = []
+    new, start, B = prompt, 0, prompt.shape[0]
+    with torch.no_grad():
+        for step in range(steps):
+            T_new, last_step = new.shape[1], step == steps - 1
+            at = f"step {step + 1}" + (" (the prompt)" if step == 0 else f" (position {start})")
+            embedded = model.embed(new)  # (B, T_new, d_model)
+            pos = model.pos_embed(torch.arange(start, start + T_new))  # (T_new, d_model)
+            x = embedded + pos
+            full = torch.arange(start + T_new)[None, :] <= torch.arange(start + T_new)[:, None]  # (T, T)
+            allow = full[start:]  # (T_new, start + T_new): query t may see the keys 0 .. start + t
+            beside: list[Stage] = []  # made beside the chain: never the furthest, nor the one after the inputs
+            found = [Stage.of(f"{at}: the token read, logits.argmax(dim=-1) of the step before", new, new[:, 0])
+                     ] if step else []
+            found += [Stage.of(f"{at}: the causal mask subsequent_mask(start + T_new)[start:]", allow, full),
+                      Stage.of(f"{at}: the position embeddings pos_embed(arange(start, start + T_new))",
+                               pos, pos.unsqueeze(0)),
+                      Stage.of(f"{at}: the token embeddings embed(new)", embedded)]
+            links = [((step, -1), Stage.of(f"{at}: x = embed(new) + pos_embed(positions)", x))]
+            for i, block in enumerate(model.blocks):
+                attn, here = block.self_attn, f"{at}, block {i}"
+                a = block.norm1(x)
+                q_flat, k_flat, v_flat = attn.w_q(a), attn.w_k(a), attn.w_v(a)  # (B, T_new, d_model)
+                q, k, v = (_heads(y, attn.h) for y in (q_flat, k_flat, v_flat))  # (B, h, T_new, d_k)
+                stages = [Stage.of(f"{here}: norm1(x)", a),
+                          Stage.of(f"{here}: the queries split into heads", q, q_flat),
+                          Stage.of(f"{here}: the new keys split into heads", k, k_flat, k.transpose(-2, -1)),
+                          Stage.of(f"{here}: the new values split into heads", v, v_flat)]
+                if i < len(cache):
+                    k_all, v_all = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
+                    cache[i] = (k_all, v_all)
+                    keys = Stage.of(f"{here}: the keys so far, the cached ones then the new, along dim=2", k_all,
+                                    k_all.transpose(-2, -1))
+                    values = Stage.of(f"{here}: the values so far, the cached ones then the new, along dim=2", v_all)
+                    if last_step:
+                        returned += [keys, values]
+                    else:
+                        stages.append(keys)
+                        beside.append(values)
+                else:  # the first step's keys and values start the cache as they are
+                    k_all, v_all = k, v
+                    cache.append((k, v))
+                    if last_step:
+                        returned.append(Stage.of(f"{here}: the keys and values the cache returns", k, v))
+                product = q @ k_all.transpose(-2, -1)  # (B, h, T_new, start + T_new)
+                scores = product / math.sqrt(attn.d_k)
+                weights = torch.softmax(scores.masked_fill(~allow, float("-inf")), dim=-1)
+                context = weights @ v_all  # (B, h, T_new, d_k)
+                merged = context.transpose(1, 2).reshape(B, T_new, -1)  # (B, T_new, d_model)
+                attended = attn.w_o(merged)
+                mid = x + attended
+                b = block.norm2(mid)
+                fed = block.feed_forward(b)
+                stages += [Stage.of(f"{here}: q k^T, before the scaling", product),
+                           Stage.of(f"{here}: the scores q k^T / sqrt(d_k)", scores)]
+                if not bool(allow.all()):
+                    stages.append(Stage.of(f"{here}: the masked scores, -inf where a query may not see a key",
+                                           scores.masked_fill(~allow, float("-inf")), scores.masked_fill(~allow, -1e9)))
+                if start + T_new > 1:  # a lone query's weights over a lone key are all ones, in every block
+                    beside.append(Stage.of(f"{here}: the attention weights", weights))
+                stages += [Stage.of(f"{here}: the attention's output weights @ v, per head", context),
+                           Stage.of(f"{here}: the heads merged, merge_heads(context)", merged),
+                           Stage.of(f"{here}: w_o of the merged heads", attended),
+                           Stage.of(f"{here}: x + the attention's output", mid),
+                           Stage.of(f"{here}: norm2(x)", b),
+                           Stage.of(f"{here}: the feed-forward output feed_forward(norm2(x))", fed),
+                           Stage.of(f"{here}: the block's output x + feed_forward(norm2(x))", mid + fed)]
+                links += [((step, i), stage) for stage in stages]
+                x = mid + fed
+            normed = model.norm(x)  # (B, T_new, d_model): every new position, of which the newest counts
+            logits = model.head(normed[:, -1])  # (B, V)
+            links += [((step, len(cache)), stage) for stage in (
+                Stage(f"{at}: the newest position's output x[:, -1]", (x[:, -1],) + ((x[:, -1:],) if T_new > 1 else ())),
+                Stage.of(f"{at}: the final LayerNorm model.norm(x[:, -1])", normed[:, -1], normed))]
+            if last_step:  # without the keys and values the cache returns (the new ones, when it is the first step)
+                kept = [(group, Stage(stage.name, tuple(v for v in stage.values if not any(
+                    w.shape == v.shape and torch.equal(w, v) for r in returned for w in r.values))))
+                    for group, stage in links]
+                found += _unique(kept)
+            else:
+                chain += links + [((step, len(cache)), Stage.of(f"{at}: the logits model.head(model.norm(x[:, -1]))",
+                                                                 logits, model.head(normed)))]
+            early.append(beside + found)
+            if step == 0:
+                beside_first = beside
+            token = logits.argmax(dim=-1)  # (B,)
+            tokens.append(token)
+            all_logits.append(logits)
+            start += T_new
+            new = token.unsqueeze(1)  # (B, 1)
+    returned += [Stage.of("the tokens, stacked (B, steps)", torch.stack(tokens, dim=1)),
+                 Stage.of("the logits, stacked (B, steps, V)", torch.stack(all_logits, dim=1)),
+                 Stage.of(f"step {steps}: the token, logits.argmax(dim=-1)", tokens[-1], tokens[-1].unsqueeze(1))]
+    final = Stage.of(f"the last step's logits, model.head(model.norm(x[:, -1])) at step {steps}", all_logits[-1],
+                     model.head(normed))
+    quiet = returned + [stage for found in reversed(early[1:]) for stage in found] + beside_first
+    return quiet + early[0][len(beside_first):] + _unique(chain) + [final], len(quiet)
+
+
+def _unique(stages: Sequence[tuple[Any, Stage]]) -> list[Stage]:
+    """The stages, each without the values that a stage of another group (another step or block) holds too,
+    and without the stages left empty."""
+    values = [(group, v) for group, stage in stages for v in stage.values]
+
+    def shared(group: Any, v: torch.Tensor) -> bool:
+        return any(g != group and w.shape == v.shape and torch.equal(w, v) for g, w in values)
+
+    kept = [Stage(stage.name, tuple(v for v in stage.values if not shared(group, v))) for group, stage in stages]
+    return [stage for stage in kept if stage.values]
+
+
 GENERATE_MISTAKES: list[tuple[dict, str]] = [
     (dict(prompt_mask=False),
      "the prompt was read without a causal mask, so its positions saw each other's future and their keys and values "
@@ -400,6 +601,40 @@ class GenerateWithCacheCheck(Check):
         model = _toy(case)
         _, prompt = case.args
         return model, generate_plain(model, prompt, case.kwargs["steps"])
+
+    @staticmethod
+    def _stages(case: Case) -> tuple[list[Stage], int]:
+        _, prompt = case.args
+        return generation_stages(_toy(case), prompt, case.kwargs["steps"])
+
+    def stages(self, case: Case) -> list[Stage]:
+        return self.worked_out(case, self._stages)[0]
+
+    def where_values_part(self, case: Case, seen: Any) -> str:
+        """Where the learner's values part from the decoder's, unless they reach the last step's logits, or reach
+        none of the stages that say how far they are right (:func:`generation_stages`). In the first case what is
+        wrong is how the results are put together, or a cache kept in a way the logits do not show (the keys and
+        values in another order, the heads merged), which the rule's own message says; "look after the last
+        logits" would point past the second. In the second the trace holds no value of the decoding (a helper
+        the trace does not follow did it): a returned value that agrees says nothing of where the others part."""
+        said = super().where_values_part(case, seen)
+        if not said or "is not what your function returns" in said:
+            return ""
+        stages, first = self.worked_out(case, self._stages)
+        _, _, agree = self._compared(case, seen)
+        telling = [v for stage in stages[first:] for v in stage.values]
+        reached = any(step.value is not None and step.value.numel() > 1 and any(
+            v.shape == step.value.shape and agree(step.value, v) for v in telling) for step in seen.steps)
+        return said if reached else ""
+
+    def where_crash_began(self, case: Case, seen: Any) -> str:
+        """Only whether the tensors the crashing operation was given are right. The earlier line to blame, when
+        they are not, is found by following what each value was made from; but the course's functions a decoder
+        calls (split_heads, merge_heads, scaled_dot_product_attention, subsequent_mask) are recorded without what
+        they were given, so a wrong value that went through one of them (a wrong token, read a step later) would
+        be blamed on that call's line."""
+        said = super().where_crash_began(case, seen)
+        return said if said.startswith("The tensors") else ""
 
     @staticmethod
     def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:

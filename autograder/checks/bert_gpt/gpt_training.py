@@ -32,6 +32,8 @@ from ...framework import (
     where_it_differs,
 )
 from ...oracles.gpt import gpt_block
+from ...oracles.layers import feed_forward, layer_norm, multi_head_attention
+from ...oracles.masks import causal_mask
 from .. import Mismatch, state_mismatch
 
 
@@ -282,6 +284,30 @@ class GPTBlockCheck(Check):
         return out
 
     NAME = "`GPTBlock`'s output"
+
+    def stages(self, case: Case) -> list[Stage]:
+        """The block's values in eval mode, in the order the computation makes them; in training mode the
+        dropout masks are the learner's draw: nothing to locate against."""
+        if case.train:
+            return []
+        state, h = case.state, case.init["h"]
+        x = case.args[0].double()
+        mask = causal_mask(x.shape[1])  # (T, T), True where a query may attend
+        with torch.no_grad():
+            a = layer_norm(state, x, prefix="norm1.")
+            attended = multi_head_attention(state, a, a, a, h=h, prefix="self_attn.", attn_mask=mask)[0]
+            mid = x + attended
+            b = layer_norm(state, mid, prefix="norm2.")
+            fed = feed_forward(state, b, prefix="feed_forward.")
+        return [
+            Stage.of("the causal mask subsequent_mask(T), True where a query may attend", mask),
+            Stage.of("norm1(x)", a),
+            Stage.of("the attention self_attn(a, a, a, attn_mask=mask) with a = norm1(x)", attended),
+            Stage.of("the first residual sum x + dropout1(self_attn(...))", mid),
+            Stage.of("norm2 of that sum", b),
+            Stage.of("the feed-forward output feed_forward(norm2(x))", fed),
+            Stage.of("the output x + dropout2(feed_forward(norm2(x)))", mid + fed),
+        ]
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
