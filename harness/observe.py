@@ -170,6 +170,8 @@ class Recorder(TorchFunctionMode):
         self.python: dict[int, tuple[int, dict[str, torch.Tensor], frozenset[str]]] = {}
         #: ids of the tensors the call was given (see :meth:`know`)
         self.given: set[int] = set()
+        #: id of a frame of the course's code a learner's line called -> the tensors it was given
+        self.called: dict[int, list[torch.Tensor]] = {}
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -262,6 +264,12 @@ class Recorder(TorchFunctionMode):
                 self.add(frame, "self." + self.module_names[id(module)], output, inputs=args)
 
     def _profile(self, frame, event, arg):
+        if event == "call" and self.on and not frame.f_code.co_filename.startswith(_MACHINERY) \
+                and frame.f_code not in self.own and not self.is_cell(frame.f_code.co_filename) \
+                and self._caller(frame.f_back) is not None:
+            # the course's code a learner's line calls: the tensors it is given are what its result is made from
+            self.called[id(frame)] = [t for _, t in named_tensors(list(frame.f_locals.values()), "")]
+            return
         if event != "return" or not self.on or frame.f_code.co_filename.startswith(_MACHINERY):
             return
         if frame.f_code in self.own:
@@ -277,7 +285,8 @@ class Recorder(TorchFunctionMode):
         # step of that line; what it does inside is not the learner's
         caller = self._caller(frame.f_back)
         if caller is not None:
-            self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg)
+            self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg,
+                     inputs=self.called.pop(id(frame), None))
 
     def know(self, tensors: Any) -> None:
         """Tensors the call was given (its arguments, its module's parameters): no step made them, yet they

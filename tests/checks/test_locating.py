@@ -756,6 +756,19 @@ def test_the_course_models_work_is_not_the_learners_only_what_it_returns():
     assert len(made) <= 6, made
 
 
+def test_a_call_of_the_courses_code_is_made_from_the_tensors_it_was_given():
+    def heads_of_a_sum(x, h):
+        doubled = x + x
+        return split_heads(doubled, h)
+
+    seen = Observer(trace=True)
+    call_learner(heads_of_a_sum, Case("x", (torch.randn(2, 3, 8), 2)), observer=seen)
+    steps = seen.observed().steps
+    doubled = next(i for i, s in enumerate(steps) if s.made_by == "add")
+    split = next(s for s in steps if s.made_by == "split_heads")
+    assert split.uses == (doubled,), steps
+
+
 def test_a_right_table_row_that_is_not_returned_is_said_so():
     def edit_distance_returns_the_row_before(a, b):
         previous = list(range(len(b) + 1))
