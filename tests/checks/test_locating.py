@@ -195,6 +195,11 @@ def _faulty_line(fn) -> str:
 
 @pytest.mark.parametrize(("check_id", "fn"), UNSEEN, ids=[f"{c}: {f.__name__}" for c, f in UNSEEN])
 def test_an_uncatalogued_mistake_is_located_at_its_line(check_id, fn):
+    assert_located_at_its_line(check_id, fn)
+
+
+def assert_located_at_its_line(check_id: str, fn) -> None:
+    """The message for ``fn`` (its faulty line marked ``# FAULT``) quotes that line as where the values part."""
     message = _message(check_id, fn)
     line = _faulty_line(fn)
     # The sentence that locates it quotes the faulty line as the first whose value does not agree (or, where
