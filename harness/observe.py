@@ -229,6 +229,8 @@ class Recorder(TorchFunctionMode):
             frame = self._caller(sys._getframe(1)) if self.on else None
             if frame is not None:
                 self.add_raised(frame, _op_name(func), (args, kwargs or {}))
+            elif self.on:
+                self._raised_in_course_code(sys._getframe(1))
             raise
         name = _op_name(func)
         # An uninitialised tensor holds whatever the memory held (a table of an earlier call, say):
@@ -238,6 +240,19 @@ class Recorder(TorchFunctionMode):
             if frame is not None:
                 self.add(frame, name, out, inputs=(args, kwargs or {}))
         return out
+
+    def _raised_in_course_code(self, frame) -> None:
+        """A crash inside the course's code that a learner's line called (its scaled_dot_product_attention, given a
+        mask of the wrong shape): recorded as that call raising on the learner's line, made from what it was given."""
+        while frame is not None and frame.f_code.co_filename.startswith(_MACHINERY):
+            frame = frame.f_back
+        while frame is not None and not self._learner(frame):
+            caller = self._caller(frame.f_back) if frame.f_back is not None else None
+            if caller is not None:
+                name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+                self.add_raised(caller, name, self.called.get(id(frame), ()))
+                return
+            frame = frame.f_back
 
     def add_raised(self, frame, name: str, inputs: Any) -> None:
         """The operation that raised: a step with no value, made from the values it was given (``uses``: those

@@ -476,6 +476,28 @@ class MultiHeadAttentionCheck(Check):
         return case(f"self-attention in training mode, x ({B}, {T}, {d_model}), W^V = W^O = identity", B, T, T, d_model, h,
                     dtype=dtype, state=state, dropout=DROPOUT_P, tag="dropout")
 
+    def stages(self, case: Case) -> list[Stage]:
+        """Eval mode: the three projections, the heads cut from them, each head's context, the heads side by
+        side, the output. (The masks are no values a stage compares: they are made of booleans.)"""
+        if case.train:
+            return []
+        h = case.init["h"]
+        query, key, value = (t.double() for t in case.args)
+        state = double_state(case.state)
+        B, T_q, d_model = query.shape
+        d_k = d_model // h
+        projected = [oracles.linear(state, x, prefix=f"{name}.") for x, name in
+                     ((query, "w_q"), (key, "w_k"), (value, "w_v"))]
+        heads = [p.reshape(B, p.shape[1], h, d_k).transpose(1, 2) for p in projected]  # (B, h, T, d_k) each
+        _, weights = _oracle(case)
+        context = weights @ heads[2]  # (B, h, T_q, d_k)
+        merged = context.transpose(1, 2).reshape(B, T_q, d_model)
+        return [Stage("the projections w_q(query), w_k(key), w_v(value), (B, T, d_model)", tuple(projected)),
+                Stage("the heads cut from them, (B, h, T, d_k)", tuple(heads)),
+                Stage.of("each head's attention weights and context, weights @ v, (B, h, T_q, d_k)", weights, context),
+                Stage.of("the heads side by side again, (B, T_q, d_model)", merged),
+                Stage.of("the output w_o(...)", oracles.linear(state, merged, prefix="w_o."))]
+
     @staticmethod
     def _mistaken(case: Case, kwargs: dict) -> tuple[torch.Tensor, torch.Tensor]:
         """The output and weights of the course's computation with one catalogued mistake (``kwargs``)."""

@@ -21,7 +21,7 @@ from autograder.locate import Stage, locate
 from harness import wire
 from harness.calls import call_learner, remember_cell
 from harness.observe import MAX_STEPS, Observed, Observer, Step
-from reference.attention import softmax
+from reference.attention import scaled_dot_product_attention, softmax
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
 
@@ -489,6 +489,27 @@ def test_a_crash_quotes_the_earlier_line_that_made_the_value_it_was_given(fn):
     raised_on = message.split("(in your")[1].split("\n")[0]
     assert _faulty_line(fn) not in raised_on, "the crash must happen on a later line than the fault"
     assert "comes from line" in message and _faulty_line(fn) in message.split("comes from line")[1], message
+
+
+class AttentionMaskOnTheWrongAxis(MultiHeadAttention):
+    def forward(self, query, key, value, attn_mask=None, key_padding_mask=None):
+        B, T_q, _ = query.shape
+        q = split_heads(self.w_q(query), self.h)
+        k, v = split_heads(self.w_k(key), self.h), split_heads(self.w_v(value), self.h)
+        mask = None if attn_mask is None else attn_mask.unsqueeze(-2)  # FAULT
+        if key_padding_mask is not None:
+            keep = ~key_padding_mask[:, None, None, :]
+            mask = keep if mask is None else mask & keep
+        context, weights = scaled_dot_product_attention(q, k, v, mask)
+        self.attn_weights = weights.detach()
+        return self.w_o(merge_heads(context))
+
+
+def test_a_crash_inside_the_courses_code_quotes_the_learners_line_that_made_what_it_was_given():
+    message = _message("multihead.MultiHeadAttention", AttentionMaskOnTheWrongAxis)
+    assert "raised inside the course's `scaled_dot_product_attention`" in message, message
+    assert "What `scaled_dot_product_attention` was given there comes from line" in message, message
+    assert _faulty_line(AttentionMaskOnTheWrongAxis) in message.split("comes from line")[1], message
 
 
 def test_a_crash_on_right_tensors_says_so_rather_than_blaming_an_earlier_line():
