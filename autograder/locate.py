@@ -85,8 +85,11 @@ def _unfinished(steps: Sequence[Step]) -> list[Step]:
 
 
 def _chance(step: Step) -> bool:
-    """Whether a value may agree with a step of the computation by chance: a single number, or a Python value."""
-    return step.value is not None and (step.value.numel() <= 1 or step.made_by.startswith("="))
+    """Whether a value may agree with a step of the computation by chance: a single number, a Python value, or a
+    few ids or flags (the next token of each row, which another step may repeat)."""
+    value = step.value
+    return value is not None and (value.numel() <= 1 or step.made_by.startswith("=")
+                                  or not value.is_floating_point() and value.numel() <= 16)
 
 
 def _found(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> list[int | None]:

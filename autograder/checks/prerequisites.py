@@ -562,6 +562,32 @@ class GreedyDecodeCheck(Check):
         max_len, bos_id, eos_id, pad_id = (case.kwargs[k] for k in ("max_len", "bos_id", "eos_id", "pad_id"))
         return _greedy(materialize(case.args[0]), case.args[1].clone(), max_len, bos_id, eos_id, pad_id, **mistake)
 
+    def stages(self, case: Case) -> list[Stage]:
+        """The memory, then step by step the logits of the tokens so far, the next tokens (before and after the
+        finished rows are padded), the rows finished so far and ys with the new column."""
+        max_len, bos_id, eos_id, pad_id = (case.kwargs[k] for k in ("max_len", "bos_id", "eos_id", "pad_id"))
+        model, src = materialize(case.args[0]), case.args[1].clone()
+        with torch.no_grad():
+            memory = model.encode(src)
+            ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)  # (B, 1)
+            finished = torch.zeros(src.shape[0], dtype=torch.bool)
+            out = [Stage.of("the memory, model.encode(src)", memory),
+                   Stage.of("ys = [[bos_id]] for every row, and no row finished", ys, finished)]
+            for t in range(1, max_len + 1):
+                logits = model.decode(memory, ys)  # (B, t, V)
+                best = logits[:, -1].argmax(dim=-1)  # (B,)
+                token = best.masked_fill(finished, pad_id)
+                ys = torch.cat([ys, token.unsqueeze(1)], dim=1)  # (B, t + 1)
+                finished = finished | (token == eos_id)
+                out += [Stage.of(f"step {t}: the logits model.decode(memory, ys), (B, {t}, V)", logits, logits[:, -1]),
+                        Stage.of(f"step {t}: the next tokens, logits[:, -1].argmax(dim=-1), finished rows padded",
+                                 best, token, token.unsqueeze(1)),
+                        Stage.of(f"step {t}: ys with its new column, (B, {t + 1}), and the rows finished so far", ys,
+                                 finished)]
+                if bool(finished.all()):
+                    break
+        return out
+
     @rule("integer ids")
     def _integer_ids(self, case: Case, result: Any) -> None:
         name = "`greedy_decode`'s result"

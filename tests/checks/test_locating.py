@@ -512,6 +512,27 @@ def test_a_crash_inside_the_courses_code_quotes_the_learners_line_that_made_what
     assert _faulty_line(AttentionMaskOnTheWrongAxis) in message.split("comes from line")[1], message
 
 
+def greedy_decode_batch_from_the_wrong_axis(model, src, max_len, bos_id, eos_id, pad_id):
+    memory = model.encode(src)
+    batch = src.shape[1]  # the source length, not the batch
+    ys = torch.full((batch, 1), bos_id, dtype=torch.long)
+    finished = torch.zeros(batch, dtype=torch.bool)
+    for _ in range(max_len):
+        next_token = model.decode(memory, ys)[:, -1].argmax(dim=-1).masked_fill(finished, pad_id)
+        ys = torch.cat([ys, next_token.unsqueeze(1)], dim=1)
+        finished = finished | (next_token == eos_id)
+        if bool(finished.all()):
+            break
+    return ys
+
+
+def test_a_crash_inside_the_course_model_quotes_the_line_that_made_what_it_was_given():
+    message = _message("prerequisites.greedy_decode", greedy_decode_batch_from_the_wrong_axis)
+    assert "raised inside the course's `ToyTranslator.decode`" in message, message
+    assert "What `ToyTranslator.decode` was given there comes from line" in message, message
+    assert "`ys = torch.full((batch, 1), bos_id, dtype=torch.long)`" in message.split("comes from line")[1], message
+
+
 def test_a_crash_on_right_tensors_says_so_rather_than_blaming_an_earlier_line():
     message = _message("multihead.split_heads", split_heads_size_from_the_wrong_axis)
     assert "raised RuntimeError" in message
