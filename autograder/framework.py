@@ -719,8 +719,6 @@ class Check:
     _NON_RESULTS = (_not_forbidden, _implemented, _refused_rightly, _parameters_match, _raises_nothing, _returns_a_value)
 
 
-#: the rules every check keeps, the base class's own: what is not a result, the dtype, what a call must leave
-#: alone, the refusal of invalid arguments
 class LossCheck(Check):
     """A check of a training loss over targets some of which are padding. Its first rule is the loss's form
     (:func:`expect_loss`: a 0-dimensional finite tensor, NaN where every target is padding); a subclass names
@@ -744,6 +742,8 @@ class LossCheck(Check):
                     nothing_to_average=self.nothing_to_average(case))
 
 
+#: the rules every check keeps, the base class's own: what is not a result, the dtype, what a call must leave
+#: alone, the refusal of invalid arguments
 BASE_RULES: tuple[Rule, ...] = (*Check._NON_RESULTS, Check._dtype, *Check._EFFECTS, Check._refuses, Check._refusal_names)
 #: the names a failure can carry besides its rules': a whole judge or judge_all of a check's own, and the
 #: learner's function not callable or not ending in time

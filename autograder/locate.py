@@ -191,11 +191,16 @@ def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culpr
     """The earlier lines whose values the culprit was made from (directly, or through other values
     that agree with nothing) when those values agree with none of the computation's steps: a mask
     or a size made wrong a line before shows there, not on the line that uses it."""
-    lines = {}
     here = (steps[culprit].line, steps[culprit].function)
-    for i in _unmatched_behind(steps, found, culprit, 32):
-        if (steps[i].line, steps[i].function) != here and steps[i].source:
-            lines.setdefault((steps[i].line, steps[i].function), steps[i])
+    return _by_line(steps[i] for i in _unmatched_behind(steps, found, culprit, 32)
+                    if (steps[i].line, steps[i].function) != here and steps[i].source)
+
+
+def _by_line(steps: Iterator[Step]) -> list[Step]:
+    """The first of ``steps`` on each line, in the order of the lines, at most three."""
+    lines: dict[tuple[int, str], Step] = {}
+    for step in steps:
+        lines.setdefault((step.line, step.function), step)
     return [lines[k] for k in sorted(lines)][:3]
 
 
@@ -247,12 +252,8 @@ def _unmatched_lists(steps: Sequence[Step], found: Sequence[int | None], culprit
     """The Python lists made before the culprit that have the shape of one of the computation's lists and agree
     with none of its values (strides filled in wrong, say): a wrong list shows only where it is used."""
     shapes = {tuple(v.shape) for stage in stages for v in stage.values if v.dim() == 1}
-    lines = {}
-    for i in range(culprit):
-        s = steps[i]
-        if found[i] is None and s.made_by.startswith("=") and s.value is not None and tuple(s.value.shape) in shapes:
-            lines.setdefault((s.line, s.function), s)
-    return [lines[k] for k in sorted(lines)][:3]
+    return _by_line(s for i, s in enumerate(steps[:culprit]) if found[i] is None and s.made_by.startswith("=")
+                    and s.value is not None and tuple(s.value.shape) in shapes)
 
 
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
@@ -283,8 +284,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         return (f"{head}, and your function returns that value: none of your values after it is {following.name} "
                 "or a later step (they are missing, or they leave that value as it was).")
     step = steps[culprit]
-    returned = step.made_by == "return" and culprit == len(steps) - 1
-    if returned:  # nothing before it stands for the next step (a line that does all the work): it is the result
+    is_result = step.made_by == "return" and culprit == len(steps) - 1
+    if is_result:  # nothing before it stands for the next step (a line that does all the work): it is the result
         following = stages[final]
     same = last >= 0 and (steps[last].line, steps[last].function) == (step.line, step.function)
     first = "the first value after that which does not is" if last >= 0 else "the first that should is"
@@ -292,7 +293,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     text = f"{head}; {first} {_maker(step)} " + (f"{on} the same line" if same else f"{on} {_where(step)}")
     shapes = {tuple(v.shape) for v in following.values}
     agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
-    if returned and tuple(step.value.shape) in shapes:
+    if is_result and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's result is {following.name}{_parting(step.value, expected, agree)}."
     elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed \
@@ -302,7 +303,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     elif step.value is not None and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's next step is {following.name}{_parting(step.value, expected, agree)}."
-        text += _scaled(step, expected, [steps[i] for i in step.uses if i in _agreeing(found, furthest)],
+        agreeing = _agreeing(found, furthest)
+        text += _scaled(step, expected, [steps[i] for i in step.uses if i in agreeing],
                         stages[furthest].name if furthest >= 0 else "")
     elif step.made_by.startswith("=") and len(step.shape) == 1 and all(len(s) == 1 for s in shapes):
         text += (f". The computation's next step is {following.name}, of length "

@@ -166,8 +166,9 @@ class Recorder(TorchFunctionMode):
         self.on = False
         #: id of a tensor a step made -> (that step's index, a weak reference that proves the id is still it)
         self.made: dict[int, tuple[int, weakref.ref]] = {}
-        #: id of a learner's frame -> (the line it is on, the values its variables last held, its loops' counters)
-        self.python: dict[int, tuple[int, dict[str, torch.Tensor], frozenset[str]]] = {}
+        #: id of a learner's frame -> (the line it is on, what its variables last held (:func:`_snapshot`), its
+        #: loops' counters)
+        self.python: dict[int, tuple[int, dict[str, Any], frozenset[str]]] = {}
         #: ids of the tensors the call was given (see :meth:`know`)
         self.given: set[int] = set()
         #: id of a frame of the course's code a learner's line called -> the tensors it was given

@@ -33,6 +33,7 @@ from ..framework import (
     expect_close,
     expect_tensor,
     expect_tuple,
+    failure_on,
     materialize,
     named_failure,
     relabelling,
@@ -209,13 +210,12 @@ class EditDistanceCheck(Check):
                 "sequence into an empty one (or the other way round) takes one deletion (insertion) per symbol, so "
                 "start from D[i, 0] = i and D[0, j] = j."
             )
-        failure = CheckFailed(
+        raise failure_on(
+            case,
             f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: fill the table "
             "D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]) for every prefix and return "
-            "D[len(a), len(b)]."
+            "D[len(a), len(b)].",
         )
-        failure.case = case
-        raise failure
 
     rules_across = (_distance,)
 
@@ -1101,7 +1101,7 @@ class BeamSearchCheck(Check):
         if verified:
             raise named_failure(f"`beam_search`'s result is wrong on the case {case.label}: ", verified[:1], None)
         if case.tag == "greedy":
-            failure = CheckFailed(
+            message = (
                 f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "
                 "with beam_size=1 beam search keeps one hypothesis, the best extension at every step, exactly as greedy "
                 "decoding does."
@@ -1109,8 +1109,8 @@ class BeamSearchCheck(Check):
             if len(mine) > 1 and len(expected_tokens) > 1 and mine[1] != expected_tokens[1]:
                 # The first token is chosen from the exercise's own start, [bos_id] with score 0: the values part from
                 # the grader's within the first step, and the verdict locates where (see :meth:`stages`).
-                failure.case = case
-            raise failure
+                raise failure_on(case, message)
+            raise CheckFailed(message)
         if case.tag == "exhaustive":
             raise CheckFailed(
                 f"`beam_search` returned {mine} on the case {case.label}; the beam is wide enough to hold every sequence, "

@@ -485,10 +485,9 @@ class MultiHeadAttentionCheck(Check):
         query, key, value = (t.double() for t in case.args)
         state = double_state(case.state)
         B, T_q, d_model = query.shape
-        d_k = d_model // h
         projected = [oracles.linear(state, x, prefix=f"{name}.") for x, name in
                      ((query, "w_q"), (key, "w_k"), (value, "w_v"))]
-        heads = [p.reshape(B, p.shape[1], h, d_k).transpose(1, 2) for p in projected]  # (B, h, T, d_k) each
+        heads = [oracles.split_heads(p, h) for p in projected]  # (B, h, T, d_k) each
         _, weights = _oracle(case)
         context = weights @ heads[2]  # (B, h, T_q, d_k)
         merged = context.transpose(1, 2).reshape(B, T_q, d_model)

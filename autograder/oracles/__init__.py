@@ -46,7 +46,7 @@ weights; dropout masks come from :class:`Dropout`, a private generator per case.
 from __future__ import annotations
 
 from .dropout import Dropout
-from .layers import SCALES, feed_forward, layer_norm, linear, multi_head_attention, sublayer
+from .layers import SCALES, feed_forward, layer_norm, linear, multi_head_attention, split_heads, sublayer
 from .masks import allowed, causal_mask, padding_mask, torch_attn_mask
 from .stages import layer_norm_stages, post_norm_stages, stack_stages
 from .states import (
@@ -73,7 +73,7 @@ from .torch_layers import (
 __all__ = [
     "SCALES", "Dropout", "State", "allowed", "blank", "causal_mask", "decoder_layer_state", "double_state",
     "encoder_layer_state", "feed_forward", "ffn_state", "layer_norm", "layer_norm_stages", "layer_norm_state",
-    "linear", "mha_state", "multi_head_attention", "padding_mask", "post_norm_stages", "stack_stages",
+    "linear", "mha_state", "multi_head_attention", "padding_mask", "post_norm_stages", "split_heads", "stack_stages",
     "stack_state", "sublayer", "torch_attn_mask", "torch_decoder", "torch_decoder_layer", "torch_encoder",
     "torch_encoder_layer", "torch_feed_forward", "torch_layer_norm", "torch_mha",
 ]

@@ -9,7 +9,7 @@ import torch
 
 from .. import toys
 from .dropout import Dropout, drop
-from .layers import feed_forward, layer_norm, multi_head_attention
+from .layers import feed_forward, layer_norm, multi_head_attention, split_heads
 from .masks import causal_mask
 from .states import State
 
@@ -103,7 +103,7 @@ def generate_cached(model: toys.ToyGPT, prompt: torch.Tensor, steps: int, *, pro
             for i, block in enumerate(model.blocks):
                 attn = block.self_attn
                 a = block.norm1(x)
-                q, k, v = (y.reshape(B, T_new, attn.h, attn.d_k).transpose(1, 2)  # (B, h, T_new, d_k)
+                q, k, v = (split_heads(y, attn.h)  # (B, h, T_new, d_k)
                            for y in (attn.w_q(a), attn.w_k(a), attn.w_v(a)))
                 if i < len(cache):
                     if extend:

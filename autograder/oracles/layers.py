@@ -23,6 +23,12 @@ def linear(state: State, x: torch.Tensor, *, prefix: str) -> torch.Tensor:
     return F.linear(x, state[f"{prefix}weight"].to(x.dtype), None if bias is None else bias.to(x.dtype))
 
 
+def split_heads(y: torch.Tensor, h: int) -> torch.Tensor:
+    """(B, T, d_model) -> (B, h, T, d_k): the features cut into h blocks, the head axis before the positions."""
+    B, T, d_model = y.shape
+    return y.reshape(B, T, h, d_model // h).transpose(1, 2)
+
+
 def feed_forward(state: State, x: torch.Tensor, *, prefix: str = "", dropout: Dropout | None = None,
                  activation: Callable[[torch.Tensor], torch.Tensor] = torch.relu) -> torch.Tensor:
     """max(0, x W_1 + b_1) W_2 + b_2, with dropout on the hidden activations (training mode)."""
@@ -116,7 +122,7 @@ def multi_head_attention(
         T = y.shape[1]
         if split == "no-transpose":
             return y.reshape(B, h, T, d_k)  # positions mixed into heads
-        return y.reshape(B, T, h, d_k).transpose(1, 2)  # (B, h, T, d_k)
+        return split_heads(y, h)  # (B, h, T, d_k)
 
     q, k, v = heads(query, projections[0]), heads(key, projections[1]), heads(value, projections[2])
     scores = q @ k.transpose(-2, -1) / SCALES[scale](d_k, d_model)  # (B, h, T_q, T_k)

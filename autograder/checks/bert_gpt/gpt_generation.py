@@ -36,6 +36,7 @@ from ...framework import (
     where_it_differs,
 )
 from ...oracles.gpt import generate_cached, generate_plain
+from ...oracles.layers import split_heads
 from ...oracles.sampling import nucleus_margin, sampling_distribution, sorted_positions, top_ids
 from .draws import RETURNED, bound, seed_groups, seeded_generator
 
@@ -385,12 +386,6 @@ def _toy(case: Case) -> toys.ToyGPT:
     return toys.ToyGPT(**{k: v for k, v in model.kwargs.items() if k != "budget"})
 
 
-def _heads(y: torch.Tensor, h: int) -> torch.Tensor:
-    """(B, T, d_model) -> (B, h, T, d_k), as split_heads gives it."""
-    B, T, d = y.shape
-    return y.reshape(B, T, h, d // h).transpose(1, 2)
-
-
 def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> tuple[list[Stage], int]:
     """The values of the cached greedy decoder, for locating a learner's first wrong one, and the index of the
     first stage that may stand for how far the learner's values are right (those before it never do).
@@ -445,7 +440,7 @@ def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> t
                 attn, here = block.self_attn, f"{at}, block {i}"
                 a = block.norm1(x)
                 q_flat, k_flat, v_flat = attn.w_q(a), attn.w_k(a), attn.w_v(a)  # (B, T_new, d_model)
-                q, k, v = (_heads(y, attn.h) for y in (q_flat, k_flat, v_flat))  # (B, h, T_new, d_k)
+                q, k, v = (split_heads(y, attn.h) for y in (q_flat, k_flat, v_flat))  # (B, h, T_new, d_k)
                 stages = [Stage.of(f"{here}: norm1(x)", a),
                           Stage.of(f"{here}: the queries split into heads", q, q_flat),
                           Stage.of(f"{here}: the new keys split into heads", k, k_flat, k.transpose(-2, -1)),
