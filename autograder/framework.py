@@ -479,13 +479,19 @@ class Check:
     def where_values_part(self, case: Case, seen: Observed | None) -> str:
         """The sentence that locates a wrong value in the learner's lines, or ""."""
         compared = self._compared(case, seen)
-        return locate(seen.steps, *compared, seen.truncated) if compared else ""
+        return locate(seen.steps, *compared, seen.truncated, code=seen.code, held=seen.held) if compared else ""
 
-    def where_crash_began(self, case: Case, seen: Observed | None) -> str:
-        """For a call that raised inside a torch operation: whether what it was given is right, and if not,
-        the earlier line that first made a value none of the computation's; or ""."""
+    #: whether a crash on a wrong value is followed back to the earlier line that made it; off where the values
+    #: past the stages (those of a later step, or of a random choice made another right way) would blame a right line
+    crash_followed_back: ClassVar[bool] = True
+
+    def where_crash_began(self, case: Case, seen: Observed | None, at: tuple[int, str] | None = None) -> str:
+        """For a call that raised: whether what the torch operation that raised was given is right, and if not,
+        the earlier line that first made a value none of the computation's; where neither, what the line that
+        raised (``at``, when no torch operation did) depends on that the record cannot check; or ""."""
         compared = self._compared(case, seen)
-        return locate_crash(seen.steps, *compared) if compared else ""
+        return locate_crash(seen.steps, *compared, code=seen.code, held=seen.held, at=at,
+                            follow_back=self.crash_followed_back) if compared else ""
 
     def _compared(self, case: Case, seen: Observed | None) -> tuple | None:
         """What the learner's trace is compared with: the stages of ``case``, its input tensors, and the
@@ -634,7 +640,9 @@ class Check:
                         f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
                         f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained,
                         rule=failure.rule)
-                began = self.where_crash_began(case, seen) if case.tag != INVALID and _deferrable(result) else ""
+                line, function = result.details.get("at", ("", ""))
+                at = (int(line), function) if line.isdigit() else None
+                began = self.where_crash_began(case, seen, at) if case.tag != INVALID and _deferrable(result) else ""
                 if began:
                     failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained, rule=failure.rule)
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from autograder.unchecked import Code, Held, unchecked
 from harness.observe import RAISED, Step
 
 
@@ -256,9 +257,20 @@ def _unmatched_lists(steps: Sequence[Step], found: Sequence[int | None], culprit
                     and s.value is not None and tuple(s.value.shape) in shapes)
 
 
+def _depends(steps: Sequence[Step], found: Sequence[int | None], line: int, function: str, code: Code, held: Held,
+             made: str = "") -> str:
+    """What the learner's line depends on that the record cannot check (:mod:`autograder.unchecked`), as a
+    sentence to append; the variables whose values agreed with the computation are no suspects."""
+    checked = {s.made_by[1:] for s, k in zip(steps, found) if k is not None and s.made_by.startswith("=")}
+    said = unchecked(code, held, function, line, checked, made.removeprefix("=") if made.startswith("=") else "")
+    return " " + said if said else ""
+
+
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
-           truncated: bool = False) -> str:
-    """The sentence that says where the values first part, or "" when the trace cannot say."""
+           truncated: bool = False, code: Code = (), held: Held = ()) -> str:
+    """The sentence that says where the values first part, or "" when the trace cannot say. With the learner's
+    ``code`` and what its variables ``held``, a line that makes a wrong value from right tensors is said what
+    else it depends on."""
     if not steps or not stages:
         return ""
     recorded, steps = steps, _unfinished(_comparable(steps, stages))
@@ -317,6 +329,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         text += (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
                  + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: "
                  "look there too.")
+    else:
+        text += _depends(steps, found, step.line, step.function, code, held, step.made_by)
     if truncated:
         text += " (Only the first part of your function's work was recorded.)"
     return text
@@ -338,15 +352,22 @@ def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int)
     return [(roots[k], steps[latest[k]]) for k in sorted(roots)][:3]
 
 
-def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> str:
+def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
+                 code: Code = (), held: Held = (), at: tuple[int, str] | None = None, follow_back: bool = True) -> str:
     """For a call that raised inside a torch operation, the sentence that says whether what that operation
     was given is right, and if not, which earlier line first made a value that is none of the computation's
-    from values that are; "" when the trace holds no such operation."""
+    from values that are (unless ``follow_back`` is off: where the stages do not cover the values such a line
+    would be judged by). Where no earlier line is to blame, or the crash is not a torch operation's (``at``: the
+    learner's line that raised, and its function), what the crashing line depends on that the record cannot
+    check; "" when there is nothing to say."""
     crash = next((i for i in range(len(steps) - 1, -1, -1) if steps[i].made_by.startswith(RAISED)), None)
-    if crash is None or not stages:
+    if not stages:
         return ""
     steps = _comparable(steps, stages)
     found = [None if s.made_by.startswith(RAISED) else k for s, k in zip(steps, _found(steps, stages, inputs, agree))]
+    if crash is None:
+        return _depends(steps, found, *at, code, held).strip() if at else ""
+    depends = _depends(steps, found, steps[crash].line, steps[crash].function, code, held)
     given = [i for i in steps[crash].uses if i < crash]
     operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
     # each tensor it was given (one at least) is a step's, an argument or a parameter
@@ -354,10 +375,11 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     if known and all(found[i] is not None for i in given):
         named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
         return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "
-                "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments.")
-    roots = _crash_roots(steps, found, crash)
+                "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments."
+                + depends)
+    roots = _crash_roots(steps, found, crash) if follow_back else []
     if not roots:
-        return ""
+        return depends.strip()
     lines = ", ".join(f"line {s.line}, `{s.source}` (shape {s.shape})" for _, s in roots)
     several = len(roots) > 1
     made_from = all(first.uses for first, _ in roots)

@@ -400,6 +400,9 @@ class UsedForbidden:
 
 #: packages whose frames are the course's code: an error raised inside them is named as the course's
 COURSE_CODE = frozenset({"reference", "autograder", "harness", "transformer"})
+#: the handlers through which a torch function or dispatch mode (the course's counters and records) sees each
+#: operation: a frame of one belongs to the operation it watches, not to the course's code
+_MODE_HANDLERS = frozenset({"__torch_function__", "__torch_dispatch__"})
 #: how notebook cells name their code: the grader's worker, classic IPython, ipykernel
 _CELL_FILE = re.compile(r"<cell [^>]+>|<ipython-input-[^>]*>|.*[/\\]ipykernel_\d+[/\\][^/\\]+\.py")
 
@@ -487,6 +490,8 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
             continue  # the harness that made the call, and the recorder that watched it
         if frame.f_code in own or filename in own_files or _is_cell(filename):
             kind = "learner"
+        elif frame.f_code.co_name in _MODE_HANDLERS:
+            kind = "library"  # a mode that watches torch's operations runs inside them: the operation raised
         elif module.split(".")[0] in COURSE_CODE:
             kind = "course"
         else:
@@ -518,6 +523,7 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     details = {}
     if mine:
         frame, lineno, _ = frames[mine[-1]]
+        details["at"] = (str(lineno), _qualname(frame)[:200])  # for the lines the grader says the line depends on
         guard = _guard_of_raise(frame, lineno)
         if guard:
             details["guard"] = guard

@@ -39,6 +39,10 @@ MAX_STEPS = 600
 MAX_ELEMENTS = 1_500_000
 #: a value larger than this is noted by its shape only
 MAX_VALUE_ELEMENTS = 200_000
+#: bounds of the functions' sources and variables sent with a trace
+MAX_FUNCTIONS = 16
+MAX_SOURCE = 20_000
+MAX_HELD = 512
 #: what a step made by an operation that raised is said to be made by, before the operation's name
 RAISED = "raised in "
 
@@ -86,6 +90,12 @@ class Observed:
     #: what the probes of :mod:`harness.probes` found, by probe: where the result does not follow the
     #: arguments' device, where gradients do not reach what it was made from
     findings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the source of each of the learner's functions the trace holds a step of: (its name, the number of its
+    #: first line, its text), so that the grader can read which lines a line depends on
+    code: tuple[tuple[str, int, str], ...] = ()
+    #: what each variable of those functions held when the function returned: (function, name, kind), the kind
+    #: being "tensor" (a tensor, a list of tensors, a module) or "python" (a number, a list of numbers, a dict, ...)
+    held: tuple[tuple[str, str, str], ...] = ()
 
 
 def named_tensors(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
@@ -173,6 +183,9 @@ class Recorder(TorchFunctionMode):
         self.given: set[int] = set()
         #: id of a frame of the course's code a learner's line called -> the tensors it was given
         self.called: dict[int, list[torch.Tensor]] = {}
+        #: the learner's function -> (its first line, its source); (function, variable) -> what it held
+        self.code: dict[str, tuple[int, str]] = {}
+        self.held: dict[tuple[str, str], str] = {}
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -211,7 +224,7 @@ class Recorder(TorchFunctionMode):
             self.truncated = True
             return
         line = frame.f_lineno
-        source, function = _place(frame, line)
+        source, function = self._place(frame, line)
         self.on = False  # copying a value is not a step of the learner's
         try:
             uses = self._uses(inputs)
@@ -263,7 +276,7 @@ class Recorder(TorchFunctionMode):
             return
         self.on = False
         try:
-            source, function = _place(frame, frame.f_lineno)
+            source, function = self._place(frame, frame.f_lineno)
             uses = self._uses(inputs)
             given = {id(t): t for _, t in named_tensors(inputs, "")}
             elsewhere = [i for i, t in given.items()
@@ -288,6 +301,12 @@ class Recorder(TorchFunctionMode):
             return
         if event != "return" or not self.on or frame.f_code.co_filename.startswith(_MACHINERY):
             return
+        if self._learner(frame):
+            self.on = False  # looking at its variables is not a step of the learner's
+            try:
+                self._remember_held(frame)
+            finally:
+                self.on = True
         if frame.f_code in self.own:
             caller = frame.f_back
             if caller is None or not self._learner(caller):  # the graded function's own return
@@ -303,6 +322,29 @@ class Recorder(TorchFunctionMode):
         if caller is not None:
             self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg,
                      inputs=self.called.pop(id(frame), None))
+
+    def _place(self, frame, line: int) -> tuple[str, str]:
+        """The line's text and the function's name (:func:`_place`); the function's source is kept the first time."""
+        source, function = _place(frame, line)
+        if function not in self.code and len(self.code) < MAX_FUNCTIONS:
+            try:
+                lines, first = inspect.getsourcelines(frame.f_code)
+                self.code[function] = (first, "".join(lines)[:MAX_SOURCE])
+            except (OSError, TypeError, IndexError):
+                self.code[function] = (0, "")
+        return source, function
+
+    def _remember_held(self, frame) -> None:
+        """What kind of value each variable of a learner's frame holds as it returns (or unwinds)."""
+        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        for name, value in list(frame.f_locals.items())[:64]:
+            if len(self.held) >= MAX_HELD:
+                return
+            # a module's work is recorded as its calls are, as a tensor's is
+            kind = "tensor" if isinstance(value, (torch.Tensor, torch.nn.Module)) or (
+                isinstance(value, (list, tuple, dict)) and tensors_in(value)) else "python"
+            if self.held.get((function, name)) != "tensor":  # a variable that ever held a tensor is followed
+                self.held[(function, name)] = kind
 
     def know(self, tensors: Any) -> None:
         """Tensors the call was given (its arguments, its module's parameters): no step made them, yet they
@@ -376,7 +418,7 @@ class Recorder(TorchFunctionMode):
             self.truncated = True
             return
         self.elements += value.numel()
-        source, function = _place(frame, line)
+        source, function = self._place(frame, line)
         self.steps.append(Step(line, source[:300], function[:200], made_by[:200], value, tuple(value.shape)))
 
     @contextlib.contextmanager
@@ -479,5 +521,8 @@ class Observer:
         if self.arguments is None:
             return Observed(traced=self.trace, findings=dict(self.findings))
         r = self.recorder
+        code = tuple((f, first, text) for f, (first, text) in r.code.items()) if r else ()
+        held = tuple((f, name, kind) for (f, name), kind in r.held.items()) if r else ()
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
-                        tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings))
+                        tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings),
+                        code, held)

@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .calls import Case, ModuleResult, Opaque, Raised, UsedForbidden
-from .observe import MAX_STEPS, Observed, Step
+from .observe import MAX_FUNCTIONS, MAX_HELD, MAX_SOURCE, MAX_STEPS, Observed, Step
 from .probes import PROBES
 from .providers import Provided
 
@@ -161,10 +161,11 @@ def _raised(body: Any) -> Raised:
     for key in ("missing", "unexpected"):
         if key in given:
             details[key] = _names(given[key], f"the {key} names")
-    if "guard" in given:
-        details["guard"] = _names(given["guard"], "the guard of a raise")
-        if len(details["guard"]) != 2:
-            raise WireError("the guard of a raise is not a line and its text")
+    for key, what in (("guard", "the guard of a raise"), ("at", "the line that raised")):
+        if key in given:
+            details[key] = _names(given[key], what)
+            if len(details[key]) != 2:
+                raise WireError(f"{what} is not a line and its text")
     if "shared" in given:
         pairs = _list(given["shared"], "the shared names")
         if len(pairs) > MAX_NAMES:
@@ -252,7 +253,8 @@ def encode_observed(seen: Observed) -> dict:
     steps = [[s.line, s.source, s.function, s.made_by, encode(s.value), list(s.shape), list(s.uses)] for s in seen.steps]
     return {"written": list(seen.written), "aliased": list(seen.aliased), "attached": list(seen.attached),
             "steps": steps, "truncated": seen.truncated, "traced": seen.traced,
-            "findings": {k: list(v) for k, v in seen.findings.items()}}
+            "findings": {k: list(v) for k, v in seen.findings.items()},
+            "code": [list(c) for c in seen.code], "held": [list(h) for h in seen.held]}
 
 
 def _optional_tensor(value: Any) -> torch.Tensor | None:
@@ -293,7 +295,33 @@ def decode_observed(value: Any) -> Observed:
     return Observed(_names(value.get("written", []), "the written arguments"),
                     _names(value.get("aliased", []), "the aliased arguments"),
                     _names(value.get("attached", []), "the attached attributes"), tuple(read), *flags,
-                    {k: _finding(v, k) for k, v in findings.items()})
+                    {k: _finding(v, k) for k, v in findings.items()}, _code(value.get("code", [])),
+                    _held(value.get("held", [])))
+
+
+def _code(value: Any) -> tuple[tuple[str, int, str], ...]:
+    """The sources of the traced functions: (name, first line, text), within the recorder's bounds."""
+    functions = _list(value, "the traced functions' sources")
+    if len(functions) > MAX_FUNCTIONS:
+        raise WireError("too many traced functions")
+    read = []
+    for function in functions:
+        name, first, text = _list(function, "a traced function's source", 3)
+        if type(first) is not int or not 0 <= first < 2**31:
+            raise WireError("a traced function's first line is not a number")
+        read.append((_text(name, "a traced function", 200), first, _text(text, "a traced function's source", MAX_SOURCE)))
+    return tuple(read)
+
+
+def _held(value: Any) -> tuple[tuple[str, str, str], ...]:
+    """What kind of value each variable of the traced functions held: (function, name, kind)."""
+    entries = _list(value, "the traced variables")
+    if len(entries) > MAX_HELD:
+        raise WireError("too many traced variables")
+    read = tuple(_names(entry, "a traced variable") for entry in entries)
+    if any(len(entry) != 3 or entry[2] not in ("tensor", "python") for entry in read):
+        raise WireError("a traced variable is not a function, a name and a kind")
+    return read
 
 
 def _finding(value: Any, probe: str) -> tuple[str, ...]:

@@ -995,13 +995,9 @@ class BeamSearchCheck(Check):
         end = next((i for i, step in enumerate(seen.steps) if second(step)), len(seen.steps))
         return super().where_values_part(case, dataclasses.replace(seen, steps=seen.steps[:end]))
 
-    def where_crash_began(self, case: Case, seen: Any) -> str:
-        """Only whether the tensors the crashing operation was given are right (when they are the first step's).
-        The earlier line to blame, when they are not, is found by following what each value was made from; but the
-        course's model is recorded as if its operations were made on the line that calls it, and the values of a
-        later step are none of the first step's: the line blamed would be the model's, or a right one."""
-        said = super().where_crash_began(case, seen)
-        return said if said.startswith("The tensors") else ""
+    #: a crash is not followed back: the course's model is recorded as if its operations were made on the line that
+    #: calls it, and a later step's values are none of the first step's, so the line blamed would be the model's
+    crash_followed_back = False
 
     def _result(self, case: Case, result: Any) -> tuple[list[int], float]:
         """The learner's (tokens, score) as plain values, or a message about their form."""

@@ -127,11 +127,9 @@ class MaskTokensCheck(Check):
         said = super().where_values_part(case, seen)
         return said if any(f"({name})" in said for name in (FIRST_DRAW, BELOW_RATE)) else ""
 
-    def where_crash_began(self, case: Case, seen: Any) -> str:
-        """Only whether the tensors the crashing operation was given are right: the values made after the choice
-        are none of the stages' (:meth:`stages`), so an earlier line to blame could be a right one."""
-        said = super().where_crash_began(case, seen)
-        return said if said.startswith("The tensors") else ""
+    #: a crash is not followed back: the values made after the choice are none of the stages', so an earlier
+    #: line blamed could be a right one
+    crash_followed_back = False
 
     @staticmethod
     def _draws(case: Case, result: Any) -> SimpleNamespace:

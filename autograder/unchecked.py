@@ -1,0 +1,256 @@
+"""What a learner's line depends on that the record of values cannot check.
+
+The record (:mod:`harness.observe`) holds the tensors a learner's lines make, and the numbers and lists a
+function of Python values makes; :mod:`autograder.locate` compares them with the computation's. It cannot
+tell whether a size read from a shape, an index, an id or a dict of counts is right (a 3 equals some value of
+any computation by chance), nor whether a line ran when it should have. So when the first wrong value is made
+on a line from tensors that agree with the computation, or a line crashes on right tensors, what is left to
+suspect is the line itself, the Python values it reads and the conditions under which it runs. This module
+reads those from the learner's source (sent back with the trace as text; parsed here, never run) and names
+their lines, in the learner's terms. Like the rest of the trace, it only shapes the message.
+"""
+from __future__ import annotations
+
+import ast
+import textwrap
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+#: methods that change the object they are called on: ``merged.append(x)`` sets ``merged`` as much as ``=`` does
+_CHANGES = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add",
+                      "discard", "sort", "reverse", "popitem", "fill_", "zero_", "copy_"})
+#: at most this many lines are quoted, so that the lines that matter are not lost among the others
+MAX_QUOTED = 6
+#: a quoted line longer than this is cut
+_WIDTH = 120
+
+#: (the learner's function, its first line, its source), as :class:`harness.observe.Observed` holds it
+Code = Sequence[tuple[str, int, str]]
+#: (function, variable, "tensor" or "python")
+Held = Sequence[tuple[str, str, str]]
+
+
+@dataclass(frozen=True)
+class _Function:
+    node: ast.FunctionDef | ast.AsyncFunctionDef
+    first: int  # the number of its first line in the cell or file
+    lines: list[str]
+
+    def line(self, number: int) -> str:
+        text = self.lines[number - self.first].strip() if 0 <= number - self.first < len(self.lines) else ""
+        return text if len(text) <= _WIDTH else text[:_WIDTH - 1] + "…"
+
+    def at(self, node: ast.AST) -> int:
+        return node.lineno + self.first - 1
+
+
+def _parse(code: Code, function: str) -> _Function | None:
+    found = next(((first, text) for name, first, text in code if name == function), None)
+    if found is None or not found[1]:
+        return None
+    text = textwrap.dedent(found[1])
+    try:  # the learner's text: parsed, never run; whatever it is, a failure here only leaves the sentence out
+        module = ast.parse(text)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return None
+    node = module.body[0] if module.body else None
+    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return None
+    return _Function(node, found[0], text.splitlines())
+
+
+_Ancestry = tuple[tuple[ast.stmt, str], ...]
+
+
+def _statements(fn: _Function) -> Iterator[tuple[ast.stmt, _Ancestry]]:
+    """Every statement of the function's own body (not of the functions or classes it defines), in the order of
+    the source, each with the compound statements around it and the branch (``body``, ``orelse``) it is in."""
+    todo: list[tuple[ast.stmt, _Ancestry]] = [(s, ()) for s in reversed(fn.node.body)]
+    while todo:
+        statement, around = todo.pop()
+        yield statement, around
+        if isinstance(statement, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            continue
+        inner = []
+        for branch in ("body", "orelse", "finalbody", "handlers"):
+            for child in getattr(statement, branch, None) or []:
+                children = child.body if isinstance(child, ast.ExceptHandler) else [child]
+                inner += [(c, (*around, (statement, branch))) for c in children if isinstance(c, ast.stmt)]
+        todo += reversed(inner)
+
+
+def _header(statement: ast.stmt) -> list[ast.AST]:
+    """The expressions a statement evaluates itself: a compound statement's header, a simple one's whole."""
+    if isinstance(statement, (ast.If, ast.While)):
+        return [statement.test]
+    if isinstance(statement, (ast.For, ast.AsyncFor)):
+        return [statement.iter]
+    if isinstance(statement, (ast.With, ast.AsyncWith)):
+        return [item.context_expr for item in statement.items]
+    if isinstance(statement, (ast.Try, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return []
+    return [statement]
+
+
+def _spans(fn: _Function, statement: ast.stmt, line: int) -> bool:
+    """Whether ``line`` is one of the statement's own lines (a compound statement's header only)."""
+    body = getattr(statement, "body", None)
+    if isinstance(statement, ast.Try):
+        last = statement.lineno
+    elif isinstance(body, list) and body:
+        last = body[0].lineno - 1  # a one-line `if x: y = 1` leaves its line to the statement inside
+    else:
+        last = statement.end_lineno or statement.lineno
+    return fn.at(statement) <= line <= last + fn.first - 1
+
+
+def _locals_of(expressions: list[ast.AST]) -> set[str]:
+    """The names bound inside expressions (a comprehension's variable, a lambda's argument): not the function's."""
+    bound = set()
+    for expression in expressions:
+        for node in ast.walk(expression):
+            if isinstance(node, ast.comprehension):
+                bound |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+            elif isinstance(node, ast.Lambda):
+                bound |= {a.arg for a in ast.walk(node.args) if isinstance(a, ast.arg)}
+    return bound
+
+
+def _read(statement: ast.stmt) -> list[str]:
+    """The names the statement reads, in the order they appear."""
+    expressions = _header(statement)
+    skip = _locals_of(expressions)
+    names = [n.id for e in expressions for n in ast.walk(e)
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in skip]
+    if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
+        names.insert(0, statement.target.id)  # i += 2 reads i
+    return list(dict.fromkeys(names))
+
+
+def _targets(target: ast.AST) -> Iterator[str]:
+    """The variables an assignment's target sets or changes: ``a``, ``a, b``, ``a[i]`` (not ``a.x``: an
+    attribute kept on an object, ``self.weights = w``, is no input of a later line)."""
+    while isinstance(target, (ast.Subscript, ast.Starred)):
+        target = target.value
+    if isinstance(target, ast.Name):
+        yield target.id
+    elif isinstance(target, (ast.Tuple, ast.List)):
+        for element in target.elts:
+            yield from _targets(element)
+
+
+def _sets(statement: ast.stmt) -> set[str]:
+    """The variables a statement sets or changes."""
+    found: set[str] = set()
+    if isinstance(statement, ast.Assign):
+        for target in statement.targets:
+            found.update(_targets(target))
+    elif isinstance(statement, (ast.AugAssign, ast.AnnAssign, ast.For, ast.AsyncFor)):
+        found.update(_targets(statement.target))
+    elif isinstance(statement, (ast.With, ast.AsyncWith)):
+        for item in statement.items:
+            if item.optional_vars is not None:
+                found.update(_targets(item.optional_vars))
+    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr in _CHANGES:
+        found.update(_targets(statement.value.func.value))
+    for expression in _header(statement):
+        found.update(n.target.id for n in ast.walk(expression)
+                     if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name))
+    return found
+
+
+def _optional(test: ast.expr, parameters: set[str]) -> bool:
+    """Whether a condition only asks what the caller gave: ``mask is None``, ``if scaled:`` (a branch the case
+    chooses, not one the learner's values steer)."""
+    if isinstance(test, ast.Name):
+        return test.id in parameters
+    return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
+            and isinstance(test.left, ast.Name) and test.left.id in parameters
+            and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
+
+
+def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
+    a = node.args
+    return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
+
+
+def _condition(fn: _Function, around: _Ancestry) -> Iterator[tuple[int, str]]:
+    """The conditions that decide whether the statement runs, the nearest first: (line, how it depends)."""
+    parameters = _parameters(fn.node)
+    for statement, branch in reversed(around):
+        if isinstance(statement, (ast.If, ast.While)) and _optional(statement.test, parameters):
+            continue
+        if isinstance(statement, ast.If) and branch in ("body", "orelse"):
+            yield fn.at(statement), "under which it runs" if branch == "body" else "which must be false for it to run"
+        elif isinstance(statement, ast.While) and branch == "body":
+            yield fn.at(statement), "while which it runs"
+
+
+def _quote(fn: _Function, lines: Sequence[int]) -> str:
+    quoted = [f"line {n}, `{fn.line(n)}`" for n in lines]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
+@dataclass(frozen=True)
+class _Part:
+    """One thing a line depends on: variables and the lines that set them, or a condition (``how`` it steers)."""
+
+    lines: tuple[int, ...]
+    names: Sequence[str] = ()
+    how: str = ""
+
+    def words(self, fn: _Function, lines: Sequence[int]) -> str:
+        if self.how:
+            return f"the condition on {_quote(fn, lines)}, {self.how}"
+        names = [f"`{n}`" for n in self.names]
+        spelled = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
+        return f"{spelled}, set on {_quote(fn, lines)}"
+
+
+def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str] = frozenset(),
+              made: str = "") -> str:
+    """The sentence that names what line ``line`` of the learner's ``function`` depends on and the record cannot
+    check (the Python values it reads, where they are set, and the conditions it runs under), or "" when there
+    is nothing of the kind. ``checked`` are variables whose values the record did compare (and found right);
+    ``made`` the variable whose value the line is blamed for making (no suspect of its own making)."""
+    fn = _parse(code, function)
+    if fn is None:
+        return ""
+    everything = list(_statements(fn))
+    here = [(s, around) for s, around in everything if _spans(fn, s, line)]
+    if not here:
+        return ""
+    statement, around = here[-1]  # the innermost
+    python = {name for f, name, kind in held if f == function and kind == "python"}
+    listed = {made} | set(checked)
+
+    def suspects(reader: ast.stmt) -> dict[tuple[int, ...], list[str]]:
+        """The Python values ``reader`` reads that no earlier part names, grouped by the lines that set them."""
+        found: dict[tuple[int, ...], list[str]] = {}
+        for name in _read(reader):
+            if name not in python or name in listed:
+                continue
+            lines = tuple(fn.at(s) for s, _ in everything if name in _sets(s) and s is not reader)
+            if lines:  # an argument the function never changes is the case's own, and right
+                found.setdefault(lines, []).append(name)
+                listed.add(name)
+        return found
+
+    # what the line reads; then each condition it runs under, nearest first, with what that condition reads
+    parts = [_Part(lines, names) for lines, names in suspects(statement).items()]
+    conditions = {fn.at(s): s for s, _ in around}
+    for number, how in list(_condition(fn, around))[:2]:
+        parts.append(_Part((number,), how=how))
+        parts += [_Part(lines, names) for lines, names in suspects(conditions[number]).items()]
+    said, quoted = [], 0
+    for part in parts:
+        if quoted >= MAX_QUOTED:
+            break
+        lines = part.lines[:MAX_QUOTED - quoted]
+        quoted += len(lines)
+        said.append(part.words(fn, lines))
+    if not said:
+        return ""
+    return (f"Line {fn.at(statement)} also depends on what the record of your values cannot check: "
+            + "; ".join(said) + ". Look there too.")

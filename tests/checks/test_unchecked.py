@@ -1,0 +1,180 @@
+"""What a line depends on that the record of values cannot check (:mod:`autograder.unchecked`): the Python
+values it reads (a size, an index, an id), where they are set, and the conditions it runs under.
+
+The wrong implementations here are the course's solutions with one line changed where the mistake makes no
+wrong tensor of its own: a condition, an int that steers a loop, an id. Without this sentence their messages
+quoted the line where a value first went wrong, or where the code crashed, but not the line at fault.
+"""
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import textwrap
+
+import pytest
+
+from autograder.checks import get
+from autograder.framework import CheckFailed, run_check
+from autograder.unchecked import MAX_QUOTED, unchecked
+from harness import wire
+from harness.calls import Case, call_learner, remember_cell
+from harness.observe import Observer
+
+
+def _mutant(chapter: str, function: str, old: str, new: str):
+    """The course's solution of ``function`` with ``old`` made ``new``, defined in a notebook cell of its own."""
+    reference = importlib.import_module(f"reference.{chapter}")
+    source = textwrap.dedent(inspect.getsource(getattr(reference, function)))
+    assert source.count(old) == 1, old
+    cell = f"<cell {function} {old} -> {new}>"
+    text = source.replace(old, new)
+    remember_cell(cell, text)
+    namespace = dict(vars(reference), __name__="__main__")
+    exec(compile(text, cell, "exec"), namespace)  # noqa: S102
+    return namespace[function]
+
+
+def _message(check_id: str, fn) -> str:
+    with pytest.raises(CheckFailed) as failure:
+        run_check(get(check_id), fn)
+    return str(failure.value)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mistakes that make no wrong tensor of their own, each quoted in the message
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("chapter, function, old, new", [
+    # a wrong id: the first wrong value is the list it is appended to
+    ("bert_gpt", "bpe_train", "256 + k, [], 0", "256 - k, [], 0"),
+    # a condition: the pair is merged where it should not be, on the line that appends
+    ("bert_gpt", "bpe_train", "ids[i + 1]) == best", "ids[i + 1]) != best"),
+    # an int that steers a loop
+    ("bert_gpt", "bpe_encode", "i += 2", "i += 3"),
+    # a loop's start: each row of the table is compared, its counter is not
+    ("capstone", "edit_distance", "enumerate(b, start=1)", "enumerate(b, start=2)"),
+])
+def test_a_wrong_python_value_or_condition_is_quoted_with_the_line_that_went_wrong(chapter, function, old, new):
+    message = _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
+    said = message.split("also depends on what the record of your values cannot check:")
+    assert len(said) == 2, message
+    changed = next(line.strip() for line in textwrap.dedent(inspect.getsource(
+        getattr(importlib.import_module(f"reference.{chapter}"), function))).replace(old, new).splitlines() if new in line)
+    assert f"`{changed}`" in said[1], message
+
+
+def test_a_python_crash_quotes_the_condition_that_let_the_index_run_past_the_end():
+    message = _message("bert_gpt.bpe_train", _mutant("bert_gpt", "bpe_train", "while i < len(ids):", "while i <= len(ids):"))
+    assert "raised IndexError" in message, message
+    assert "the condition on line" in message and "`while i <= len(ids):`, while which it runs" in message, message
+
+
+def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
+    fn = _mutant("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
+    message = _message("bert_gpt.sample_next", fn)
+    assert "The tensors `topk` was given on that line are right" in message, message
+    assert "`if 0 < top_k < scores.shape[-2]:`, under which it runs" in message, message
+
+
+def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
+    # the course counts a cached decoder's reads with a dispatch mode, which runs inside torch's operations
+    fn = _mutant("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
+    message = _message("bert_gpt.generate_with_cache", fn)
+    assert "raised IndexError" in message, message
+    assert "Reads" not in message and "__torch_dispatch__" not in message, message
+    assert "`start -= T_new`" in message, message
+
+
+# ---------------------------------------------------------------------------------------------
+# The sentence itself, on a learner's source
+# ---------------------------------------------------------------------------------------------
+
+
+SOURCE = '''\
+def f(x, mask=None, scaled=True):
+    n = x.shape[0]
+    total, seen = [], {}
+    for i in range(n):
+        if mask is None:
+            y = x[i] * 2
+        elif i % 2:
+            y = x[i] + n
+        else:
+            y = x[i] - n
+            total.append(y)
+        self.kept = y
+        seen[i] = y
+    if scaled:
+        total = [t / n for t in total]
+    return total
+'''
+HELD = [("f", name, "python") for name in ("n", "total", "seen", "i", "self")] + [("f", "y", "tensor")]
+
+
+def _said(line: int, **kwargs) -> str:
+    return unchecked([("f", 1, SOURCE)], HELD, "f", line, **kwargs)
+
+
+def test_the_python_values_a_line_reads_are_quoted_with_the_lines_that_set_them():
+    said = _said(8)  # y = x[i] + n
+    assert "`n`, set on line 2, `n = x.shape[0]`" in said and "`i`, set on line 4, `for i in range(n):`" in said, said
+    assert "`y`" not in said  # a tensor: the record compares it
+    assert "mask is None" not in said  # the caller chose that branch, not the learner's values
+    assert "the condition on line 7, `elif i % 2:`, under which it runs" in said, said
+
+
+def test_the_branch_and_the_loop_a_line_runs_in_are_said_as_they_are():
+    said = _said(10)
+    assert "`elif i % 2:`, which must be false for it to run" in said, said
+    # a bare parameter steers a branch the caller chose
+    assert "if scaled" not in _said(15)
+
+
+def test_what_a_line_changes_is_no_suspect_of_its_own_and_attributes_are_not_variables():
+    said = _said(11, made="total")  # total.append(y): the value blamed is total itself
+    assert "`total`" not in said, said
+    assert "line 12" not in _said(13)  # self.kept = y sets no variable a later line reads
+    assert "line 13" not in _said(13)  # seen[i] = y: the line itself is not one of the lines that set seen for it
+
+
+def test_checked_variables_arguments_and_unreadable_sources_give_nothing():
+    assert "`n`" not in _said(8, checked={"n"})
+    assert _said(2) == ""  # reads only the argument x
+    assert unchecked([("f", 1, "def f(:\n")], HELD, "f", 2) == ""
+    assert unchecked([("g", 1, SOURCE)], HELD, "f", 8) == ""
+    assert unchecked([("f", 1, "x = (" * 300 + ")" * 300)], HELD, "f", 1) == ""
+
+
+def test_at_most_a_few_lines_are_quoted():
+    many = "def f(x):\n" + "".join(f"    a{k} = {k}\n" for k in range(10)) + \
+        "    return x + " + " + ".join(f"a{k}" for k in range(10)) + "\n"
+    held = [("f", f"a{k}", "python") for k in range(10)]
+    said = unchecked([("f", 1, many)], held, "f", 12)
+    assert said.count(", set on line") == MAX_QUOTED, said
+
+
+# ---------------------------------------------------------------------------------------------
+# What crosses the wire
+# ---------------------------------------------------------------------------------------------
+
+
+def test_the_source_and_the_kinds_of_the_variables_cross_the_wire_within_bounds():
+    def scaled(x):
+        n = x.shape[-1]
+        return x / n
+
+    import torch
+
+    seen = Observer(trace=True)
+    call_learner(scaled, Case("x", (torch.randn(2, 3),)), observer=seen)
+    sent = json.loads(json.dumps(wire.encode_observed(seen.observed())))
+    back = wire.decode_observed(sent)
+    assert back.code and back.code[0][0].endswith("scaled") and "n = x.shape[-1]" in back.code[0][2]
+    assert (back.code[0][0], "n", "python") in back.held and (back.code[0][0], "x", "tensor") in back.held
+    for broken in ({**sent, "code": [["f", -1, "def f(): pass"]]}, {**sent, "code": "def f(): pass"},
+                   {**sent, "held": [["f", "n", "int"]]}, {**sent, "held": [["f", "n"]]},
+                   {**sent, "code": [["f", 1, "x"]] * 100}):
+        with pytest.raises(wire.WireError):
+            wire.decode_observed(broken)
