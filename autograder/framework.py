@@ -840,7 +840,9 @@ def raised_message(name: str, case: Case, result: Raised) -> str:
 
 def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: float | None = None) -> str:
     """Run a check entirely in this process, as the notebooks do, each call under the grader's time limit."""
-    from .time_limit import CallTimedOut, call_seconds_default, call_time_limit, endless_loop_message
+    from harness.call_limit import CallTimedOut, call_time_limit
+
+    from .time_limit import call_seconds_default, endless_loop_message, stopped_message, timed_out
 
     if not callable(fn):
         raise _failure(f"expected the function `{check.function}`, got {type(fn).__name__}", rule="callable")
@@ -855,6 +857,9 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
             with call_time_limit(seconds):
                 start = time.monotonic()
                 results.append(call_learner(fn, case, wires, observer))
+            if timed_out(results[-1]):
+                raise _failure(stopped_message(check.function, seconds, case.label, results[-1], observer.observed()),
+                               rule="ends in time")
             if probes and not isinstance(results[-1], (Raised, UsedForbidden)):
                 with call_time_limit(seconds + PROBE_SECONDS):
                     observer.findings = probe(fn, case, probes, time.monotonic() - start)

@@ -25,13 +25,16 @@ from .assignment import Assignment
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 from .source.references import imported_modules, reference_sources
 from .submissions import cell_name
-from .time_limit import endless_loop_message
+from .time_limit import endless_loop_message, stopped_message, timed_out
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
 MAX_WORKER_STARTS = 3
 #: how often a call that runs out of time is made, each time in a fresh process, before it costs
 #: points: on a machine shared with other submissions, a neighbour's processes may have had the CPU
 CALL_TRIES = 2
+#: how long after the call's limit the learner's process is ended when its own alarm has not answered (code
+#: that catches BaseException, or a loop inside one C call)
+STOP_GRACE = 2.0
 
 
 @dataclass(frozen=True)
@@ -197,18 +200,21 @@ class Session:
             child = self._child(function, own)
             try:
                 # The call's own limit ends when the function returns; the probes that follow have a limit of
-                # their own, so that a function that never returns is stopped at the call's limit.
-                reply = child.request({"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes)},
-                                      timeout=self.left(self.limits.call_seconds))
+                # their own, so that a function that never returns is stopped at the call's limit. The learner's
+                # process stops the call itself at that limit, to say where it was running; it is ended from here
+                # when it has not answered a little later.
+                request = {"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes),
+                           "seconds": self.limits.call_seconds}
+                reply = child.request(request, timeout=self.left(self.limits.call_seconds + STOP_GRACE))
                 if probes and reply == wire.CALLED:
                     reply = child.receive(timeout=self.left(PROBE_SECONDS))
-                break
             except WorkerTimeout:
                 self._end_child()
                 if self.left(1) <= 0:
                     raise TimeoutError from None
                 if attempt == CALL_TRIES:
                     return Failure(endless_loop_message(function, self.limits.call_seconds, case.label))
+                continue
             except WorkerGone:
                 self._end_child()
                 return Failure(
@@ -218,6 +224,24 @@ class Session:
             except wire.WireError as exc:
                 self._end_child()
                 return Failure(self._unreadable(function, case, exc))
+            read = self._read_reply(function, case, reply)
+            if isinstance(read, Failure):
+                return read
+            result, seen = read
+            if timed_out(result):
+                self._end_child()
+                if self.left(1) <= 0:
+                    raise TimeoutError
+                if attempt < CALL_TRIES:
+                    continue
+                return Failure(stopped_message(function, self.limits.call_seconds, case.label, result, seen))
+            if observed is not None:
+                observed.append(seen)
+            return result
+        raise AssertionError("unreachable: the last attempt returns")
+
+    def _read_reply(self, function: str, case, reply: dict) -> tuple[Any, Any] | Failure:
+        """A call's reply as (result, what the call did besides), or the Failure that says why it cannot be read."""
         if reply.get("missing") is True and len(reply) == 1:
             return Failure(f"there is no `{function}` in the notebook: keep the name the exercise gives it.")
         error = reply.get("error")
@@ -231,9 +255,7 @@ class Session:
             seen = wire.decode_observed(reply["observed"]) if "observed" in reply else None
         except wire.WireError as exc:
             return Failure(self._unreadable(function, case, exc))
-        if observed is not None:
-            observed.append(seen)
-        return result
+        return result, seen
 
     @staticmethod
     def _unreadable(function: str, case, exc: Exception) -> str:

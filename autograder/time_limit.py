@@ -1,16 +1,20 @@
 """The time limit on one call of a learner's function, the same in a notebook as in the grader.
 
-The grader ends the learner's process when a call runs past ``Limits.call_seconds``. A notebook
-runs the function in its own kernel, which must survive, so there the limit is an alarm signal
-that interrupts the call; it works on the main thread of a Unix process (a Jupyter kernel runs
-cells there), and elsewhere the call simply runs without a limit.
+Inside the learner's process an alarm stops a call that runs past ``Limits.call_seconds``
+(:mod:`harness.call_limit`), so that the message can say where it was running; the grader also
+ends the learner's process, a little later, when the call has not answered (that limit is the one
+enforced). A notebook runs the function in its own kernel, which must survive: there the alarm is
+all there is.
 """
 from __future__ import annotations
 
-import contextlib
-import signal
-import threading
-from collections.abc import Iterator
+from typing import Any
+
+from harness.call_limit import TIMED_OUT
+from harness.calls import Raised
+from harness.observe import Observed
+
+from .unchecked import unchecked
 
 
 def call_seconds_default() -> float:
@@ -25,25 +29,21 @@ def endless_loop_message(function: str, seconds: float, label: str) -> str:
             "is there an endless loop, or a loop that never reaches its `break`?")
 
 
-class CallTimedOut(BaseException):
-    """Raised inside the learner's call when its time is up; a BaseException, so that the learner's
-    own ``except Exception`` does not swallow it."""
+def stopped_message(function: str, seconds: float, label: str, result: Raised, seen: Observed | None) -> str:
+    """:func:`endless_loop_message` for a call the alarm stopped, with the learner's line it was running then and,
+    where the call was traced, what that line depends on (a loop's condition, the counter it reads)."""
+    message = endless_loop_message(function, seconds, label)
+    where = result.where.strip()
+    if where:  # "in your `f`, line 3 ...", or "raised inside the course's `g`, called from your `f`, ..."
+        message += f"\n  (stopped {where.removeprefix('raised ')})"
+    line, at = result.details.get("at", ("", ""))
+    if seen is not None and line.isdigit():
+        depends = unchecked(seen.code, seen.held, at, int(line))
+        if depends:
+            message += "\n" + depends
+    return message
 
 
-@contextlib.contextmanager
-def call_time_limit(seconds: float) -> Iterator[None]:
-    """Interrupt the body with :class:`CallTimedOut` after ``seconds`` where signals allow it."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise CallTimedOut
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
+def timed_out(result: Any) -> bool:
+    """Whether a call's result is that of a call the alarm stopped."""
+    return isinstance(result, Raised) and result.type == TIMED_OUT

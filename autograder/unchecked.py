@@ -12,7 +12,9 @@ their lines, in the learner's terms. Like the rest of the trace, it only shapes 
 from __future__ import annotations
 
 import ast
+import io
 import textwrap
+import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
@@ -38,10 +40,22 @@ class _Function:
 
     def line(self, number: int) -> str:
         text = self.lines[number - self.first].strip() if 0 <= number - self.first < len(self.lines) else ""
+        text = _without_comment(text)
         return text if len(text) <= _WIDTH else text[:_WIDTH - 1] + "…"
 
     def at(self, node: ast.AST) -> int:
         return node.lineno + self.first - 1
+
+
+def _without_comment(text: str) -> str:
+    """A line without its comment: the code is what the sentence is about."""
+    try:
+        for token in tokenize.generate_tokens(io.StringIO(text).readline):
+            if token.type == tokenize.COMMENT:
+                return text[:token.start[1]].rstrip()
+    except (tokenize.TokenError, SyntaxError):  # a line of a longer statement: its comment is found before the error
+        pass
+    return text
 
 
 def _parse(code: Code, function: str) -> _Function | None:
@@ -116,12 +130,26 @@ def _locals_of(expressions: list[ast.AST]) -> set[str]:
     return bound
 
 
+def _changed(statement: ast.stmt) -> set[int]:
+    """The nodes of the names a statement changes in place (``merged`` in ``merged.append(x)``, ``d`` in
+    ``d[k] = v``): the object being changed, not a value the line reads."""
+    bases = []
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr in _CHANGES:
+        bases.append(statement.value.func.value)
+    for target in getattr(statement, "targets", None) or [getattr(statement, "target", None)]:
+        while isinstance(target, ast.Subscript):
+            target = target.value
+            bases.append(target)
+    return {id(b) for b in bases if isinstance(b, ast.Name)}
+
+
 def _read(statement: ast.stmt) -> list[str]:
     """The names the statement reads, in the order they appear."""
     expressions = _header(statement)
-    skip = _locals_of(expressions)
+    skip, changed = _locals_of(expressions), _changed(statement)
     names = [n.id for e in expressions for n in ast.walk(e)
-             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in skip]
+             if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and n.id not in skip and id(n) not in changed]
     if isinstance(statement, ast.AugAssign) and isinstance(statement.target, ast.Name):
         names.insert(0, statement.target.id)  # i += 2 reads i
     return list(dict.fromkeys(names))
@@ -237,11 +265,13 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
                 listed.add(name)
         return found
 
-    # what the line reads; then each condition it runs under, nearest first, with what that condition reads
-    parts = [_Part(lines, names) for lines, names in suspects(statement).items()]
+    # the conditions it runs under, nearest first (a loop that never ends is one of them); what the line reads;
+    # then what those conditions read
     conditions = {fn.at(s): s for s, _ in around}
-    for number, how in list(_condition(fn, around))[:2]:
-        parts.append(_Part((number,), how=how))
+    steering = list(_condition(fn, around))[:2]
+    parts = [_Part((number,), how=how) for number, how in steering]
+    parts += [_Part(lines, names) for lines, names in suspects(statement).items()]
+    for number, _ in steering:
         parts += [_Part(lines, names) for lines, names in suspects(conditions[number]).items()]
     said, quoted = [], 0
     for part in parts:

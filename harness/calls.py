@@ -38,7 +38,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from . import observe
+from . import call_limit, observe
+from .call_limit import CallTimedOut
 from .observe import Arguments, Observer, Recorder, argument_names
 from .providers import PROVIDERS, Provided
 
@@ -486,8 +487,8 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     for frame, lineno in traceback.walk_tb(exc.__traceback__):
         module = frame.f_globals.get("__name__", "")
         filename = frame.f_code.co_filename
-        if module in (__name__, observe.__name__):
-            continue  # the harness that made the call, and the recorder that watched it
+        if module in (__name__, observe.__name__, call_limit.__name__):
+            continue  # the harness that made the call, the recorder that watched it, the alarm that stopped it
         if frame.f_code in own or filename in own_files or _is_cell(filename):
             kind = "learner"
         elif frame.f_code.co_name in _MODE_HANDLERS:
@@ -563,8 +564,10 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
                 result = to_plain(returned)
             else:
                 result = to_plain(fn(*args, **kwargs))
-    except Exception as exc:  # the learner's mistake is data for the judge, not a crash
-        result = raised(exc, fn)
+    except (Exception, CallTimedOut) as exc:  # the learner's mistake is data for the judge, not a crash
+        if observer is not None and observer.recorder is not None:
+            observer.recorder.unwound(exc.__traceback__)
+        result = raised(exc, fn)  # a call stopped for its time too: where it was running is worth saying
     exceeded = next((w.exceeded for w in watches if w.exceeded), None)
     if exceeded:
         result = Raised("Recomputed", exceeded)

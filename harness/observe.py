@@ -336,7 +336,7 @@ class Recorder(TorchFunctionMode):
 
     def _remember_held(self, frame) -> None:
         """What kind of value each variable of a learner's frame holds as it returns (or unwinds)."""
-        function = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+        _, function = self._place(frame, frame.f_lineno)  # its source too: a call stopped in a loop made no step
         for name, value in list(frame.f_locals.items())[:64]:
             if len(self.held) >= MAX_HELD:
                 return
@@ -345,6 +345,14 @@ class Recorder(TorchFunctionMode):
                 isinstance(value, (list, tuple, dict)) and tensors_in(value)) else "python"
             if self.held.get((function, name)) != "tensor":  # a variable that ever held a tensor is followed
                 self.held[(function, name)] = kind
+
+    def unwound(self, traceback: Any) -> None:
+        """What the learner's frames held when the call raised: the frames of the traceback, as they were. (Their
+        return events may not have been seen: an alarm that lands inside the profile function switches it off.)"""
+        while traceback is not None:
+            if self._learner(traceback.tb_frame):
+                self._remember_held(traceback.tb_frame)
+            traceback = traceback.tb_next
 
     def know(self, tensors: Any) -> None:
         """Tensors the call was given (its arguments, its module's parameters): no step made them, yet they

@@ -30,6 +30,7 @@ judged from the submission's source, in the grader's process (:mod:`autograder.s
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import importlib
 import importlib.abc
@@ -428,6 +429,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
     import torch
 
     from . import seccomp, wire
+    from .call_limit import call_time_limit
     from .calls import Raised, Tripwires, UsedForbidden, call_learner, follow_threads, raised, remember_cell
     from .observe import Observed, Observer
     from .probes import PROBES, probe
@@ -492,7 +494,11 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                     try:
                         case = wire.decode(request["case"], wire.REQUEST_TAGS)
                         start = time.monotonic()
-                        result = call_learner(fn, case, wires, observer)
+                        seconds = request.get("seconds")
+                        # stopped here, the call says where it was running; the grader's own limit follows
+                        with call_time_limit(seconds) if type(seconds) in (int, float) and seconds > 0 \
+                                else contextlib.nullcontext():
+                            result = call_learner(fn, case, wires, observer)
                         if asked and not isinstance(result, (Raised, UsedForbidden)):
                             frames.send(wire.CALLED)
                             observer.findings = probe(fn, case, asked, time.monotonic() - start)

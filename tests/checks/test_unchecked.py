@@ -71,6 +71,17 @@ def test_a_python_crash_quotes_the_condition_that_let_the_index_run_past_the_end
     assert "the condition on line" in message and "`while i <= len(ids):`, while which it runs" in message, message
 
 
+@pytest.mark.parametrize("function", ["bpe_train", "bpe_encode"])
+def test_a_loop_that_never_ends_is_stopped_where_it_runs_and_its_counter_is_quoted(function):
+    fn = _mutant("bert_gpt", function, "i += 2", "i -= 2")
+    with pytest.raises(CheckFailed) as failure:
+        run_check(get(f"bert_gpt.{function}"), fn, call_seconds=1.0)
+    message = str(failure.value)
+    assert "did not finish within 1 s" in message and f"(stopped in your `{function}`, line" in message, message
+    # wherever the alarm found it: the loop's condition, and the line that moves its counter the wrong way
+    assert "i -= 2" in message and "while i < len(ids):" in message, message
+
+
 def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
     fn = _mutant("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
     message = _message("bert_gpt.sample_next", fn)

@@ -32,9 +32,14 @@ def test_an_endless_loop_in_a_test_cell_fails_with_the_graders_message(monkeypat
         autograder.check("bert_gpt.bpe_encode", bpe_encode_forever)  # what a notebook's test cell runs
     assert time.monotonic() - began < 5
     cases = get("bert_gpt.bpe_encode").cases(False)
-    # The very words `autograder check` prints (session.py builds them with the same function).
-    assert str(failure.value) in {time_limit.endless_loop_message("bpe_encode", 0.5, c.label) for c in cases}
-    assert "did not finish within 0.5 s" in str(failure.value) and "endless loop" in str(failure.value)
+    # The very words `autograder check` prints (session.py builds them with the same function), and where the
+    # loop was running when it was stopped, with the counter that never moves on and its condition.
+    message = str(failure.value)
+    first, _, rest = message.partition("\n")
+    assert first in {time_limit.endless_loop_message("bpe_encode", 0.5, c.label) for c in cases}, message
+    assert "did not finish within 0.5 s" in first and "endless loop" in first
+    assert "(stopped in your `bpe_encode_forever`, line" in rest, message
+    assert "`i += 1`" in rest and "while i < len(ids) - 1:" in rest, message
 
 
 def test_the_learners_except_does_not_swallow_the_limit():
