@@ -99,6 +99,7 @@ from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F40
 
 from . import course_secret
 from .locate import Stage, locate, locate_crash
+from .unchecked import refusals
 
 
 class CheckFailed(AssertionError):
@@ -435,10 +436,10 @@ class Check:
         for case, result, seen_ in valid:
             if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
                 self.judge_effects(case, seen_)
-        for case, result in zip(cases, results):
+        for case, result, seen_ in zip(cases, results, seen):
             if case.tag == INVALID:
                 self._reject(case, result)
-                self._judge_refusal(case, result)
+                self._judge_refusal(case, result, seen_)
         return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
 
     def _judge_each(self, triples: Sequence[tuple[Case, Any, Observed | None]]) -> None:
@@ -648,8 +649,15 @@ class Check:
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message
             raise failure from None
 
-    def _judge_refusal(self, case: Case, result: Any) -> None:
-        self._refuses(self, case, result)
+    def _judge_refusal(self, case: Case, result: Any, seen: Observed | None = None) -> None:
+        try:
+            self._refuses(self, case, result)
+        except CheckFailed as failure:
+            # the learner's refusals that did not run, with their conditions
+            said = refusals(seen.code, self.function) if seen is not None else ""
+            if said:
+                raise _failure(f"{failure}\n{said}", unexplained=failure.unexplained, rule=failure.rule) from None
+            raise
         self._refusal_names(self, case, result)
 
     @rule("refusal")

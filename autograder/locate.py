@@ -175,10 +175,11 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     return None
 
 
-def _unmatched_behind(steps: Sequence[Step], found: Sequence[int | None], start: int, limit: int) -> Iterator[int]:
-    """The steps ``start`` was made from, directly or through one another, whose values agree with none of
-    the computation's, in the order a depth-first walk back reaches them (at most ``limit``)."""
-    todo, seen = list(steps[start].uses), set()
+def _unmatched_behind(steps: Sequence[Step], found: Sequence[int | None], start: int | Sequence[int],
+                      limit: int) -> Iterator[int]:
+    """The steps ``start`` (one step, or several) was made from, directly or through one another, whose values
+    agree with none of the computation's, in the order a depth-first walk back reaches them (at most ``limit``)."""
+    todo, seen = [u for i in ([start] if isinstance(start, int) else start) for u in steps[i].uses], set()
     while todo and len(seen) < limit:
         i = todo.pop()
         if i in seen or found[i] is not None:
@@ -189,11 +190,17 @@ def _unmatched_behind(steps: Sequence[Step], found: Sequence[int | None], start:
 
 
 def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culprit: int) -> list[Step]:
-    """The earlier lines whose values the culprit was made from (directly, or through other values
-    that agree with nothing) when those values agree with none of the computation's steps: a mask
-    or a size made wrong a line before shows there, not on the line that uses it."""
+    """The earlier lines whose values the culprit's line made its values from (directly, or through other
+    values that agree with nothing) when those values agree with none of the computation's steps: a mask
+    or a size made wrong a line before shows there, not on the line that uses it. Every value the line
+    makes around the culprit counts: in ``a * wrong + b * right`` the culprit may be ``b * right``."""
     here = (steps[culprit].line, steps[culprit].function)
-    return _by_line(steps[i] for i in _unmatched_behind(steps, found, culprit, 32)
+    first = last = culprit
+    while first > 0 and (steps[first - 1].line, steps[first - 1].function) == here:
+        first -= 1
+    while last + 1 < len(steps) and (steps[last + 1].line, steps[last + 1].function) == here:
+        last += 1
+    return _by_line(steps[i] for i in _unmatched_behind(steps, found, range(first, last + 1), 32)
                     if (steps[i].line, steps[i].function) != here and steps[i].source)
 
 
@@ -386,4 +393,5 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     return (f"What {operation} was given there comes from {lines}: {'their values are' if several else 'its value is'} "
             "none of the computation's"
             + (f", though what {'they were' if several else 'it was'} made from agrees with it" if made_from else "")
-            + ". Look there first: a crash shows where a wrong value was used, not where it was made.")
+            + ". Look there first: a crash shows where a wrong value was used, not where it was made."
+            + (_depends(steps, found, roots[0][0].line, roots[0][0].function, code, held) if not several else ""))

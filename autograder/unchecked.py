@@ -18,6 +18,8 @@ import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from course import source_trees
+
 #: methods that change the object they are called on: ``merged.append(x)`` sets ``merged`` as much as ``=`` does
 _CHANGES = frozenset({"append", "extend", "insert", "pop", "remove", "clear", "update", "setdefault", "add",
                       "discard", "sort", "reverse", "popitem", "fill_", "zero_", "copy_"})
@@ -64,7 +66,7 @@ def _parse(code: Code, function: str) -> _Function | None:
         return None
     text = textwrap.dedent(found[1])
     try:  # the learner's text: parsed, never run; whatever it is, a failure here only leaves the sentence out
-        module = ast.parse(text)
+        module = source_trees.parse(text)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     node = module.body[0] if module.body else None
@@ -188,9 +190,11 @@ def _sets(statement: ast.stmt) -> set[str]:
     return found
 
 
-def _optional(test: ast.expr, parameters: set[str]) -> bool:
+def _optional(test: ast.expr | None, parameters: set[str]) -> bool:
     """Whether a condition only asks what the caller gave: ``mask is None``, ``if scaled:`` (a branch the case
     chooses, not one the learner's values steer)."""
+    if test is None:
+        return False
     if isinstance(test, ast.Name):
         return test.id in parameters
     return (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Is, ast.IsNot))
@@ -203,16 +207,36 @@ def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
 
 
-def _condition(fn: _Function, around: _Ancestry) -> Iterator[tuple[int, str]]:
-    """The conditions that decide whether the statement runs, the nearest first: (line, how it depends)."""
+def _leaves(statement: ast.stmt) -> bool:
+    """Whether a statement is an ``if`` that, when its condition holds, leaves the block before what follows it
+    runs (``return``, ``continue``, ``break``; not ``raise``: a refusal of bad arguments, which a valid case
+    never reaches without the message saying so)."""
+    return (isinstance(statement, ast.If) and not statement.orelse
+            and isinstance(statement.body[-1], (ast.Return, ast.Continue, ast.Break)))
+
+
+def _condition(fn: _Function, statement: ast.stmt, around: _Ancestry) -> Iterator[tuple[int, str]]:
+    """The conditions that decide whether the statement runs, the nearest first: (line, how it depends). They
+    are those of the ``if`` and ``while`` it is inside, and those of an ``if ...: return`` before it in its block
+    or an enclosing one."""
     parameters = _parameters(fn.node)
-    for statement, branch in reversed(around):
-        if isinstance(statement, (ast.If, ast.While)) and _optional(statement.test, parameters):
-            continue
-        if isinstance(statement, ast.If) and branch in ("body", "orelse"):
-            yield fn.at(statement), "under which it runs" if branch == "body" else "which must be false for it to run"
-        elif isinstance(statement, ast.While) and branch == "body":
-            yield fn.at(statement), "while which it runs"
+    found = []
+    node = statement
+    for parent, branch in [*reversed(around), (None, "body")]:
+        block = fn.node.body if parent is None else getattr(parent, branch)
+        if node in block:
+            found += [(fn.at(s), "which must be false for it to run") for s in block[:block.index(node)] if _leaves(s)
+                      and not _optional(s.test, parameters)]
+        if parent is None:
+            break
+        if not _optional(getattr(parent, "test", None), parameters):
+            if isinstance(parent, ast.If) and branch in ("body", "orelse"):
+                found.append((fn.at(parent), "under which it runs" if branch == "body"
+                              else "which must be false for it to run"))
+            elif isinstance(parent, ast.While) and branch == "body":
+                found.append((fn.at(parent), "while which it runs"))
+        node = parent
+    yield from sorted(found, key=lambda c: -c[0])  # the nearest above it first
 
 
 def _quote(fn: _Function, lines: Sequence[int]) -> str:
@@ -267,8 +291,8 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
 
     # the conditions it runs under, nearest first (a loop that never ends is one of them); what the line reads;
     # then what those conditions read
-    conditions = {fn.at(s): s for s, _ in around}
-    steering = list(_condition(fn, around))[:2]
+    conditions = {fn.at(s): s for s, _ in everything if isinstance(s, (ast.If, ast.While))}
+    steering = list(_condition(fn, statement, around))[:2]
     parts = [_Part((number,), how=how) for number, how in steering]
     parts += [_Part(lines, names) for lines, names in suspects(statement).items()]
     for number, _ in steering:
@@ -284,3 +308,23 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
         return ""
     return (f"Line {fn.at(statement)} also depends on what the record of your values cannot check: "
             + "; ".join(said) + ". Look there too.")
+
+
+def refusals(code: Code, function: str) -> str:
+    """For a call that returned where it should have refused: the sentence that names the conditions the learner's
+    ``raise`` statements run under (none of them held), or "" when the function has none under a condition."""
+    guards: list[tuple[_Function, int]] = []
+    for name, _, _ in code:
+        fn = _parse(code, name) if name == function or name.startswith(function + ".") else None
+        if fn is not None:
+            guards += [(fn, number) for s, around in _statements(fn) if isinstance(s, ast.Raise)
+                       for number, _ in list(_condition(fn, s, around))[:1]]
+    guards = list({(fn.first, n): (fn, n) for fn, n in guards}.values())[:3]
+    if not guards:
+        return ""
+    conditions = [f"line {n}, `{fn.line(n)}`" for fn, n in guards]
+    if len(conditions) == 1:
+        return (f"Your `raise` did not run on this case: it runs when the condition on {conditions[0]}, holds, and on "
+                "this case it does not. Look there.")
+    return ("None of your `raise` statements ran on this case: they run when one of the conditions on "
+            + ", ".join(conditions[:-1]) + " and " + conditions[-1] + " holds, and on this case none does. Look there.")

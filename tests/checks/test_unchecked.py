@@ -35,6 +35,12 @@ def _mutant(chapter: str, function: str, old: str, new: str):
     return namespace[function]
 
 
+def _changed_line(chapter: str, function: str, old: str, new: str) -> str:
+    """The mutant's changed line, without its comment, as a message quotes it."""
+    source = textwrap.dedent(inspect.getsource(getattr(importlib.import_module(f"reference.{chapter}"), function)))
+    return next(line for line in source.replace(old, new).splitlines() if new in line).split("  #")[0].strip()
+
+
 def _message(check_id: str, fn) -> str:
     with pytest.raises(CheckFailed) as failure:
         run_check(get(check_id), fn)
@@ -60,9 +66,7 @@ def test_a_wrong_python_value_or_condition_is_quoted_with_the_line_that_went_wro
     message = _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
     said = message.split("also depends on what the record of your values cannot check:")
     assert len(said) == 2, message
-    changed = next(line.strip() for line in textwrap.dedent(inspect.getsource(
-        getattr(importlib.import_module(f"reference.{chapter}"), function))).replace(old, new).splitlines() if new in line)
-    assert f"`{changed}`" in said[1], message
+    assert f"`{_changed_line(chapter, function, old, new)}`" in said[1], message
 
 
 def test_a_python_crash_quotes_the_condition_that_let_the_index_run_past_the_end():
@@ -87,6 +91,32 @@ def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
     message = _message("bert_gpt.sample_next", fn)
     assert "The tensors `topk` was given on that line are right" in message, message
     assert "`if 0 < top_k < scores.shape[-2]:`, under which it runs" in message, message
+
+
+def test_a_crash_followed_back_to_its_line_quotes_the_early_return_that_should_have_left():
+    fn = _mutant("bert_gpt", "sample_next", "temperature == 0 or top_k == 1", "temperature == 0 and top_k == 1")
+    message = _message("bert_gpt.sample_next", fn)
+    assert "comes from line" in message, message
+    assert "`if temperature == 0 and top_k == 1:`, which must be false for it to run" in message, message
+
+
+@pytest.mark.parametrize("chapter, function, old, new", [
+    ("bert_gpt", "mask_tokens", "if not 0 < rate <= 1:", "if not 0 < rate <= 2:"),
+    ("prerequisites", "receptive_field", "len(strides) != n_layers or", "len(strides) != n_layers and"),
+])
+def test_a_refusal_that_did_not_happen_quotes_the_conditions_of_the_learners_raises(chapter, function, old, new):
+    message = _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
+    said = message.split("ran on this case" if "ran on this case" in message else "did not run on this case")
+    assert len(said) == 2 and "returned" in said[0], message
+    assert f"`{_changed_line(chapter, function, old, new)}`" in said[1], message
+
+
+def test_a_wrong_value_made_beside_the_culprit_on_its_line_is_followed_back_too():
+    # (1 - eps) * nll + eps * uniform: the culprit named is eps * uniform (made from a right value); the nll it is
+    # added to comes from a wrong line above
+    fn = _mutant("capstone", "label_smoothed_cross_entropy", ".squeeze(-1)  # (...,): -log p_y", ".squeeze(-2)")
+    message = _message("capstone.label_smoothed_cross_entropy", fn)
+    assert "It is made from what line" in message and ".squeeze(-2)" in message.split("It is made from")[1], message
 
 
 def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
