@@ -14,7 +14,7 @@ from harness.call_limit import TIMED_OUT
 from harness.calls import Raised
 from harness.observe import Observed
 
-from .unchecked import unchecked
+from .unchecked import loop_around, unchecked
 
 
 def call_seconds_default() -> float:
@@ -30,18 +30,20 @@ def endless_loop_message(function: str, seconds: float, label: str) -> str:
 
 
 def stopped_message(function: str, seconds: float, label: str, result: Raised, seen: Observed | None) -> str:
-    """:func:`endless_loop_message` for a call the alarm stopped, with the learner's line it was running then and,
-    where the call was traced, what that line depends on (a loop's condition, the counter it reads)."""
+    """:func:`endless_loop_message` for a call the alarm stopped, with, where the call was traced, the loop of the
+    learner's it was in and what that loop depends on (its condition, the counter it reads and the lines that
+    move it). The line the alarm found is chance; the loop around it is not, so that grading the same
+    submission twice gives the same words."""
     message = endless_loop_message(function, seconds, label)
-    where = result.where.strip()
-    if where:  # "in your `f`, line 3 ...", or "raised inside the course's `g`, called from your `f`, ..."
-        message += f"\n  (stopped {where.removeprefix('raised ')})"
     line, at = result.details.get("at", ("", ""))
-    if seen is not None and line.isdigit():
-        depends = unchecked(seen.code, seen.held, at, int(line))
-        if depends:
-            message += "\n" + depends
-    return message
+    if seen is None or not line.isdigit():
+        return message
+    loop = loop_around(seen.code, at, int(line))
+    if loop is None:
+        return message
+    message += f"\n  (stopped in the loop on line {loop[0]} of your `{at}`, `{loop[1]}`)"
+    depends = unchecked(seen.code, seen.held, at, loop[0])
+    return message + ("\n" + depends if depends else "")
 
 
 def timed_out(result: Any) -> bool:

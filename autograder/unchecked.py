@@ -328,3 +328,20 @@ def refusals(code: Code, function: str) -> str:
                 "this case it does not. Look there.")
     return ("None of your `raise` statements ran on this case: they run when one of the conditions on "
             + ", ".join(conditions[:-1]) + " and " + conditions[-1] + " holds, and on this case none does. Look there.")
+
+
+def loop_around(code: Code, function: str, line: int) -> tuple[int, str] | None:
+    """The innermost loop of the learner's ``function`` that line ``line`` is in (or heads): its line and its
+    text; None when it is in none, or the source cannot be read. A call stopped for its time is stopped
+    wherever it happened to be: the loop it was in says the same at every run."""
+    fn = _parse(code, function)
+    if fn is None:
+        return None
+    here = [(s, around) for s, around in _statements(fn) if _spans(fn, s, line)]
+    if not here:
+        return None
+    statement, around = here[-1]
+    loops = [s for s, branch in around if isinstance(s, (ast.While, ast.For, ast.AsyncFor)) and branch == "body"]
+    if isinstance(statement, (ast.While, ast.For, ast.AsyncFor)):
+        loops.append(statement)
+    return (fn.at(loops[-1]), fn.line(fn.at(loops[-1]))) if loops else None

@@ -16,7 +16,7 @@ import pytest
 
 from autograder.checks import get
 from autograder.framework import CheckFailed, run_check
-from autograder.unchecked import MAX_QUOTED, unchecked
+from autograder.unchecked import MAX_QUOTED, loop_around, unchecked
 from harness import wire
 from harness.calls import Case, call_learner, remember_cell
 from harness.observe import Observer
@@ -81,9 +81,11 @@ def test_a_loop_that_never_ends_is_stopped_where_it_runs_and_its_counter_is_quot
     with pytest.raises(CheckFailed) as failure:
         run_check(get(f"bert_gpt.{function}"), fn, call_seconds=1.0)
     message = str(failure.value)
-    assert "did not finish within 1 s" in message and f"(stopped in your `{function}`, line" in message, message
-    # wherever the alarm found it: the loop's condition, and the line that moves its counter the wrong way
-    assert "i -= 2" in message and "while i < len(ids):" in message, message
+    # wherever the alarm found it, the same words: the loop, its condition's counter and the line that moves it
+    assert "did not finish within 1 s" in message, message
+    assert f"(stopped in the loop on line {6 if function == 'bpe_encode' else 17} of your `{function}`, " \
+           "`while i < len(ids):`)" in message, message
+    assert "`i -= 2`" in message, message
 
 
 def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
@@ -178,6 +180,12 @@ def test_what_a_line_changes_is_no_suspect_of_its_own_and_attributes_are_not_var
     assert "`total`" not in said, said
     assert "line 12" not in _said(13)  # self.kept = y sets no variable a later line reads
     assert "line 13" not in _said(13)  # seen[i] = y: the line itself is not one of the lines that set seen for it
+
+
+def test_a_line_anywhere_in_a_loop_is_in_that_loop():
+    inside = (4, 5, 6, 7, 8, 10, 11, 12, 13)  # line 9 is an `else:`, where no code runs
+    assert all(loop_around([("f", 1, SOURCE)], "f", line) == (4, "for i in range(n):") for line in inside)
+    assert loop_around([("f", 1, SOURCE)], "f", 2) is None and loop_around([("f", 1, SOURCE)], "f", 15) is None
 
 
 def test_checked_variables_arguments_and_unreadable_sources_give_nothing():

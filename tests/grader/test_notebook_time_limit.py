@@ -38,8 +38,8 @@ def test_an_endless_loop_in_a_test_cell_fails_with_the_graders_message(monkeypat
     first, _, rest = message.partition("\n")
     assert first in {time_limit.endless_loop_message("bpe_encode", 0.5, c.label) for c in cases}, message
     assert "did not finish within 0.5 s" in first and "endless loop" in first
-    assert "(stopped in your `bpe_encode_forever`, line" in rest, message
-    assert "`i += 1`" in rest and "while i < len(ids) - 1:" in rest, message
+    assert "(stopped in the loop on line 18 of your `bpe_encode_forever`, `while i < len(ids) - 1:`)" in rest, message
+    assert "`i`, set on line 17, `i = 0` and line 20, `i += 1`" in rest, message
 
 
 def test_the_learners_except_does_not_swallow_the_limit():
