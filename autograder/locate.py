@@ -93,6 +93,11 @@ def _chance(step: Step) -> bool:
                                   or not value.is_floating_point() and value.numel() <= 16)
 
 
+#: operations that reduce over an axis
+_REDUCTIONS = frozenset({"any", "all", "sum", "mean", "amax", "amin", "max", "min", "prod", "logsumexp", "nansum",
+                         "nanmean", "norm", "std", "var", "count_nonzero"})
+
+
 def _found(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> list[int | None]:
     """The stage each step's value agrees with (:func:`_stage_of`). A value that may agree by chance counts only
     up to the stage after the furthest reached so far: the computation's 5 three layers on is no sign that a 5 made
@@ -100,6 +105,8 @@ def _found(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     found, reached = [], -1
     for step in steps:
         k = _stage_of(step, stages[:reached + 2] if _chance(step) else stages, inputs, agree)
+        if k == -1 and step.made_by.rsplit(".", 1)[-1] in _REDUCTIONS:
+            k = None  # a reduction that gives back its input reduced over an axis of size 1: the wrong axis
         found.append(k)
         reached = max(reached, k if k is not None else -1)
     return found

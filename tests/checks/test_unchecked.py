@@ -121,6 +121,14 @@ def test_a_wrong_value_made_beside_the_culprit_on_its_line_is_followed_back_too(
     assert "It is made from what line" in message and ".squeeze(-2)" in message.split("It is made from")[1], message
 
 
+def test_a_reduction_over_an_axis_of_size_one_is_no_right_value_though_it_equals_its_input():
+    # mask (B, 1, T_k).any(dim=-2) is the mask itself: equal to an input, yet not what the computation made there
+    fn = _mutant("attention", "scaled_dot_product_attention", "mask.any(dim=-1, keepdim=True)",
+                 "mask.any(dim=-2, keepdim=True)")
+    message = _message("attention.scaled_dot_product_attention", fn)
+    assert "visible = mask.any(dim=-2, keepdim=True)" in message.split("It is made from")[-1], message
+
+
 def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
     # the course counts a cached decoder's reads with a dispatch mode, which runs inside torch's operations
     fn = _mutant("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
