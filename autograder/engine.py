@@ -66,7 +66,8 @@ def _run_check(session: Session, check: Check, function: str, hidden: bool, own:
     observed: list = []
     plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
     for case, probes in zip(cases, plan):
-        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed, probes=probes)
+        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed, probes=probes,
+                              source=not hidden)
         if isinstance(result, Failure):
             return result.message
         results.append(result)

@@ -68,6 +68,8 @@ from __future__ import annotations
 import functools
 import hashlib
 import hmac
+import importlib
+import inspect
 import math
 import re
 import time
@@ -99,7 +101,7 @@ from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F40
 
 from . import course_secret
 from .locate import Stage, locate, locate_crash
-from .unchecked import refusals
+from .unchecked import default_differs, readers, refusals
 
 
 class CheckFailed(AssertionError):
@@ -128,6 +130,8 @@ class CheckFailed(AssertionError):
     case: Case | None = None
     #: the name of the rule that failed (:class:`Rule`): what the catalogue of mistakes states for each mistake
     rule: str = ""
+    #: the arguments the failure is about (:attr:`Rule.about`)
+    about: tuple[str, ...] = ()
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -221,19 +225,23 @@ class Rule:
 
     name: str
     test: Callable[..., None]
+    #: the arguments of the learner's function a failure of the rule is about (the budget, the seed): where no
+    #: line of the learner's is located, the message quotes the lines that use them
+    about: tuple[str, ...] = ()
 
     def __call__(self, check: Check, *given: Any) -> None:
         try:
             self.test(check, *given)
         except CheckFailed as failure:
             failure.rule = failure.rule or self.name
+            failure.about = failure.about or self.about
             raise
 
 
-def rule(name: str) -> Callable[[Callable[..., None]], Rule]:
+def rule(name: str, about: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Rule]:
     """``@rule("rows sum to one")`` above a function in a check's class body makes it a :class:`Rule`
-    of that name, to be listed in the class's ``rules``."""
-    return lambda test: Rule(name, test)
+    of that name, to be listed in the class's ``rules``; ``about`` names the arguments its failures concern."""
+    return lambda test: Rule(name, test, about)
 
 
 #: the name a failure of a check's own ``judge`` (one not yet made of ``rules``) carries
@@ -432,6 +440,10 @@ class Check:
             where = self.where_values_part(failure.case, seen_) if failure.names is None and seen_ else ""
             if where:
                 raise _failure(f"{failure}\n{where}", unexplained=True, rule=failure.rule) from None
+            seen_ = seen_ or next((o for _, _, o in valid if o), None)
+            hint = self._default_relied_on(failure.case, failure, seen_) or self._unlocated(failure.case, failure, seen_)
+            if hint:
+                raise _failure(f"{failure}\n{hint}", unexplained=failure.unexplained, rule=failure.rule) from None
             raise
         for case, result, seen_ in valid:
             if seen_ is not None and not isinstance(result, (Raised, UsedForbidden)):
@@ -472,10 +484,40 @@ class Check:
                 renamed.advice = {k: failure.advice[k] for k in common}
                 failure = renamed
         if failure.names is None:
-            where = self.where_values_part(case, seen)
+            where = (self._default_relied_on(case, failure, seen) or self.where_values_part(case, seen)
+                     or self._unlocated(case, failure, seen))
             if where:
                 failure = _failure(f"{failure}\n{where}", unexplained=failure.unexplained, rule=failure.rule)
         raise failure
+
+    def _default_relied_on(self, case: Case | None, failure: CheckFailed, seen: Observed | None) -> str:
+        """Where the learner's ``def`` line gives an argument the failing case leaves out another default than the
+        exercise's: the sentence that says so (the cause, whatever the values show), else ""."""
+        reference = self._reference_function()
+        if seen is None or not seen.code or failure.names is not None or case is None or case.init is not None \
+                or reference is None:
+            return ""
+        try:
+            parameters = list(inspect.signature(reference).parameters.values())
+        except (TypeError, ValueError):
+            return ""
+        given = {p.name for p in parameters[:len(case.args)]} | set(case.kwargs)
+        defaults = {p.name: p.default for p in parameters if p.default is not inspect.Parameter.empty}
+        return default_differs(seen.code, self.function, defaults, given)
+
+    def _unlocated(self, case: Case | None, failure: CheckFailed, seen: Observed | None) -> str:
+        """For a failure no line is located for: the learner's lines that use the arguments it is about; or ""."""
+        if seen is None or not seen.code or failure.names is not None or not failure.about:
+            return ""
+        return readers(seen.code, self.function, failure.about)
+
+    def _reference_function(self) -> Callable | None:
+        """The course's own version of the graded function, whose signature is the exercise's."""
+        notebook = type(self).__module__.split(".")[2] if type(self).__module__.startswith("autograder.checks.") else ""
+        try:
+            return getattr(importlib.import_module(f"reference.{notebook}"), self.function, None) if notebook else None
+        except ImportError:
+            return None
 
     def where_values_part(self, case: Case, seen: Observed | None) -> str:
         """The sentence that locates a wrong value in the learner's lines, or ""."""
@@ -860,7 +902,7 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
     results, observed = [], []
     plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
     for case, probes in zip(cases, plan):
-        observer = Observer(trace=check.traced and not hidden)
+        observer = Observer(trace=check.traced and not hidden, source=not hidden)
         try:
             with call_time_limit(seconds):
                 start = time.monotonic()

@@ -191,7 +191,7 @@ class Session:
     # -- calls --------------------------------------------------------------------------------
 
     def call(self, function: str, case, own: tuple[str, ...] = (), trace: bool = False,
-             observed: list | None = None, probes: tuple[str, ...] = ()) -> Any:
+             observed: list | None = None, probes: tuple[str, ...] = (), source: bool = False) -> Any:
         """The learner's result for one case, or a :class:`Failure` explaining why there is none;
         the graded functions in ``own`` stay the learner's instead of the course's. What the call did
         besides returning (its trace when ``trace``, what the ``probes`` found) is appended to
@@ -204,7 +204,7 @@ class Session:
                 # process stops the call itself at that limit, to say where it was running; it is ended from here
                 # when it has not answered a little later.
                 request = {"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes),
-                           "seconds": self.limits.call_seconds}
+                           "seconds": self.limits.call_seconds, "source": source}
                 reply = child.request(request, timeout=self.left(self.limits.call_seconds + STOP_GRACE))
                 if probes and reply == wire.CALLED:
                     reply = child.receive(timeout=self.left(PROBE_SECONDS))

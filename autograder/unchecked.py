@@ -345,3 +345,43 @@ def loop_around(code: Code, function: str, line: int) -> tuple[int, str] | None:
     if isinstance(statement, (ast.While, ast.For, ast.AsyncFor)):
         loops.append(statement)
     return (fn.at(loops[-1]), fn.line(fn.at(loops[-1]))) if loops else None
+
+
+def readers(code: Code, function: str, names: Sequence[str]) -> str:
+    """The learner's lines that use the arguments ``names`` (a rule's failure is about them: the budget, the seed),
+    or "" when none does or the source cannot be read. A refusal's condition is left out: it does not shape the
+    result of a valid case."""
+    fn = _parse(code, function)
+    if fn is None:
+        return ""
+    lines = [fn.at(s) for s, _ in _statements(fn) if not isinstance(s, ast.Raise)
+             and not (isinstance(s, ast.If) and isinstance(s.body[0], ast.Raise)) and set(_read(s)) & set(names)]
+    lines = list(dict.fromkeys(lines))[:3]
+    if not lines:
+        return ""
+    spelled = ", ".join(f"`{n}`" for n in names[:-1]) + " or " + f"`{names[-1]}`" if len(names) > 1 else f"`{names[0]}`"
+    return f"Your lines that use {spelled}: {_quote(fn, lines)}. Look there."
+
+
+def default_differs(code: Code, function: str, defaults: dict[str, object], given: set[str]) -> str:
+    """Where the learner's ``def`` line gives an argument the case leaves out another default than the exercise's
+    (``defaults``): the sentence that says so, or ""."""
+    fn = _parse(code, function)
+    if fn is None:
+        return ""
+    a = fn.node.args
+    positional = [*a.posonlyargs, *a.args]
+    pairs = [*zip(positional[len(positional) - len(a.defaults):], a.defaults), *zip(a.kwonlyargs, a.kw_defaults)]
+    for parameter, node in pairs:
+        name = parameter.arg
+        if node is None or name in given or name not in defaults:
+            continue
+        try:
+            mine = ast.literal_eval(node)
+        except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+            continue
+        theirs = defaults[name]
+        if type(mine) in (int, float, bool, str, type(None)) and mine != theirs:
+            return (f"Your `def` line gives `{name}` the default {mine!r} where the exercise's is {theirs!r}, and this "
+                    f"case leaves `{name}` to its default: keep the defaults the exercise gives.")
+    return ""

@@ -515,11 +515,16 @@ class Observer:
     """What :func:`harness.calls.call_learner` keeps while it calls the learner's function."""
 
     trace: bool
+    #: whether to send the graded function's source even where its values are not traced (a visible case: the
+    #: grader reads which lines use an argument a rule is about, and the defaults of its ``def`` line)
+    source: bool = False
     recorder: Recorder | None = None
     arguments: Arguments | None = None
     result: Any = None
     attached: list[str] = field(default_factory=list)
     findings: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    #: the graded function's source, where ``source`` asked for it without a trace
+    code: tuple[tuple[str, int, str], ...] = ()
 
     def watching(self):
         """The context in which the call runs: recording its values when a trace was asked for."""
@@ -530,7 +535,19 @@ class Observer:
             return Observed(traced=self.trace, findings=dict(self.findings))
         r = self.recorder
         code = tuple((f, first, text) for f, (first, text) in r.code.items()) if r else ()
+        code = code or self.code
         held = tuple((f, name, kind) for (f, name), kind in r.held.items()) if r else ()
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
                         tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings),
                         code, held)
+
+
+def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
+    """A function's (qualified name, first line, source), as a trace holds it; () for what has none (a class)."""
+    if not inspect.isfunction(fn):
+        return ()
+    try:
+        lines, first = inspect.getsourcelines(fn)
+    except (OSError, TypeError, IndexError):
+        return ()
+    return ((getattr(fn, "__qualname__", fn.__name__)[:200], first, "".join(lines)[:MAX_SOURCE]),)

@@ -488,7 +488,7 @@ def learner(channel: socket.socket, request_limit: int) -> None:
                         namespace.update({n: getattr(module, n) for n in inject if hasattr(module, n)})
                         injected = True
                     torch.manual_seed(0)
-                    observer = Observer(trace=request.get("trace") is True)
+                    observer = Observer(trace=request.get("trace") is True, source=request.get("source") is True)
                     asked = request.get("probe", [])
                     asked = tuple(p for p in PROBES if p in asked) if type(asked) is list else ()
                     try:

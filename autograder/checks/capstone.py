@@ -625,7 +625,7 @@ class LengthBatchesCheck(Check):
                 + "; ".join(detail) + "."
             )
 
-    @rule("each batch within the budget, padded")
+    @rule("each batch within the budget, padded", about=("max_tokens",))
     def _budget(self, case: Case, result: Any) -> None:
         lengths, max_tokens = case.args
         batches = self._batches(case, result)
@@ -649,7 +649,7 @@ class LengthBatchesCheck(Check):
                 "budget before adding an example, with the longest length the batch would then have."
             )
 
-    @rule("examples of similar length together, batches full")
+    @rule("examples of similar length together, batches full", about=("max_tokens",))
     def _packing(self, case: Case, result: Any) -> None:
         lengths, max_tokens = case.args
         batches = self._batches(case, result)
@@ -683,7 +683,7 @@ class LengthBatchesCheck(Check):
         main_case, main = by_tag["main"]
         return by_tag, main_case, self._batches(main_case, main)
 
-    @rule("shuffled by its own generator, from seed and epoch")
+    @rule("shuffled by its own generator, from seed and epoch", about=("seed", "epoch"))
     def _seeded(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         epochs = self._epochs(cases, results)
         if epochs is None:

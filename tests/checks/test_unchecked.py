@@ -129,6 +129,21 @@ def test_a_reduction_over_an_axis_of_size_one_is_no_right_value_though_it_equals
     assert "visible = mask.any(dim=-2, keepdim=True)" in message.split("It is made from")[-1], message
 
 
+def test_a_default_of_the_def_line_that_the_case_relies_on_is_named():
+    fn = _mutant("bert_gpt", "sample_next", "temperature: float = 1.0", "temperature: float = 2.0")
+    message = _message("bert_gpt.sample_next", fn)
+    assert "Your `def` line gives `temperature` the default 2.0 where the exercise's is 1.0" in message, message
+
+
+def test_a_rule_about_an_argument_quotes_the_lines_that_use_it_even_untraced():
+    # length_batches has no stages (its permutation is the learner's to draw): its source is sent all the same
+    assert not get("capstone.length_batches").traced
+    fn = _mutant("capstone", "length_batches", "1_000_003 * seed + epoch", "1_000_003 * seed")
+    message = _message("capstone.length_batches", fn)
+    assert "Your lines that use `seed` or `epoch`: line" in message, message
+    assert "`g = torch.Generator().manual_seed(1_000_003 * seed)`" in message, message
+
+
 def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
     # the course counts a cached decoder's reads with a dispatch mode, which runs inside torch's operations
     fn = _mutant("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
@@ -202,6 +217,16 @@ def test_checked_variables_arguments_and_unreadable_sources_give_nothing():
     assert unchecked([("f", 1, "def f(:\n")], HELD, "f", 2) == ""
     assert unchecked([("g", 1, SOURCE)], HELD, "f", 8) == ""
     assert unchecked([("f", 1, "x = (" * 300 + ")" * 300)], HELD, "f", 1) == ""
+
+
+def test_the_lines_that_use_an_argument_and_the_defaults_of_the_def_line():
+    from autograder.unchecked import default_differs, readers
+
+    said = readers([("f", 1, SOURCE)], "f", ("mask", "scaled"))
+    assert "line 5, `if mask is None:`" in said and "line 14, `if scaled:`" in said, said
+    assert default_differs([("f", 1, SOURCE)], "f", {"scaled": False}, set()) != ""
+    assert default_differs([("f", 1, SOURCE)], "f", {"scaled": False}, {"scaled"}) == ""  # the case gives it
+    assert default_differs([("f", 1, SOURCE)], "f", {"scaled": True, "mask": None}, set()) == ""
 
 
 def test_at_most_a_few_lines_are_quoted():

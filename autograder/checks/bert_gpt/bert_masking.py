@@ -237,7 +237,7 @@ class MaskTokensCheck(Check):
             )
 
     # The rates. Counts of independent draws: binomial, judged with a 5-sigma bound.
-    @rule("rate")
+    @rule("rate", about=("rate",))
     def _rate(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         rate, where = d.rate, d.where

@@ -219,7 +219,7 @@ class SampleNextCheck(Check):
                 f"`sample_next` returned the id {bad} on the case {case.label}, outside the vocabulary 0..{V - 1}."
             )
 
-    @rule("greedy without temperature")
+    @rule("greedy without temperature", about=("temperature", "top_k"))
     def _greedy(self, case: Case, drawn: torch.Tensor) -> None:
         (logits,) = case.args
         if case.tag == "greedy":
@@ -232,7 +232,7 @@ class SampleNextCheck(Check):
                     "decoding, logits.argmax(dim=-1), and draws nothing."
                 )
 
-    @rule("draws follow the distribution")
+    @rule("draws follow the distribution", about=("temperature", "top_k", "top_p"))
     def _distribution(self, case: Case, drawn: torch.Tensor) -> None:
         if case.tag == "greedy":
             return  # greedy draws nothing: the rule above judged it
