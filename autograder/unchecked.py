@@ -60,7 +60,8 @@ def _without_comment(text: str) -> str:
     return text
 
 
-def _parse(code: Code, function: str) -> _Function | None:
+def _parse(code: Code, function: str, kinds: tuple[type, ...] = (ast.FunctionDef, ast.AsyncFunctionDef)
+           ) -> _Function | None:
     found = next(((first, text) for name, first, text in code if name == function), None)
     if found is None or not found[1]:
         return None
@@ -70,9 +71,40 @@ def _parse(code: Code, function: str) -> _Function | None:
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return None
     node = module.body[0] if module.body else None
-    if not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+    if not isinstance(node, kinds):
         return None
     return _Function(node, found[0], text.splitlines())
+
+
+def _attributes_set(cls: _Function) -> dict[str, list[int]]:
+    """The attributes a class's methods give values the record does not follow, with the lines that do: ``self.d_k =
+    d_model // h``, ``self.register_buffer("pe", table)``; not a submodule or a parameter (``self.w_q =
+    nn.Linear(...)``: a call of a class, by its capital), whose values the record and the case's weights cover."""
+    found: dict[str, list[int]] = {}
+    for method in cls.node.body:
+        if not isinstance(method, (ast.FunctionDef, ast.AsyncFunctionDef)) or not method.args.args:
+            continue
+        me = method.args.args[0].arg
+        for node in ast.walk(method):
+            value = getattr(node, "value", None)
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target] \
+                if isinstance(node, (ast.AnnAssign, ast.AugAssign)) else []
+            for target in targets:
+                if isinstance(target, ast.Attribute) and isinstance(target.value, ast.Name) and target.value.id == me \
+                        and not _constructs(value):
+                    found.setdefault(target.attr, []).append(cls.at(node))
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "register_buffer" \
+                    and node.args and isinstance(node.args[0], ast.Constant) and isinstance(node.args[0].value, str):
+                found.setdefault(node.args[0].value, []).append(cls.at(node))
+    return found
+
+
+def _constructs(value: ast.AST | None) -> bool:
+    """Whether an expression calls a class (``nn.Linear(...)``, ``LayerNorm(d)``, ``nn.Parameter(...)``)."""
+    if not isinstance(value, ast.Call):
+        return False
+    callee = value.func.attr if isinstance(value.func, ast.Attribute) else getattr(value.func, "id", "")
+    return callee[:1].isupper()
 
 
 _Ancestry = tuple[tuple[ast.stmt, str], ...]
@@ -202,6 +234,11 @@ def _optional(test: ast.expr | None, parameters: set[str]) -> bool:
             and isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None)
 
 
+def _alias(statement: ast.stmt) -> bool:
+    """Whether a statement only gives a value another name (``angle = position``)."""
+    return isinstance(statement, ast.Assign) and isinstance(statement.value, ast.Name)
+
+
 def _parameters(node: ast.FunctionDef | ast.AsyncFunctionDef) -> set[str]:
     a = node.args
     return {p.arg for p in (*a.posonlyargs, *a.args, *a.kwonlyargs, a.vararg, a.kwarg) if p is not None}
@@ -251,8 +288,11 @@ class _Part:
     lines: tuple[int, ...]
     names: Sequence[str] = ()
     how: str = ""
+    #: the source the lines are quoted from, where not the function's own (its class's)
+    source: _Function | None = None
 
     def words(self, fn: _Function, lines: Sequence[int]) -> str:
+        fn = self.source or fn
         if self.how:
             return f"the condition on {_quote(fn, lines)}, {self.how}"
         names = [f"`{n}`" for n in self.names]
@@ -281,20 +321,41 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
         """The Python values ``reader`` reads that no earlier part names, grouped by the lines that set them."""
         found: dict[tuple[int, ...], list[str]] = {}
         for name in _read(reader):
-            if name not in python or name in listed:
+            if name in listed:
                 continue
-            lines = tuple(fn.at(s) for s, _ in everything if name in _sets(s) and s is not reader)
+            setters = [s for s, _ in everything if name in _sets(s) and s is not reader]
+            # a tensor's value is compared, unless a line only gave it another name (`centred = x`): that line
+            # made no value for the record to see
+            if name not in python and not (setters and all(_alias(s) for s in setters)):
+                continue
+            lines = tuple(fn.at(s) for s in setters)
             if lines:  # an argument the function never changes is the case's own, and right
                 found.setdefault(lines, []).append(name)
                 listed.add(name)
         return found
+
+    owner = _parse(code, function.rpartition(".")[0], (ast.ClassDef,)) if "." in function else None
+    attributes = _attributes_set(owner) if owner is not None else {}
+    me = fn.node.args.args[0].arg if fn.node.args.args else ""
+
+    def attributes_read(reader: ast.stmt) -> list[_Part]:
+        """The attributes of self the line reads that a method of the class set (``self.pe``, ``self.d_k``)."""
+        read = [n.attr for e in _header(reader) for n in ast.walk(e) if isinstance(n, ast.Attribute)
+                and isinstance(n.ctx, ast.Load) and isinstance(n.value, ast.Name) and n.value.id == me]
+        parts = []
+        for attribute in dict.fromkeys(read):
+            lines = [n for n in attributes.get(attribute, []) if n != line]
+            if lines and f"self.{attribute}" not in listed:
+                listed.add(f"self.{attribute}")
+                parts.append(_Part(tuple(lines), (f"self.{attribute}",), source=owner))
+        return parts
 
     # the conditions it runs under, nearest first (a loop that never ends is one of them); what the line reads;
     # then what those conditions read
     conditions = {fn.at(s): s for s, _ in everything if isinstance(s, (ast.If, ast.While))}
     steering = list(_condition(fn, statement, around))[:2]
     parts = [_Part((number,), how=how) for number, how in steering]
-    parts += [_Part(lines, names) for lines, names in suspects(statement).items()]
+    parts += [_Part(lines, names) for lines, names in suspects(statement).items()] + attributes_read(statement)
     for number, _ in steering:
         parts += [_Part(lines, names) for lines, names in suspects(conditions[number]).items()]
     said, quoted = [], 0

@@ -10,7 +10,8 @@ lines are the learner's and can be quoted) through the chapter's check on the vi
 
 - **named**: the message names a catalogued mistake that the check verified (it reproduces the
   mutant's values on every failing case);
-- **located**: the message quotes the mutated line;
+- **located**: the message quotes the mutated line (for a default changed in the ``def`` line, which a
+  learner's notebook lays out otherwise: the message names the parameter and its changed default);
 - **plain**: neither (the case, the largest difference and the general formula).
 
 Mutants the visible cases do not fail are counted apart (many change nothing: ``dim=-1`` made
@@ -153,8 +154,9 @@ def run(chapter_names: list[str] | None, per_function: int, show: bool) -> None:
                     message = str(failure)
                     if failure.names:
                         counts["named"] += 1
-                    elif mutated_line[:70] in message:
-                        counts["located"] += 1
+                    elif mutated_line[:70] in message or (mutated_line.startswith("def ")
+                                                           and "Your `def` line gives" in message):
+                        counts["located"] += 1  # a default changed in the def line: the message names it
                     else:
                         counts["plain"] += 1
                         plain_messages.append((f"{stem}.{function}", description, mutated_line, message))

@@ -547,8 +547,8 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
             plain = not observe.tensors_in((args, kwargs))
             observer.recorder = Recorder(own_code(fn), _is_cell, python_values=plain)
             observer.recorder.know(observe.tensors_in((args, kwargs)))
-        elif observer.source:
-            observer.code = observe.source_of(fn)
+        if observer.source and (not observer.trace or inspect.isclass(fn)):
+            observer.code = observe.source_of(fn)  # a class's too: what its methods read from self is set there
     used: list[str] = []
     # A provided model that counts what it reads does so from here, before the learner holds it.
     watches = [w for w in (getattr(a, "watch", lambda: None)() for a in (*args, *kwargs.values())

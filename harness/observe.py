@@ -535,7 +535,7 @@ class Observer:
             return Observed(traced=self.trace, findings=dict(self.findings))
         r = self.recorder
         code = tuple((f, first, text) for f, (first, text) in r.code.items()) if r else ()
-        code = code or self.code
+        code = code + tuple(c for c in self.code if c[0] not in {f for f, _, _ in code})
         held = tuple((f, name, kind) for (f, name), kind in r.held.items()) if r else ()
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
                         tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings),
@@ -543,11 +543,30 @@ class Observer:
 
 
 def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
-    """A function's (qualified name, first line, source), as a trace holds it; () for what has none (a class)."""
-    if not inspect.isfunction(fn):
-        return ()
+    """A function's or a class's (qualified name, first line, source), as a trace holds it; () where there is none.
+    A class defined in a notebook cell is found from its methods' code (its module has no file to read)."""
     try:
-        lines, first = inspect.getsourcelines(fn)
-    except (OSError, TypeError, IndexError):
+        if inspect.isfunction(fn):
+            lines, first = inspect.getsourcelines(fn)
+        elif inspect.isclass(fn):
+            lines, first = _class_source(fn)
+        else:
+            return ()
+    except (OSError, TypeError, IndexError, SyntaxError, ValueError):
         return ()
-    return ((getattr(fn, "__qualname__", fn.__name__)[:200], first, "".join(lines)[:MAX_SOURCE]),)
+    return ((getattr(fn, "__qualname__", fn.__name__)[:200], first, "".join(lines)[:MAX_SOURCE]),) if lines else ()
+
+
+def _class_source(cls: type) -> tuple[list[str], int]:
+    """The lines of a class's definition and the number of the first, from the file or cell of one of its methods."""
+    method = next((f for f in vars(cls).values() if inspect.isfunction(f)), None)
+    if method is None:
+        return [], 0
+    code = method.__code__
+    lines = linecache.getlines(code.co_filename, method.__globals__)
+    head = f"class {cls.__name__}"
+    start = next((i for i in range(min(code.co_firstlineno, len(lines)) - 1, -1, -1)
+                  if lines[i].lstrip().startswith(head) and not lines[i].lstrip()[len(head):][:1].isidentifier()), None)
+    if start is None:
+        return [], 0
+    return inspect.getblock(lines[start:]), start + 1

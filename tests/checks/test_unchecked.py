@@ -144,6 +144,21 @@ def test_a_rule_about_an_argument_quotes_the_lines_that_use_it_even_untraced():
     assert "`g = torch.Generator().manual_seed(1_000_003 * seed)`" in message, message
 
 
+def test_a_tensor_that_a_line_only_renamed_is_quoted_where_it_was_renamed():
+    # `centred = x` makes no value for the record to see: the first wrong value is its square, a line later
+    fn = _mutant("encoder", "LayerNorm", "centred = x - mean", "centred = x")
+    message = _message("encoder.LayerNorm", fn)
+    assert "`centred`, set on line" in message and "`centred = x`" in message, message
+
+
+def test_an_attribute_a_method_reads_is_quoted_where_the_class_sets_it():
+    fn = _mutant("positional", "PositionalEmbedding", "sinusoidal_encoding(max_len, d_model)",
+                 "sinusoidal_encoding(d_model, max_len)")
+    message = _message("positional.PositionalEmbedding", fn)
+    assert "`self.pe`, set on line" in message, message
+    assert "sinusoidal_encoding(d_model, max_len), persistent=False)`" in message, message
+
+
 def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
     # the course counts a cached decoder's reads with a dispatch mode, which runs inside torch's operations
     fn = _mutant("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
