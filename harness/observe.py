@@ -327,11 +327,8 @@ class Recorder(TorchFunctionMode):
         """The line's text and the function's name (:func:`_place`); the function's source is kept the first time."""
         source, function = _place(frame, line)
         if function not in self.code and len(self.code) < MAX_FUNCTIONS:
-            try:
-                lines, first = inspect.getsourcelines(frame.f_code)
-                self.code[function] = (first, "".join(lines)[:MAX_SOURCE])
-            except (OSError, TypeError, IndexError):
-                self.code[function] = (0, "")
+            lines = _block(frame.f_code, frame.f_globals)
+            self.code[function] = (frame.f_code.co_firstlineno, "".join(lines)[:MAX_SOURCE])
         return source, function
 
     def _remember_held(self, frame) -> None:
@@ -547,7 +544,7 @@ def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
     A class defined in a notebook cell is found from its methods' code (its module has no file to read)."""
     try:
         if inspect.isfunction(fn):
-            lines, first = inspect.getsourcelines(fn)
+            lines, first = _block(fn.__code__, fn.__globals__), fn.__code__.co_firstlineno
         elif inspect.isclass(fn):
             lines, first = _class_source(fn)
         else:
@@ -555,6 +552,17 @@ def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
     except (OSError, TypeError, IndexError, SyntaxError, ValueError):
         return ()
     return ((getattr(fn, "__qualname__", fn.__name__)[:200], first, "".join(lines)[:MAX_SOURCE]),) if lines else ()
+
+
+def _block(code: Any, globals_: dict) -> list[str]:
+    """The lines of a function's definition, read from its file or cell the way a traceback reads them
+    (``inspect.getsourcelines`` would look for its module among every module loaded first: a tenth of a second,
+    at every call, for a function defined in a cell)."""
+    lines = linecache.getlines(code.co_filename, globals_)
+    try:
+        return inspect.getblock(lines[code.co_firstlineno - 1:]) if lines else []
+    except (SyntaxError, IndexError, ValueError):  # tokenize's errors, on a file that changed under it
+        return []
 
 
 def _class_source(cls: type) -> tuple[list[str], int]:
