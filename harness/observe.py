@@ -549,7 +549,7 @@ def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
             lines, first = _class_source(fn)
         else:
             return ()
-    except (OSError, TypeError, IndexError, SyntaxError, ValueError):
+    except Exception:  # a source that cannot be read only leaves the grader's sentences about it out
         return ()
     return ((getattr(fn, "__qualname__", fn.__name__)[:200], first, "".join(lines)[:MAX_SOURCE]),) if lines else ()
 
@@ -561,7 +561,7 @@ def _block(code: Any, globals_: dict) -> list[str]:
     lines = linecache.getlines(code.co_filename, globals_)
     try:
         return inspect.getblock(lines[code.co_firstlineno - 1:]) if lines else []
-    except (SyntaxError, IndexError, ValueError):  # tokenize's errors, on a file that changed under it
+    except Exception:  # tokenize's errors (TokenError is none of SyntaxError's), on source that is not all there
         return []
 
 

@@ -275,3 +275,15 @@ def test_the_source_and_the_kinds_of_the_variables_cross_the_wire_within_bounds(
                    {**sent, "code": [["f", 1, "x"]] * 100}):
         with pytest.raises(wire.WireError):
             wire.decode_observed(broken)
+
+
+def test_a_source_that_does_not_tokenize_is_left_out_and_the_call_goes_on(tmp_path):
+    # a part loaded from a notebook: the file its code names holds the notebook's JSON, not its Python
+    from harness.observe import source_of
+
+    path = tmp_path / "parts.ipynb"
+    path.write_text('class Net: [\n  "def forward(self, x):\\n",\n', encoding="utf-8")
+    namespace: dict = {}
+    exec(compile("class Net:\n    def forward(self, x):\n        return x\n", str(path), "exec"), namespace)  # noqa: S102
+    assert source_of(namespace["Net"]) == ()
+    assert source_of(namespace["Net"].forward) in ((), (("Net.forward", 2, '  "def forward(self, x):\\n",\n'),))
