@@ -522,7 +522,8 @@ class Check:
     def where_values_part(self, case: Case, seen: Observed | None) -> str:
         """The sentence that locates a wrong value in the learner's lines, or ""."""
         compared = self._compared(case, seen)
-        return locate(seen.steps, *compared, seen.truncated, code=seen.code, held=seen.held) if compared else ""
+        return locate(seen.steps, *compared, seen.truncated, code=seen.code, held=seen.held, ran=seen.ran) \
+            if compared else ""
 
     #: whether a crash on a wrong value is followed back to the earlier line that made it; off where the values
     #: past the stages (those of a later step, or of a random choice made another right way) would blame a right line

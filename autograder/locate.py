@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from autograder.unchecked import Code, Held, unchecked
+from autograder.unchecked import Code, Held, never_ran, unchecked
 from harness.observe import RAISED, Step
 
 
@@ -281,10 +281,12 @@ def _depends(steps: Sequence[Step], found: Sequence[int | None], line: int, func
 
 
 def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree,
-           truncated: bool = False, code: Code = (), held: Held = ()) -> str:
+           truncated: bool = False, code: Code = (), held: Held = (), ran: Sequence[tuple[str, Sequence[int]]] = ()
+           ) -> str:
     """The sentence that says where the values first part, or "" when the trace cannot say. With the learner's
     ``code`` and what its variables ``held``, a line that makes a wrong value from right tensors is said what
-    else it depends on."""
+    else it depends on; with the lines that ``ran`` (a function of Python values), a function that stops short
+    of a step is told the line that would have taken it and never ran."""
     if not steps or not stages:
         return ""
     recorded, steps = steps, _unfinished(_comparable(steps, stages))
@@ -307,8 +309,9 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         returned = next((s for s in reversed(steps) if s.made_by.startswith("return")), None)
         if returned is None or furthest < 0:
             return ""
+        said = never_ran(code, steps[-1].function, dict(ran).get(steps[-1].function, ())) if not truncated else ""
         return (f"{head}, and your function returns that value: none of your values after it is {following.name} "
-                "or a later step (they are missing, or they leave that value as it was).")
+                "or a later step (they are missing, or they leave that value as it was)." + (f" {said}" if said else ""))
     step = steps[culprit]
     is_result = step.made_by == "return" and culprit == len(steps) - 1
     if is_result:  # nothing before it stands for the next step (a line that does all the work): it is the result

@@ -446,3 +446,29 @@ def default_differs(code: Code, function: str, defaults: dict[str, object], give
             return (f"Your `def` line gives `{name}` the default {mine!r} where the exercise's is {theirs!r}, and this "
                     f"case leaves `{name}` to its default: keep the defaults the exercise gives.")
     return ""
+
+
+#: how a line that never ran depends on its condition, by how :func:`_condition` says it steers
+_NEVER = {"under which it runs": "when the condition on {} holds",
+          "which must be false for it to run": "when the condition on {} does not hold",
+          "while which it runs": "while the condition on {} holds"}
+
+
+def never_ran(code: Code, function: str, ran: Sequence[int]) -> str:
+    """For a function that returned a value before the step it should have taken next (a merge that never
+    happened): the first of its lines that sets a value, never ran, and runs only under a condition, with that
+    condition; "" when there is none or the source cannot be read."""
+    fn = _parse(code, function)
+    if fn is None or not ran:
+        return ""
+    for statement, around in _statements(fn):
+        if fn.at(statement) in ran or not isinstance(statement, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr)) \
+                or isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Constant):
+            continue
+        steering = list(_condition(fn, statement, around))[:1]
+        if steering:
+            number, how = steering[0]
+            when = _NEVER[how].format(f"line {number}, `{fn.line(number)}`,")
+            return (f"Line {fn.at(statement)}, `{fn.line(fn.at(statement))}`, never ran on this case: it runs only "
+                    f"{when} and it never did. Look there.")
+    return ""

@@ -43,6 +43,8 @@ MAX_VALUE_ELEMENTS = 200_000
 MAX_FUNCTIONS = 16
 MAX_SOURCE = 20_000
 MAX_HELD = 512
+#: lines of one function noted as having run
+MAX_RAN = 2000
 #: what a step made by an operation that raised is said to be made by, before the operation's name
 RAISED = "raised in "
 
@@ -96,6 +98,8 @@ class Observed:
     #: what each variable of those functions held when the function returned: (function, name, kind), the kind
     #: being "tensor" (a tensor, a list of tensors, a module) or "python" (a number, a list of numbers, a dict, ...)
     held: tuple[tuple[str, str, str], ...] = ()
+    #: for a function of Python values, the lines of each of the learner's functions that ran (function, lines)
+    ran: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 def named_tensors(value: Any, path: str = "", depth: int = 0) -> Iterator[tuple[str, torch.Tensor]]:
@@ -186,6 +190,8 @@ class Recorder(TorchFunctionMode):
         #: the learner's function -> (its first line, its source); (function, variable) -> what it held
         self.code: dict[str, tuple[int, str]] = {}
         self.held: dict[tuple[str, str], str] = {}
+        #: a function of Python values -> the lines of it that ran
+        self.ran: dict[str, set[int]] = {}
 
     # -- which frames are the learner's ------------------------------------------------------
 
@@ -384,6 +390,10 @@ class Recorder(TorchFunctionMode):
             return None
         if event not in ("line", "return") or id(frame) not in self.python:
             return self._trace_lines
+        if event == "line":
+            ran = self.ran.setdefault(getattr(frame.f_code, "co_qualname", frame.f_code.co_name), set())
+            if len(ran) < MAX_RAN:
+                ran.add(frame.f_lineno)
         line, held, loops = self.python[id(frame)]
         if self.on and not self.truncated:
             self.on = False
@@ -534,9 +544,10 @@ class Observer:
         code = tuple((f, first, text) for f, (first, text) in r.code.items()) if r else ()
         code = code + tuple(c for c in self.code if c[0] not in {f for f, _, _ in code})
         held = tuple((f, name, kind) for (f, name), kind in r.held.items()) if r else ()
+        ran = tuple((f, tuple(sorted(lines))) for f, lines in list(r.ran.items())[:MAX_FUNCTIONS]) if r else ()
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
                         tuple(r.steps) if r else (), bool(r and r.truncated), self.trace, dict(self.findings),
-                        code, held)
+                        code, held, ran)
 
 
 def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:

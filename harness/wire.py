@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from .calls import Case, ModuleResult, Opaque, Raised, UsedForbidden
-from .observe import MAX_FUNCTIONS, MAX_HELD, MAX_SOURCE, MAX_STEPS, Observed, Step
+from .observe import MAX_FUNCTIONS, MAX_HELD, MAX_RAN, MAX_SOURCE, MAX_STEPS, Observed, Step
 from .probes import PROBES
 from .providers import Provided
 
@@ -254,7 +254,8 @@ def encode_observed(seen: Observed) -> dict:
     return {"written": list(seen.written), "aliased": list(seen.aliased), "attached": list(seen.attached),
             "steps": steps, "truncated": seen.truncated, "traced": seen.traced,
             "findings": {k: list(v) for k, v in seen.findings.items()},
-            "code": [list(c) for c in seen.code], "held": [list(h) for h in seen.held]}
+            "code": [list(c) for c in seen.code], "held": [list(h) for h in seen.held],
+            "ran": [[f, list(lines)] for f, lines in seen.ran]}
 
 
 def _optional_tensor(value: Any) -> torch.Tensor | None:
@@ -296,7 +297,22 @@ def decode_observed(value: Any) -> Observed:
                     _names(value.get("aliased", []), "the aliased arguments"),
                     _names(value.get("attached", []), "the attached attributes"), tuple(read), *flags,
                     {k: _finding(v, k) for k, v in findings.items()}, _code(value.get("code", [])),
-                    _held(value.get("held", [])))
+                    _held(value.get("held", [])), _ran(value.get("ran", [])))
+
+
+def _ran(value: Any) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """The lines of each traced function that ran: (function, lines), within the recorder's bounds."""
+    functions = _list(value, "the lines that ran")
+    if len(functions) > MAX_FUNCTIONS:
+        raise WireError("too many functions whose lines ran")
+    read = []
+    for function in functions:
+        name, lines = _list(function, "a function's lines that ran", 2)
+        lines = _list(lines, "a function's lines that ran")
+        if len(lines) > MAX_RAN or not all(type(n) is int and 0 <= n < 2**31 for n in lines):
+            raise WireError("a function's lines that ran are not a short list of line numbers")
+        read.append((_text(name, "a function whose lines ran", 200), tuple(lines)))
+    return tuple(read)
 
 
 def _code(value: Any) -> tuple[tuple[str, int, str], ...]:

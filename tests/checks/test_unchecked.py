@@ -95,6 +95,14 @@ def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
     assert "`if 0 < top_k < scores.shape[-2]:`, under which it runs" in message, message
 
 
+def test_a_step_that_never_happens_quotes_the_line_that_never_ran_and_its_condition():
+    # the merge's condition never holds: bpe_encode returns the bytes as they were, a step short, no value wrong
+    fn = _mutant("bert_gpt", "bpe_encode", "ids[i] == a and", "ids[i] != a and")
+    message = _message("bert_gpt.bpe_encode", fn)
+    assert "`merged.append(new_id)`, never ran on this case: it runs only when the condition on line" in message, message
+    assert f"`{_changed_line('bert_gpt', 'bpe_encode', 'ids[i] == a and', 'ids[i] != a and')}`, holds" in message, message
+
+
 def test_a_crash_followed_back_to_its_line_quotes_the_early_return_that_should_have_left():
     fn = _mutant("bert_gpt", "sample_next", "temperature == 0 or top_k == 1", "temperature == 0 and top_k == 1")
     message = _message("bert_gpt.sample_next", fn)
@@ -272,7 +280,7 @@ def test_the_source_and_the_kinds_of_the_variables_cross_the_wire_within_bounds(
     assert (back.code[0][0], "n", "python") in back.held and (back.code[0][0], "x", "tensor") in back.held
     for broken in ({**sent, "code": [["f", -1, "def f(): pass"]]}, {**sent, "code": "def f(): pass"},
                    {**sent, "held": [["f", "n", "int"]]}, {**sent, "held": [["f", "n"]]},
-                   {**sent, "code": [["f", 1, "x"]] * 100}):
+                   {**sent, "code": [["f", 1, "x"]] * 100}, {**sent, "ran": [["f", [-1]]]}, {**sent, "ran": [["f"]]}):
         with pytest.raises(wire.WireError):
             wire.decode_observed(broken)
 
