@@ -156,19 +156,21 @@ def _agreeing(found: Sequence[int | None], furthest: int) -> set[int]:
     return {i for i, k in enumerate(found) if k == furthest} if furthest >= 0 else set()
 
 
-def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, stages: Sequence[Stage]) -> int | None:
+def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, stages: Sequence[Stage],
+             since: int | None = None) -> int | None:
     """The step that stands for the computation's next stage, among the values after the last that
     agrees which agree with nothing: the first made from a value that agrees with the furthest stage
     (the learner's next step from there), else the first of either stage's shape, else the first of
     the next stage's kind. In each, one made by the graded function itself comes first (a sub-module
     it calls counts as one step, not its insides). A value of another shape may be a correct
     intermediate the computation does not name (``gamma * centred`` before the division), and a mask
-    or an index made on the way (``~mask``) is no candidate for a wrong number."""
+    or an index made on the way (``~mask``) is no candidate for a wrong number. ``since`` puts the search
+    after another step than the last that agrees (see :func:`locate`)."""
     following = stages[-1]
     floating = following.values[0].is_floating_point()
     shapes = {tuple(v.shape) for stage in stages for v in stage.values}
     agreeing = _agreeing(found, furthest)
-    last = max(agreeing, default=-1)
+    last = max(agreeing, default=-1) if since is None else since
     after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
              and _numeric(steps[i]) == floating]
     outer = steps[-1].function if steps[-1].made_by == "return" else None
@@ -303,6 +305,16 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
                 "your function returns: look at what happens to it after that line.")
     following = stages[furthest + 1]
     culprit = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2])
+    if culprit is None and last >= 0:
+        # a later value that agrees with the same stage again (a sequence a merge of the wrong pair left as it
+        # was) hides a wrong one made before it: look after the first that agrees instead
+        first_agreeing = min(_agreeing(found, furthest))
+        earlier = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2], since=first_agreeing)
+        # only a value of the next step's own shape, made before the last that agrees: the rest may be right values
+        # the computation does not name (the output made from weights that are right)
+        if earlier is not None and earlier < last and steps[earlier].value is not None \
+                and tuple(steps[earlier].value.shape) in {tuple(v.shape) for v in following.values}:
+            culprit, last = earlier, first_agreeing
     head = (f"Up to {_where(steps[last])}, your values agree with the computation ({stages[furthest].name})"
             if last >= 0 else "Beyond your inputs, none of your values agrees with a step of the computation")
     if culprit is None:

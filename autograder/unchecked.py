@@ -358,6 +358,11 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
     parts += [_Part(lines, names) for lines, names in suspects(statement).items()] + attributes_read(statement)
     for number, _ in steering:
         parts += [_Part(lines, names) for lines, names in suspects(conditions[number]).items()]
+    # one step further back: what the lines that set those values read (`counts[pair] = ...` reads `pair`)
+    setting = {fn.at(s): s for s, _ in everything}
+    for part in [p for p in parts if p.names and p.source is None]:
+        for number in part.lines:
+            parts += [_Part(lines, names) for lines, names in suspects(setting[number]).items()]
     said, quoted = [], 0
     for part in parts:
         if quoted >= MAX_QUOTED:
