@@ -101,7 +101,7 @@ from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F40
 
 from . import course_secret
 from .locate import Stage, locate, locate_crash
-from .unchecked import default_differs, readers, refusals
+from .unchecked import default_differs, readers, refusals, unchecked
 
 
 class CheckFailed(AssertionError):
@@ -534,8 +534,11 @@ class Check:
         the earlier line that first made a value none of the computation's; where neither, what the line that
         raised (``at``, when no torch operation did) depends on that the record cannot check; or ""."""
         compared = self._compared(case, seen)
-        return locate_crash(seen.steps, *compared, code=seen.code, held=seen.held, at=at,
-                            follow_back=self.crash_followed_back) if compared else ""
+        if compared:
+            return locate_crash(seen.steps, *compared, code=seen.code, held=seen.held, at=at,
+                                follow_back=self.crash_followed_back)
+        # no value to compare (it crashed before making one, or the check has no stages): what the line depends on
+        return unchecked(seen.code, seen.held, at[1], at[0]) if at is not None and seen is not None else ""
 
     def _compared(self, case: Case, seen: Observed | None) -> tuple | None:
         """What the learner's trace is compared with: the stages of ``case``, its input tensors, and the

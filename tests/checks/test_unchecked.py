@@ -91,6 +91,12 @@ def test_a_loop_that_never_ends_is_stopped_where_it_runs_and_its_counter_is_quot
     assert "`i -= 2`" in message, message
 
 
+def test_a_crash_before_any_value_was_made_still_quotes_what_the_line_depends_on():
+    # on the empty text the learner's function crashes before it holds any number: nothing to compare
+    message = _message("bert_gpt.bpe_train", _mutant("bert_gpt", "bpe_train", "if not counts:", "if counts:"))
+    assert "raised ValueError" in message and "`if counts:`, which must be false for it to run" in message, message
+
+
 def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
     fn = _mutant("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
     message = _message("bert_gpt.sample_next", fn)
