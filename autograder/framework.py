@@ -688,6 +688,8 @@ class Check:
                         f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained,
                         rule=failure.rule)
                 line, function = result.details.get("at", ("", ""))
+                # where a guard sent a valid case to a raise, what matters is what the guard's condition depends on
+                line = guard[0] if guard and case.tag != INVALID else line
                 at = (int(line), function) if line.isdigit() else None
                 began = self.where_crash_began(case, seen, at) if case.tag != INVALID and _deferrable(result) else ""
                 if began:

@@ -315,6 +315,7 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
         return ""
     statement, around = here[-1]  # the innermost
     python = {name for f, name, kind in held if f == function and kind == "python"}
+    untraced = not any(f == function for f, _, _ in held)  # no record at all: every variable is unchecked
     listed = {made} | set(checked)
 
     def suspects(reader: ast.stmt) -> dict[tuple[int, ...], list[str]]:
@@ -326,7 +327,7 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
             setters = [s for s, _ in everything if name in _sets(s) and s is not reader]
             # a tensor's value is compared, unless a line only gave it another name (`centred = x`): that line
             # made no value for the record to see
-            if name not in python and not (setters and all(_alias(s) for s in setters)):
+            if not untraced and name not in python and not (setters and all(_alias(s) for s in setters)):
                 continue
             lines = tuple(fn.at(s) for s in setters)
             if lines:  # an argument the function never changes is the case's own, and right

@@ -97,6 +97,13 @@ def test_a_crash_before_any_value_was_made_still_quotes_what_the_line_depends_on
     assert "raised ValueError" in message and "`if counts:`, which must be false for it to run" in message, message
 
 
+def test_a_valid_case_sent_to_a_raise_is_told_what_the_guard_depends_on_even_untraced():
+    fn = _mutant("capstone", "length_batches", "if n > max_tokens", "if n >= max_tokens")
+    message = _message("capstone.length_batches", fn)
+    assert "the condition that sent your function to that raise, line" in message, message
+    assert "`too_long`, set on line" in message and "if n >= max_tokens]`" in message, message
+
+
 def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
     fn = _mutant("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
     message = _message("bert_gpt.sample_next", fn)
