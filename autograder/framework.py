@@ -687,10 +687,9 @@ class Check:
                         f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
                         f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained,
                         rule=failure.rule)
-                line, function = result.details.get("at", ("", ""))
-                # where a guard sent a valid case to a raise, what matters is what the guard's condition depends on
-                line = guard[0] if guard and case.tag != INVALID else line
-                at = (int(line), function) if line.isdigit() else None
+                at = result.line_at()
+                if guard and case.tag != INVALID and at is not None and guard[0].isdigit():
+                    at = (int(guard[0]), at[1])  # a guard sent a valid case to a raise: what its condition depends on
                 began = self.where_crash_began(case, seen, at) if case.tag != INVALID and _deferrable(result) else ""
                 if began:
                     failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained, rule=failure.rule)

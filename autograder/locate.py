@@ -304,12 +304,13 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "
                 "your function returns: look at what happens to it after that line.")
     following = stages[furthest + 1]
-    culprit = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2])
+    near = stages[max(furthest, 0):furthest + 2]  # the furthest stage reached and the next
+    culprit = _culprit(steps, found, furthest, near)
     if culprit is None and last >= 0:
         # a later value that agrees with the same stage again (a sequence a merge of the wrong pair left as it
         # was) hides a wrong one made before it: look after the first that agrees instead
         first_agreeing = min(_agreeing(found, furthest))
-        earlier = _culprit(steps, found, furthest, stages[max(furthest, 0):furthest + 2], since=first_agreeing)
+        earlier = _culprit(steps, found, furthest, near, since=first_agreeing)
         # only a value of the next step's own shape, made before the last that agrees: the rest may be right values
         # the computation does not name (the output made from weights that are right)
         if earlier is not None and earlier < last and steps[earlier].value is not None \
@@ -396,7 +397,10 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     found = [None if s.made_by.startswith(RAISED) else k for s, k in zip(steps, _found(steps, stages, inputs, agree))]
     if crash is None:
         return _depends(steps, found, *at, code, held).strip() if at else ""
-    depends = _depends(steps, found, steps[crash].line, steps[crash].function, code, held)
+
+    def depends() -> str:  # what the crashing line depends on, only where nothing earlier is blamed
+        return _depends(steps, found, steps[crash].line, steps[crash].function, code, held)
+
     given = [i for i in steps[crash].uses if i < crash]
     operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
     # each tensor it was given (one at least) is a step's, an argument or a parameter
@@ -405,10 +409,10 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
         named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
         return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "
                 "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments."
-                + depends)
+                + depends())
     roots = _crash_roots(steps, found, crash) if follow_back else []
     if not roots:
-        return depends.strip()
+        return depends().strip()
     lines = ", ".join(f"line {s.line}, `{s.source}` (shape {s.shape})" for _, s in roots)
     several = len(roots) > 1
     made_from = all(first.uses for first, _ in roots)

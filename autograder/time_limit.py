@@ -35,10 +35,11 @@ def stopped_message(function: str, seconds: float, label: str, result: Raised, s
     move it). The line the alarm found is chance; the loop around it is not, so that grading the same
     submission twice gives the same words."""
     message = endless_loop_message(function, seconds, label)
-    line, at = result.details.get("at", ("", ""))
-    if seen is None or not line.isdigit():
+    stopped = result.line_at()
+    if seen is None or stopped is None:
         return message
-    loop = loop_around(seen.code, at, int(line))
+    line, at = stopped
+    loop = loop_around(seen.code, at, line)
     if loop is None:
         return message
     message += f"\n  (stopped in the loop on line {loop[0]} of your `{at}`, `{loop[1]}`)"

@@ -36,7 +36,7 @@ Held = Sequence[tuple[str, str, str]]
 
 @dataclass(frozen=True)
 class _Function:
-    node: ast.FunctionDef | ast.AsyncFunctionDef
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef
     first: int  # the number of its first line in the cell or file
     lines: list[str]
 
@@ -152,6 +152,13 @@ def _spans(fn: _Function, statement: ast.stmt, line: int) -> bool:
     return fn.at(statement) <= line <= last + fn.first - 1
 
 
+def _at_line(fn: _Function, statements: Sequence[tuple[ast.stmt, _Ancestry]], line: int
+             ) -> tuple[ast.stmt, _Ancestry] | None:
+    """Of ``statements`` (:func:`_statements`), the innermost whose own lines hold ``line``, with the statements
+    around it; None for none."""
+    return next((found for found in reversed(statements) if _spans(fn, found[0], line)), None)
+
+
 def _locals_of(expressions: list[ast.AST]) -> set[str]:
     """The names bound inside expressions (a comprehension's variable, a lambda's argument): not the function's."""
     bound = set()
@@ -164,13 +171,18 @@ def _locals_of(expressions: list[ast.AST]) -> set[str]:
     return bound
 
 
+def _changed_by_call(statement: ast.stmt) -> ast.expr | None:
+    """The object a statement that is one changing call changes (``merged`` in ``merged.append(x)``), or None."""
+    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
+            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr in _CHANGES:
+        return statement.value.func.value
+    return None
+
+
 def _changed(statement: ast.stmt) -> set[int]:
     """The nodes of the names a statement changes in place (``merged`` in ``merged.append(x)``, ``d`` in
     ``d[k] = v``): the object being changed, not a value the line reads."""
-    bases = []
-    if isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
-            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr in _CHANGES:
-        bases.append(statement.value.func.value)
+    bases = [b for b in (_changed_by_call(statement),) if b is not None]
     for target in getattr(statement, "targets", None) or [getattr(statement, "target", None)]:
         while isinstance(target, ast.Subscript):
             target = target.value
@@ -213,9 +225,8 @@ def _sets(statement: ast.stmt) -> set[str]:
         for item in statement.items:
             if item.optional_vars is not None:
                 found.update(_targets(item.optional_vars))
-    elif isinstance(statement, ast.Expr) and isinstance(statement.value, ast.Call) \
-            and isinstance(statement.value.func, ast.Attribute) and statement.value.func.attr in _CHANGES:
-        found.update(_targets(statement.value.func.value))
+    elif _changed_by_call(statement) is not None:
+        found.update(_targets(_changed_by_call(statement)))
     for expression in _header(statement):
         found.update(n.target.id for n in ast.walk(expression)
                      if isinstance(n, ast.NamedExpr) and isinstance(n.target, ast.Name))
@@ -252,33 +263,44 @@ def _leaves(statement: ast.stmt) -> bool:
             and isinstance(statement.body[-1], (ast.Return, ast.Continue, ast.Break)))
 
 
+#: how a statement depends on a condition, by what :func:`_condition` says: in words after the condition, and as
+#: the reason a statement that never ran did not
+_HOLDS, _FAILS, _WHILE = "holds", "fails", "while"
+_STEERS = {_HOLDS: "under which it runs", _FAILS: "which must be false for it to run", _WHILE: "while which it runs"}
+_NEVER = {_HOLDS: "when the condition on {} holds", _FAILS: "when the condition on {} does not hold",
+          _WHILE: "while the condition on {} holds"}
+
+
 def _condition(fn: _Function, statement: ast.stmt, around: _Ancestry) -> Iterator[tuple[int, str]]:
-    """The conditions that decide whether the statement runs, the nearest first: (line, how it depends). They
-    are those of the ``if`` and ``while`` it is inside, and those of an ``if ...: return`` before it in its block
-    or an enclosing one."""
+    """The conditions that decide whether the statement runs, the nearest first: (line, how it depends: one of
+    :data:`_STEERS`). They are those of the ``if`` and ``while`` it is inside, and those of an ``if ...: return``
+    before it in its block or an enclosing one."""
     parameters = _parameters(fn.node)
     found = []
     node = statement
     for parent, branch in [*reversed(around), (None, "body")]:
         block = fn.node.body if parent is None else getattr(parent, branch)
         if node in block:
-            found += [(fn.at(s), "which must be false for it to run") for s in block[:block.index(node)] if _leaves(s)
+            found += [(fn.at(s), _FAILS) for s in block[:block.index(node)] if _leaves(s)
                       and not _optional(s.test, parameters)]
         if parent is None:
             break
         if not _optional(getattr(parent, "test", None), parameters):
             if isinstance(parent, ast.If) and branch in ("body", "orelse"):
-                found.append((fn.at(parent), "under which it runs" if branch == "body"
-                              else "which must be false for it to run"))
+                found.append((fn.at(parent), _HOLDS if branch == "body" else _FAILS))
             elif isinstance(parent, ast.While) and branch == "body":
-                found.append((fn.at(parent), "while which it runs"))
+                found.append((fn.at(parent), _WHILE))
         node = parent
     yield from sorted(found, key=lambda c: -c[0])  # the nearest above it first
 
 
+def _listed(items: Sequence[str], last: str = "and") -> str:
+    """``a``, ``a and b``, ``a, b and c``."""
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
+
+
 def _quote(fn: _Function, lines: Sequence[int]) -> str:
-    quoted = [f"line {n}, `{fn.line(n)}`" for n in lines]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+    return _listed([f"line {n}, `{fn.line(n)}`" for n in lines])
 
 
 @dataclass(frozen=True)
@@ -294,10 +316,8 @@ class _Part:
     def words(self, fn: _Function, lines: Sequence[int]) -> str:
         fn = self.source or fn
         if self.how:
-            return f"the condition on {_quote(fn, lines)}, {self.how}"
-        names = [f"`{n}`" for n in self.names]
-        spelled = ", ".join(names[:-1]) + " and " + names[-1] if len(names) > 1 else names[0]
-        return f"{spelled}, set on {_quote(fn, lines)}"
+            return f"the condition on {_quote(fn, lines)}, {_STEERS[self.how]}"
+        return f"{_listed([f'`{n}`' for n in self.names])}, set on {_quote(fn, lines)}"
 
 
 def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str] = frozenset(),
@@ -310,10 +330,10 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
     if fn is None:
         return ""
     everything = list(_statements(fn))
-    here = [(s, around) for s, around in everything if _spans(fn, s, line)]
-    if not here:
+    here = _at_line(fn, everything, line)
+    if here is None:
         return ""
-    statement, around = here[-1]  # the innermost
+    statement, around = here
     python = {name for f, name, kind in held if f == function and kind == "python"}
     untraced = not any(f == function for f, _, _ in held)  # no record at all: every variable is unchecked
     listed = {made} | set(checked)
@@ -394,7 +414,7 @@ def refusals(code: Code, function: str) -> str:
         return (f"Your `raise` did not run on this case: it runs when the condition on {conditions[0]}, holds, and on "
                 "this case it does not. Look there.")
     return ("None of your `raise` statements ran on this case: they run when one of the conditions on "
-            + ", ".join(conditions[:-1]) + " and " + conditions[-1] + " holds, and on this case none does. Look there.")
+            + _listed(conditions) + " holds, and on this case none does. Look there.")
 
 
 def loop_around(code: Code, function: str, line: int) -> tuple[int, str] | None:
@@ -404,10 +424,10 @@ def loop_around(code: Code, function: str, line: int) -> tuple[int, str] | None:
     fn = _parse(code, function)
     if fn is None:
         return None
-    here = [(s, around) for s, around in _statements(fn) if _spans(fn, s, line)]
-    if not here:
+    here = _at_line(fn, list(_statements(fn)), line)
+    if here is None:
         return None
-    statement, around = here[-1]
+    statement, around = here
     loops = [s for s, branch in around if isinstance(s, (ast.While, ast.For, ast.AsyncFor)) and branch == "body"]
     if isinstance(statement, (ast.While, ast.For, ast.AsyncFor)):
         loops.append(statement)
@@ -426,8 +446,7 @@ def readers(code: Code, function: str, names: Sequence[str]) -> str:
     lines = list(dict.fromkeys(lines))[:3]
     if not lines:
         return ""
-    spelled = ", ".join(f"`{n}`" for n in names[:-1]) + " or " + f"`{names[-1]}`" if len(names) > 1 else f"`{names[0]}`"
-    return f"Your lines that use {spelled}: {_quote(fn, lines)}. Look there."
+    return f"Your lines that use {_listed([f'`{n}`' for n in names], 'or')}: {_quote(fn, lines)}. Look there."
 
 
 def default_differs(code: Code, function: str, defaults: dict[str, object], given: set[str]) -> str:
@@ -452,12 +471,6 @@ def default_differs(code: Code, function: str, defaults: dict[str, object], give
             return (f"Your `def` line gives `{name}` the default {mine!r} where the exercise's is {theirs!r}, and this "
                     f"case leaves `{name}` to its default: keep the defaults the exercise gives.")
     return ""
-
-
-#: how a line that never ran depends on its condition, by how :func:`_condition` says it steers
-_NEVER = {"under which it runs": "when the condition on {} holds",
-          "which must be false for it to run": "when the condition on {} does not hold",
-          "while which it runs": "while the condition on {} holds"}
 
 
 def never_ran(code: Code, function: str, ran: Sequence[int]) -> str:

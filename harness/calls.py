@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import call_limit, observe
 from .call_limit import CallTimedOut
-from .observe import Arguments, Observer, Recorder, argument_names
+from .observe import Arguments, Observer, Recorder, argument_names, qualname
 from .providers import PROVIDERS, Provided
 
 
@@ -81,6 +81,11 @@ class Raised:
     #: what a judge may need as data rather than words: for a StateMismatch, the parameter names
     #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs
     details: Mapping[str, tuple] = field(default_factory=dict, compare=False, hash=False)
+
+    def line_at(self) -> tuple[int, str] | None:
+        """The learner's line that raised and its function (``details["at"]``), or None where there is none."""
+        line, function = self.details.get("at", ("", ""))
+        return (int(line), function) if line.isdigit() else None
 
 
 @dataclass(frozen=True)
@@ -432,10 +437,6 @@ def remember_cell(filename: str, source: str) -> None:
     linecache.cache[filename] = (len(source), None, source.splitlines(True), filename)
 
 
-def _qualname(frame) -> str:
-    return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-
-
 def _is_cell(filename: str) -> bool:
     return _CELL_FILE.fullmatch(filename) is not None
 
@@ -506,25 +507,25 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
         filename = frame.f_code.co_filename
         line = linecache.getline(filename, lineno, frame.f_globals).strip()
         place = "its cell" if _is_cell(filename) else os.path.basename(filename)
-        where = f"your `{_qualname(frame)}`, line {lineno} of {place}" + (f": {line}" if line else "")
-        where = f"raised inside the course's `{_qualname(inside)}`, called from {where}" if inside else f"in {where}"
+        where = f"your `{qualname(frame)}`, line {lineno} of {place}" + (f": {line}" if line else "")
+        where = f"raised inside the course's `{qualname(inside)}`, called from {where}" if inside else f"in {where}"
     elif inside is not None:
-        where = f"raised inside the course's `{_qualname(inside)}`"
+        where = f"raised inside the course's `{qualname(inside)}`"
     shown = []
     for i in mine:
         frame, lineno, _ = frames[i]
         line = linecache.getline(frame.f_code.co_filename, lineno, frame.f_globals).strip()
         shown.append(
-            f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {_qualname(frame)}" + (f"\n    {line}" if line else "")
+            f"  {_cell_label(frame.f_code.co_filename)}, line {lineno}, in {qualname(frame)}" + (f"\n    {line}" if line else "")
         )
     origin = ""
     last = next((f for f, _, kind in reversed(frames) if kind != "library"), None)
     if last is not None and fn is not None and last.f_code not in own:
-        origin = _qualname(last)
+        origin = qualname(last)
     details = {}
     if mine:
         frame, lineno, _ = frames[mine[-1]]
-        details["at"] = (str(lineno), _qualname(frame)[:200])  # for the lines the grader says the line depends on
+        details["at"] = (str(lineno), qualname(frame)[:200])  # for the lines the grader says the line depends on
         guard = _guard_of_raise(frame, lineno)
         if guard:
             details["guard"] = guard

@@ -269,8 +269,7 @@ class Recorder(TorchFunctionMode):
         while frame is not None and not self._learner(frame):
             caller = self._caller(frame.f_back) if frame.f_back is not None else None
             if caller is not None:
-                name = getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
-                self.add_raised(caller, name, self.called.get(id(frame), ()))
+                self.add_raised(caller, qualname(frame), self.called.get(id(frame), ()))
                 return
             frame = frame.f_back
 
@@ -326,7 +325,7 @@ class Recorder(TorchFunctionMode):
         # step of that line; what it does inside is not the learner's
         caller = self._caller(frame.f_back)
         if caller is not None:
-            self.add(caller, getattr(frame.f_code, "co_qualname", frame.f_code.co_name), arg,
+            self.add(caller, qualname(frame), arg,
                      inputs=self.called.pop(id(frame), None))
 
     def _place(self, frame, line: int) -> tuple[str, str]:
@@ -391,7 +390,7 @@ class Recorder(TorchFunctionMode):
         if event not in ("line", "return") or id(frame) not in self.python:
             return self._trace_lines
         if event == "line":
-            ran = self.ran.setdefault(getattr(frame.f_code, "co_qualname", frame.f_code.co_name), set())
+            ran = self.ran.setdefault(qualname(frame), set())
             if len(ran) < MAX_RAN:
                 ran.add(frame.f_lineno)
         line, held, loops = self.python[id(frame)]
@@ -456,10 +455,15 @@ class Recorder(TorchFunctionMode):
             handle.remove()
 
 
+def qualname(frame) -> str:
+    """The qualified name of a frame's function (``MultiHeadAttention.forward``)."""
+    return getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+
+
 def _place(frame, line: int) -> tuple[str, str]:
     """A line of a frame's code as a step names it: the line's text, and the function's qualified name."""
     source = linecache.getline(frame.f_code.co_filename, line, frame.f_globals).strip()
-    return source, getattr(frame.f_code, "co_qualname", frame.f_code.co_name)
+    return source, qualname(frame)
 
 
 #: a Python value larger than this is not recorded
@@ -542,7 +546,7 @@ class Observer:
             return Observed(traced=self.trace, findings=dict(self.findings))
         r = self.recorder
         code = tuple((f, first, text) for f, (first, text) in r.code.items()) if r else ()
-        code = code + tuple(c for c in self.code if c[0] not in {f for f, _, _ in code})
+        code += tuple(c for c in self.code if c[0] not in (r.code if r else {}))
         held = tuple((f, name, kind) for (f, name), kind in r.held.items()) if r else ()
         ran = tuple((f, tuple(sorted(lines))) for f, lines in list(r.ran.items())[:MAX_FUNCTIONS]) if r else ()
         return Observed(self.arguments.written(), self.arguments.aliased(self.result), tuple(self.attached),
@@ -566,12 +570,16 @@ def source_of(fn: Any) -> tuple[tuple[str, int, str], ...]:
 
 
 def _block(code: Any, globals_: dict) -> list[str]:
-    """The lines of a function's definition, read from its file or cell the way a traceback reads them
-    (``inspect.getsourcelines`` would look for its module among every module loaded first: a tenth of a second,
-    at every call, for a function defined in a cell)."""
-    lines = linecache.getlines(code.co_filename, globals_)
+    """The lines of a function's definition (:func:`_block_from`)."""
+    return _block_from(linecache.getlines(code.co_filename, globals_), code.co_firstlineno)
+
+
+def _block_from(lines: list[str], first: int) -> list[str]:
+    """The lines of the definition that starts on line ``first`` of a file or cell's ``lines``, read as a traceback
+    reads them (``inspect.getsourcelines`` would look for the module among every module loaded first: a tenth of a
+    second, at every call, for a function defined in a cell); [] where they do not make one."""
     try:
-        return inspect.getblock(lines[code.co_firstlineno - 1:]) if lines else []
+        return inspect.getblock(lines[first - 1:]) if lines else []
     except Exception:  # tokenize's errors (TokenError is none of SyntaxError's), on source that is not all there
         return []
 
@@ -588,4 +596,4 @@ def _class_source(cls: type) -> tuple[list[str], int]:
                   if lines[i].lstrip().startswith(head) and not lines[i].lstrip()[len(head):][:1].isidentifier()), None)
     if start is None:
         return [], 0
-    return inspect.getblock(lines[start:]), start + 1
+    return _block_from(lines, start + 1), start + 1

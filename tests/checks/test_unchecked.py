@@ -41,6 +41,11 @@ def _changed_line(chapter: str, function: str, old: str, new: str) -> str:
     return next(line for line in source.replace(old, new).splitlines() if new in line).split("  #")[0].strip()
 
 
+def _mutant_message(chapter: str, function: str, old: str, new: str) -> str:
+    """The message the chapter's check gives the mutant of ``function`` (:func:`_mutant`)."""
+    return _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
+
+
 def _message(check_id: str, fn) -> str:
     with pytest.raises(CheckFailed) as failure:
         run_check(get(check_id), fn)
@@ -66,14 +71,14 @@ def _message(check_id: str, fn) -> str:
     ("capstone", "edit_distance", "enumerate(b, start=1)", "enumerate(b, start=2)"),
 ])
 def test_a_wrong_python_value_or_condition_is_quoted_with_the_line_that_went_wrong(chapter, function, old, new):
-    message = _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
+    message = _mutant_message(chapter, function, old, new)
     said = message.split("also depends on what the record of your values cannot check:")
     assert len(said) == 2, message
     assert f"`{_changed_line(chapter, function, old, new)}`" in said[1], message
 
 
 def test_a_python_crash_quotes_the_condition_that_let_the_index_run_past_the_end():
-    message = _message("bert_gpt.bpe_train", _mutant("bert_gpt", "bpe_train", "while i < len(ids):", "while i <= len(ids):"))
+    message = _mutant_message("bert_gpt", "bpe_train", "while i < len(ids):", "while i <= len(ids):")
     assert "raised IndexError" in message, message
     assert "the condition on line" in message and "`while i <= len(ids):`, while which it runs" in message, message
 
@@ -93,35 +98,31 @@ def test_a_loop_that_never_ends_is_stopped_where_it_runs_and_its_counter_is_quot
 
 def test_a_crash_before_any_value_was_made_still_quotes_what_the_line_depends_on():
     # on the empty text the learner's function crashes before it holds any number: nothing to compare
-    message = _message("bert_gpt.bpe_train", _mutant("bert_gpt", "bpe_train", "if not counts:", "if counts:"))
+    message = _mutant_message("bert_gpt", "bpe_train", "if not counts:", "if counts:")
     assert "raised ValueError" in message and "`if counts:`, which must be false for it to run" in message, message
 
 
 def test_a_valid_case_sent_to_a_raise_is_told_what_the_guard_depends_on_even_untraced():
-    fn = _mutant("capstone", "length_batches", "if n > max_tokens", "if n >= max_tokens")
-    message = _message("capstone.length_batches", fn)
+    message = _mutant_message("capstone", "length_batches", "if n > max_tokens", "if n >= max_tokens")
     assert "the condition that sent your function to that raise, line" in message, message
     assert "`too_long`, set on line" in message and "if n >= max_tokens]`" in message, message
 
 
 def test_a_crash_on_right_tensors_quotes_the_condition_that_chose_the_line():
-    fn = _mutant("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
-    message = _message("bert_gpt.sample_next", fn)
+    message = _mutant_message("bert_gpt", "sample_next", "top_k < scores.shape[-1]", "top_k < scores.shape[-2]")
     assert "The tensors `topk` was given on that line are right" in message, message
     assert "`if 0 < top_k < scores.shape[-2]:`, under which it runs" in message, message
 
 
 def test_a_step_that_never_happens_quotes_the_line_that_never_ran_and_its_condition():
     # the merge's condition never holds: bpe_encode returns the bytes as they were, a step short, no value wrong
-    fn = _mutant("bert_gpt", "bpe_encode", "ids[i] == a and", "ids[i] != a and")
-    message = _message("bert_gpt.bpe_encode", fn)
+    message = _mutant_message("bert_gpt", "bpe_encode", "ids[i] == a and", "ids[i] != a and")
     assert "`merged.append(new_id)`, never ran on this case: it runs only when the condition on line" in message, message
     assert f"`{_changed_line('bert_gpt', 'bpe_encode', 'ids[i] == a and', 'ids[i] != a and')}`, holds" in message, message
 
 
 def test_a_crash_followed_back_to_its_line_quotes_the_early_return_that_should_have_left():
-    fn = _mutant("bert_gpt", "sample_next", "temperature == 0 or top_k == 1", "temperature == 0 and top_k == 1")
-    message = _message("bert_gpt.sample_next", fn)
+    message = _mutant_message("bert_gpt", "sample_next", "temperature == 0 or top_k == 1", "temperature == 0 and top_k == 1")
     assert "comes from line" in message, message
     assert "`if temperature == 0 and top_k == 1:`, which must be false for it to run" in message, message
 
@@ -131,7 +132,7 @@ def test_a_crash_followed_back_to_its_line_quotes_the_early_return_that_should_h
     ("prerequisites", "receptive_field", "len(strides) != n_layers or", "len(strides) != n_layers and"),
 ])
 def test_a_refusal_that_did_not_happen_quotes_the_conditions_of_the_learners_raises(chapter, function, old, new):
-    message = _message(f"{chapter}.{function}", _mutant(chapter, function, old, new))
+    message = _mutant_message(chapter, function, old, new)
     said = message.split("ran on this case" if "ran on this case" in message else "did not run on this case")
     assert len(said) == 2 and "returned" in said[0], message
     assert f"`{_changed_line(chapter, function, old, new)}`" in said[1], message
@@ -140,53 +141,46 @@ def test_a_refusal_that_did_not_happen_quotes_the_conditions_of_the_learners_rai
 def test_a_wrong_value_made_beside_the_culprit_on_its_line_is_followed_back_too():
     # (1 - eps) * nll + eps * uniform: the culprit named is eps * uniform (made from a right value); the nll it is
     # added to comes from a wrong line above
-    fn = _mutant("capstone", "label_smoothed_cross_entropy", ".squeeze(-1)  # (...,): -log p_y", ".squeeze(-2)")
-    message = _message("capstone.label_smoothed_cross_entropy", fn)
+    message = _mutant_message("capstone", "label_smoothed_cross_entropy", ".squeeze(-1)  # (...,): -log p_y", ".squeeze(-2)")
     assert "It is made from what line" in message and ".squeeze(-2)" in message.split("It is made from")[1], message
 
 
 def test_a_reduction_over_an_axis_of_size_one_is_no_right_value_though_it_equals_its_input():
     # mask (B, 1, T_k).any(dim=-2) is the mask itself: equal to an input, yet not what the computation made there
-    fn = _mutant("attention", "scaled_dot_product_attention", "mask.any(dim=-1, keepdim=True)",
-                 "mask.any(dim=-2, keepdim=True)")
-    message = _message("attention.scaled_dot_product_attention", fn)
+    message = _mutant_message("attention", "scaled_dot_product_attention", "mask.any(dim=-1, keepdim=True)",
+                              "mask.any(dim=-2, keepdim=True)")
     assert "visible = mask.any(dim=-2, keepdim=True)" in message.split("It is made from")[-1], message
 
 
 def test_a_default_of_the_def_line_that_the_case_relies_on_is_named():
-    fn = _mutant("bert_gpt", "sample_next", "temperature: float = 1.0", "temperature: float = 2.0")
-    message = _message("bert_gpt.sample_next", fn)
+    message = _mutant_message("bert_gpt", "sample_next", "temperature: float = 1.0", "temperature: float = 2.0")
     assert "Your `def` line gives `temperature` the default 2.0 where the exercise's is 1.0" in message, message
 
 
 def test_a_rule_about_an_argument_quotes_the_lines_that_use_it_even_untraced():
     # length_batches has no stages (its permutation is the learner's to draw): its source is sent all the same
     assert not get("capstone.length_batches").traced
-    fn = _mutant("capstone", "length_batches", "1_000_003 * seed + epoch", "1_000_003 * seed")
-    message = _message("capstone.length_batches", fn)
+    message = _mutant_message("capstone", "length_batches", "1_000_003 * seed + epoch", "1_000_003 * seed")
     assert "Your lines that use `seed` or `epoch`: line" in message, message
     assert "`g = torch.Generator().manual_seed(1_000_003 * seed)`" in message, message
 
 
 def test_a_tensor_that_a_line_only_renamed_is_quoted_where_it_was_renamed():
     # `centred = x` makes no value for the record to see: the first wrong value is its square, a line later
-    fn = _mutant("encoder", "LayerNorm", "centred = x - mean", "centred = x")
-    message = _message("encoder.LayerNorm", fn)
+    message = _mutant_message("encoder", "LayerNorm", "centred = x - mean", "centred = x")
     assert "`centred`, set on line" in message and "`centred = x`" in message, message
 
 
 def test_an_attribute_a_method_reads_is_quoted_where_the_class_sets_it():
-    fn = _mutant("positional", "PositionalEmbedding", "sinusoidal_encoding(max_len, d_model)",
-                 "sinusoidal_encoding(d_model, max_len)")
-    message = _message("positional.PositionalEmbedding", fn)
+    message = _mutant_message("positional", "PositionalEmbedding", "sinusoidal_encoding(max_len, d_model)",
+                              "sinusoidal_encoding(d_model, max_len)")
     assert "`self.pe`, set on line" in message, message
     assert "sinusoidal_encoding(d_model, max_len), persistent=False)`" in message, message
 
 
 def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code():
     # the course counts a cached decoder's reads with a dispatch mode, which runs inside torch's operations
-    fn = _mutant("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
-    message = _message("bert_gpt.generate_with_cache", fn)
+    message = _mutant_message("bert_gpt", "generate_with_cache", "start += T_new", "start -= T_new")
     assert "raised IndexError" in message, message
     assert "Reads" not in message and "__torch_dispatch__" not in message, message
     assert "`start -= T_new`" in message, message
