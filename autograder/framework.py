@@ -101,7 +101,8 @@ from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F40
 
 from . import course_secret
 from .locate import Stage, locate, locate_crash
-from .unchecked import default_differs, readers, refusals, unchecked
+from .unchecked import WHOLE_RESULT as WHOLE_RESULT  # a check names the whole result with it (Rule.returns)
+from .unchecked import default_differs, made_on, readers, refusals, unchecked
 
 
 class CheckFailed(AssertionError):
@@ -132,6 +133,8 @@ class CheckFailed(AssertionError):
     rule: str = ""
     #: the arguments the failure is about (:attr:`Rule.about`)
     about: tuple[str, ...] = ()
+    #: the value of the result the failure is about (:attr:`Rule.returns`)
+    returns: tuple[int, str] | None = None
 
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
@@ -228,6 +231,10 @@ class Rule:
     #: the arguments of the learner's function a failure of the rule is about (the budget, the seed): where no
     #: line of the learner's is located, the message quotes the lines that use them
     about: tuple[str, ...] = ()
+    #: the value of the learner's result a failure of the rule is about, where the rule's value has no stages to
+    #: locate it by: (its position in the returned tuple, or ``WHOLE_RESULT``; its name in words). The message
+    #: then quotes the learner's lines that make it.
+    returns: tuple[int, str] | None = None
 
     def __call__(self, check: Check, *given: Any) -> None:
         try:
@@ -235,13 +242,16 @@ class Rule:
         except CheckFailed as failure:
             failure.rule = failure.rule or self.name
             failure.about = failure.about or self.about
+            failure.returns = failure.returns or self.returns
             raise
 
 
-def rule(name: str, about: tuple[str, ...] = ()) -> Callable[[Callable[..., None]], Rule]:
+def rule(name: str, about: tuple[str, ...] = (), returns: tuple[int, str] | None = None
+         ) -> Callable[[Callable[..., None]], Rule]:
     """``@rule("rows sum to one")`` above a function in a check's class body makes it a :class:`Rule`
-    of that name, to be listed in the class's ``rules``; ``about`` names the arguments its failures concern."""
-    return lambda test: Rule(name, test, about)
+    of that name, to be listed in the class's ``rules``; ``about`` names the arguments its failures concern,
+    ``returns`` the value of the result they concern."""
+    return lambda test: Rule(name, test, about, returns)
 
 
 #: the name a failure of a check's own ``judge`` (one not yet made of ``rules``) carries
@@ -506,10 +516,17 @@ class Check:
         return default_differs(seen.code, self.function, defaults, given)
 
     def _unlocated(self, case: Case | None, failure: CheckFailed, seen: Observed | None) -> str:
-        """For a failure no line is located for: the learner's lines that use the arguments it is about; or ""."""
-        if seen is None or not seen.code or failure.names is not None or not failure.about:
+        """For a failure no line is located for: the learner's lines that use the arguments it is about, or those
+        that make the value of the result it is about; or ""."""
+        if seen is None or not seen.code or failure.names is not None:
             return ""
-        return readers(seen.code, self.function, failure.about)
+        if failure.about:
+            return readers(seen.code, self.function, failure.about)
+        if not failure.returns:
+            return ""
+        returned = next((s.line for s in reversed(seen.steps) if s.made_by == "return" and s.function == self.function),
+                        None)
+        return made_on(seen.code, self.function, *failure.returns, returned_on=returned)
 
     def _reference_function(self) -> Callable | None:
         """The course's own version of the graded function, whose signature is the exercise's."""
@@ -538,7 +555,8 @@ class Check:
             return locate_crash(seen.steps, *compared, code=seen.code, held=seen.held, at=at,
                                 follow_back=self.crash_followed_back)
         # no value to compare (it crashed before making one, or the check has no stages): what the line depends on
-        return unchecked(seen.code, seen.held, at[1], at[0]) if at is not None and seen is not None else ""
+        return unchecked(seen.code, seen.held, at[1], at[0], compared=False) if at is not None and seen is not None \
+            else ""
 
     def _compared(self, case: Case, seen: Observed | None) -> tuple | None:
         """What the learner's trace is compared with: the stages of ``case``, its input tensors, and the
@@ -548,6 +566,8 @@ class Check:
         try:
             stages = self.stages(case)
         except Exception:  # a stage that does not apply to this case: say nothing rather than guess
+            return None
+        if not stages:  # none for this case (its values are kept by their shapes only, say)
             return None
         inputs = tensors_in((*case.args, *case.kwargs.values()))
         dtype = next((t.dtype for t in inputs if t.is_floating_point()), None)
@@ -691,6 +711,8 @@ class Check:
                 if guard and case.tag != INVALID and at is not None and guard[0].isdigit():
                     at = (int(guard[0]), at[1])  # a guard sent a valid case to a raise: what its condition depends on
                 began = self.where_crash_began(case, seen, at) if case.tag != INVALID and _deferrable(result) else ""
+                # a default of the learner's own that the case relies on is the cause, wherever the crash shows
+                began = (self._default_relied_on(case, failure, seen) if case.tag != INVALID else "") or began
                 if began:
                     failure = _failure(f"{failure}\n{began}", unexplained=failure.unexplained, rule=failure.rule)
                 failure.learner_frames = result.frames  # the learner's traceback goes with the message
@@ -753,6 +775,7 @@ class Check:
         if isinstance(result, Raised) and case.tag == INVALID and result.type not in (self.invalid_raises, "StateMismatch"):
             raise CheckFailed(
                 f"`{self.function}` raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
+                + (f"\n  ({result.where.strip()})" if result.where else "")
             )
 
     def _hinted(self, case: Case, result: Raised) -> None:
@@ -863,11 +886,12 @@ def _mistake_key(advice: str) -> str:
     return re.sub(r"-?\d+(\.\d+)?", "#", advice)
 
 
-def failure_on(case: Case, message: str) -> CheckFailed:
+def failure_on(case: Case, message: str, returns: tuple[int, str] | None = None) -> CheckFailed:
     """A failure of a rule across cases (``rules_across``) that is about the value of one case: the verdict
-    locates that case's wrong value in the learner's lines."""
+    locates that case's wrong value in the learner's lines (``returns``: which value of the result, as
+    :attr:`Rule.returns` says it, for where no stage locates it)."""
     failure = CheckFailed(message)
-    failure.case = case
+    failure.case, failure.returns = case, returns
     return failure
 
 

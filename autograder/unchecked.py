@@ -294,6 +294,17 @@ def _condition(fn: _Function, statement: ast.stmt, around: _Ancestry) -> Iterato
     yield from sorted(found, key=lambda c: -c[0])  # the nearest above it first
 
 
+def _reaches(setter: tuple[ast.stmt, _Ancestry], reader: tuple[ast.stmt, _Ancestry]) -> bool:
+    """Whether a value a statement sets can be what another reads: it comes first, or a loop holds them both
+    (``best`` set at the end of one pass and read at the start of the next)."""
+    if setter[0].lineno < reader[0].lineno:
+        return True
+    loops = {id(s) for s, branch in reader[1] if isinstance(s, (ast.For, ast.AsyncFor, ast.While)) and branch == "body"}
+    if isinstance(reader[0], (ast.For, ast.AsyncFor, ast.While)):
+        loops.add(id(reader[0]))  # a loop's header reads what its body set on the pass before
+    return any(id(s) in loops for s, _ in setter[1])
+
+
 def _listed(items: Sequence[str], last: str = "and") -> str:
     """``a``, ``a and b``, ``a, b and c``."""
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
@@ -321,11 +332,12 @@ class _Part:
 
 
 def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str] = frozenset(),
-              made: str = "") -> str:
+              made: str = "", compared: bool = True) -> str:
     """The sentence that names what line ``line`` of the learner's ``function`` depends on and the record cannot
     check (the Python values it reads, where they are set, and the conditions it runs under), or "" when there
     is nothing of the kind. ``checked`` are variables whose values the record did compare (and found right);
-    ``made`` the variable whose value the line is blamed for making (no suspect of its own making)."""
+    ``made`` the variable whose value the line is blamed for making (no suspect of its own making); ``compared``
+    false where the record's tensors were compared with nothing (no stage of the computation fits the case)."""
     fn = _parse(code, function)
     if fn is None:
         return ""
@@ -335,16 +347,18 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
         return ""
     statement, around = here
     python = {name for f, name, kind in held if f == function and kind == "python"}
-    untraced = not any(f == function for f, _, _ in held)  # no record at all: every variable is unchecked
+    # no record at all, or nothing it was compared with: every variable is unchecked
+    untraced = not compared or not any(f == function for f, _, _ in held)
     listed = {made} | set(checked)
 
     def suspects(reader: ast.stmt) -> dict[tuple[int, ...], list[str]]:
         """The Python values ``reader`` reads that no earlier part names, grouped by the lines that set them."""
         found: dict[tuple[int, ...], list[str]] = {}
+        placed = next(p for p in everything if p[0] is reader)
         for name in _read(reader):
             if name in listed:
                 continue
-            setters = [s for s, _ in everything if name in _sets(s) and s is not reader]
+            setters = [s for s, a in everything if name in _sets(s) and s is not reader and _reaches((s, a), placed)]
             # a tensor's value is compared, unless a line only gave it another name (`centred = x`): that line
             # made no value for the record to see
             if not untraced and name not in python and not (setters and all(_alias(s) for s in setters)):
@@ -491,3 +505,72 @@ def never_ran(code: Code, function: str, ran: Sequence[int]) -> str:
             return (f"Line {fn.at(statement)}, `{fn.line(fn.at(statement))}`, never ran on this case: it runs only "
                     f"{when} and it never did. Look there.")
     return ""
+
+
+#: the part of a result that is the whole of it (:func:`made_on`), not one value of a returned tuple
+WHOLE_RESULT = -1
+#: at most this many lines are quoted for what makes a returned value: its return, its setters and theirs
+MAX_MAKING = 8
+
+
+def made_on(code: Code, function: str, part: int, what: str, returned_on: int | None = None) -> str:
+    """For a wrong value of the result that no line of the learner's was located for (``part``: its position in the
+    returned tuple, or :data:`WHOLE_RESULT`; ``what``: its name in words): the sentence that quotes the lines that
+    make it, or "" when the source cannot be read. They are the ``return`` statements (where they compute it), the
+    returns of the functions the learner's function defines and calls there (a score normalised by a helper), the
+    lines that set what those read, and the lines that set what those lines read in turn. ``returned_on``: the line
+    of the ``return`` that ran, where the record saw it (the others are left out)."""
+    fn = _parse(code, function)
+    if fn is None:
+        return ""
+    everything = list(_statements(fn))
+    helpers = {s.name: s for s, _ in everything if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    made: list[tuple[tuple[ast.stmt, _Ancestry], ast.expr]] = []
+    for statement, around in everything:
+        if isinstance(statement, ast.Return) and statement.value is not None \
+                and (returned_on is None or fn.at(statement) <= returned_on <= statement.end_lineno + fn.first - 1):
+            value = statement.value
+            if part != WHOLE_RESULT and isinstance(value, ast.Tuple):
+                if part >= len(value.elts) or any(isinstance(e, ast.Starred) for e in value.elts[:part + 1]):
+                    continue
+                value = value.elts[part]
+            made.append(((statement, around), value))
+    if not made:
+        return ""
+    quoted: dict[int, str] = {}  # line -> how it is quoted, in the order found
+    # the returns themselves, where they compute the value rather than hand on a variable
+    for (statement, _), value in made:
+        if not isinstance(value, ast.Name):
+            quoted.setdefault(fn.at(statement), f"line {fn.at(statement)}, `{fn.line(fn.at(statement))}`")
+        for call in ast.walk(value):
+            helper = helpers.get(call.func.id) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
+            if helper is not None:
+                inner = _Function(helper, fn.first, fn.lines)
+                for s, _ in _statements(inner):
+                    if isinstance(s, ast.Return):
+                        quoted.setdefault(fn.at(s), f"in `{helper.name}`, line {fn.at(s)}, `{fn.line(fn.at(s))}`")
+    listed = set(helpers)
+
+    def setters(reads: Sequence[str], reader: tuple[ast.stmt, _Ancestry]) -> list[tuple[str, list[ast.stmt]]]:
+        out = []
+        for name in reads:
+            if name in listed:
+                continue
+            found = [(s, a) for s, a in everything if name in _sets(s) and s is not reader[0]
+                     and _reaches((s, a), reader) and not isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef))]
+            if found:  # an argument the function never changes is the case's own
+                listed.add(name)
+                out.append(found)
+        return out
+
+    first = [found for reader, value in made
+             for found in setters([n.id for n in ast.walk(value) if isinstance(n, ast.Name)
+                                   and isinstance(n.ctx, ast.Load) and n.id not in _locals_of([value])], reader)]
+    second = [found for each in first for placed in each for found in setters(_read(placed[0]), placed)]
+    for found in first + second:
+        for s, _ in found:
+            quoted.setdefault(fn.at(s), f"line {fn.at(s)}, `{fn.line(fn.at(s))}`")
+    if not quoted:
+        return ""
+    kept = sorted(list(quoted)[:MAX_MAKING])  # the nearest to the value first, then told in the order of the source
+    return f"Your lines that make {what}: " + "; ".join(quoted[n] for n in kept) + ". Look there."

@@ -1078,12 +1078,14 @@ class BeamSearchCheck(Check):
                 (raw / _lp(n, alpha, "power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
             ]:
                 if close(score, value) and not close(value, expected_score):
-                    raise CheckFailed(f"`beam_search`'s score is wrong on the case {case.label}: {message}")
-            raise CheckFailed(
+                    raise failure_on(case, f"`beam_search`'s score is wrong on the case {case.label}: {message}",
+                                     returns=(1, "the score"))
+            raise failure_on(
+                case,
                 f"`beam_search` found the right hypothesis on the case {case.label} but returned the score {score:.6g} "
-                f"where {expected_score:.6g} was expected: the sum of its tokens' log-probabilities, divided by "
-                "((5 + |Y|) / 6) ** alpha."
-            )
+                f"where {expected_score:.6g} was expected: the sum of its tokens' log-probabilities, {raw:.6g}, divided "
+                f"by lp(Y) = ((5 + |Y|) / 6) ** alpha = {_lp(n, alpha):.6g} (|Y| = {n}, alpha = {alpha}).",
+                returns=(1, "the score"))
         matching = []
         for mistake, message in BEAM_MISTAKES:
             try:

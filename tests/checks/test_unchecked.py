@@ -186,6 +186,53 @@ def test_a_crash_inside_a_counting_mode_is_the_operations_not_the_courses_code()
     assert "`start -= T_new`" in message, message
 
 
+@pytest.mark.parametrize("chapter, function, old, new, what", [
+    # a rule about one value of the result, judged by counts where no stage applies: the lines that make it
+    ("bert_gpt", "mask_tokens", "torch.full_like(ids, -100)", "torch.full_like(ids, 100)", "the labels"),
+    ("bert_gpt", "mask_tokens", "chosen & (what >= 0.8) & (what < 0.9)", "chosen & (what >= 0.85) & (what < 0.9)",
+     "the inputs"),  # one step further back: the line that sets what a line that writes the inputs reads
+    # a score made by a function the learner's function defines: its return is quoted
+    ("capstone", "beam_search", "score / ((5 + len(tokens) - 1) / 6) ** alpha",
+     "score * ((5 + len(tokens) - 1) / 6) ** alpha", "the score"),
+    # a shape: the return that makes it
+    ("bert_gpt", "generate_with_cache", "torch.stack(logits, dim=1)", "torch.stack(logits, dim=2)", "the logits"),
+])
+def test_a_wrong_value_of_the_result_no_stage_locates_quotes_the_lines_that_make_it(chapter, function, old, new, what):
+    message = _mutant_message(chapter, function, old, new)
+    said = message.split(f"Your lines that make {what}: ")
+    assert len(said) == 2, message
+    assert f"`{_changed_line(chapter, function, old, new)}`" in said[1], message
+
+
+def test_only_the_return_that_ran_is_quoted_and_the_beams_score_is_worked_out():
+    message = _mutant_message("bert_gpt", "sample_next", "torch.multinomial(probs, 1,", "torch.multinomial(probs, 2,")
+    assert "`return torch.multinomial(probs, 2, generator=generator).squeeze(-1)`" in message, message
+    assert "argmax" not in message.split("Your lines that make the ids: ")[1], message  # the greedy return did not run
+    message = _mutant_message("capstone", "beam_search", "[([bos_id], 0.0)]", "[([bos_id], 1.0)]")
+    # the sum and the length penalty the score is made of, for the right hypothesis the learner found
+    assert "the sum of its tokens' log-probabilities, -1.31255, divided by lp(Y)" in message, message
+    assert "`live: list[tuple[list[int], float]] = [([bos_id], 1.0)]`" in message, message
+
+
+def test_a_crash_on_a_case_no_stage_fits_quotes_the_tensors_the_line_reads():
+    # the statistical cases' values are too large to keep: what the crashing line reads is unchecked, and a line
+    # that sets it later, outside any loop, is not quoted
+    message = _mutant_message("bert_gpt", "sample_next", "values[:, -1:]", "values[:, 1:]")
+    assert "`kth`, set on line" in message and "`kth = scores.topk(top_k, dim=-1).values[:, 1:]`" in message, message
+    assert "masked_fill(drop" not in message, message
+
+
+def test_a_crash_where_the_def_line_changed_a_default_the_case_relies_on_names_it():
+    message = _mutant_message("bert_gpt", "sample_next", "top_p: float = 1.0", "top_p: float = 2.0")
+    assert "raised ValueError" in message, message
+    assert "Your `def` line gives `top_p` the default 2.0 where the exercise's is 1.0" in message, message
+
+
+def test_the_wrong_exception_on_an_invalid_case_quotes_the_line_that_raised_it():
+    message = _mutant_message("capstone", "length_batches", "example {too_long[0]}", "example {too_long[1]}")
+    assert "raised IndexError" in message and "{too_long[1]}" in message, message
+
+
 # ---------------------------------------------------------------------------------------------
 # The sentence itself, on a learner's source
 # ---------------------------------------------------------------------------------------------
@@ -260,6 +307,39 @@ def test_the_lines_that_use_an_argument_and_the_defaults_of_the_def_line():
     assert default_differs([("f", 1, SOURCE)], "f", {"scaled": False}, set()) != ""
     assert default_differs([("f", 1, SOURCE)], "f", {"scaled": False}, {"scaled"}) == ""  # the case gives it
     assert default_differs([("f", 1, SOURCE)], "f", {"scaled": True, "mask": None}, set()) == ""
+
+
+def test_a_line_that_sets_a_value_after_its_reader_outside_a_loop_is_not_quoted():
+    straight = "def f(x):\n    n = 2\n    y = x * n\n    n = 3\n    return y\n"
+    assert "line 2" in unchecked([("f", 1, straight)], [("f", "n", "python")], "f", 3)
+    assert "line 4" not in unchecked([("f", 1, straight)], [("f", "n", "python")], "f", 3)
+    looped = "def f(x):\n    n = 1\n    for _ in x:\n        y = x * n\n        n = n + 1\n    return y\n"
+    assert "line 5, `n = n + 1`" in unchecked([("f", 1, looped)], [("f", "n", "python")], "f", 4)
+
+
+MADE = """\
+def f(x, k):
+    def scale(v):
+        return v / k
+    if k == 0:
+        return x.argmax(dim=-1), None
+    w = x.softmax(dim=-1)
+    out = w * 2
+    return out.sum(dim=-1), scale(out)
+"""
+
+
+def test_the_lines_that_make_a_value_of_the_result():
+    from autograder.unchecked import WHOLE_RESULT, made_on
+
+    first = made_on([("f", 1, MADE)], "f", 0, "the sums")
+    assert first.startswith("Your lines that make the sums: line 5, `return x.argmax(dim=-1), None`"), first
+    assert "line 6, `w = x.softmax(dim=-1)`" in first and "line 7, `out = w * 2`" in first, first
+    ran = made_on([("f", 1, MADE)], "f", 1, "the scaled values", returned_on=8)
+    assert "line 5" not in ran and "in `scale`, line 3, `return v / k`" in ran, ran
+    assert made_on([("f", 1, MADE)], "f", WHOLE_RESULT, "the result", returned_on=8).count("line 8") == 1
+    assert made_on([("f", 1, MADE)], "f", 3, "a fourth value") == ""  # no return has one
+    assert made_on([("g", 1, MADE)], "f", 0, "the sums") == ""
 
 
 def test_at_most_a_few_lines_are_quoted():

@@ -170,7 +170,7 @@ class MaskTokensCheck(Check):
                     "torch.long, the dtype of ids (embeddings and F.cross_entropy need it)."
                 )
 
-    @rule("labels: the original id where chosen, -100 elsewhere")
+    @rule("labels: the original id where chosen, -100 elsewhere", returns=(1, "the labels"))
     def _labels(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         ids, labels = d.ids, d.labels
@@ -196,7 +196,7 @@ class MaskTokensCheck(Check):
                 f"token was {int(ids[b, t])}: a chosen position's label is its original id, every other one is -100."
             )
 
-    @rule("no special token chosen")
+    @rule("no special token chosen", returns=(1, "the labels"))
     def _no_special_chosen(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         if (d.chosen & d.is_special).any():
@@ -207,7 +207,7 @@ class MaskTokensCheck(Check):
                 "positions whose id is not in special_ids (torch.isin helps)."
             )
 
-    @rule("only chosen positions change")
+    @rule("only chosen positions change", returns=(0, "the inputs"))
     def _only_chosen_change(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         ids, inputs, chosen, mask_id = d.ids, d.inputs, d.chosen, d.mask_id
@@ -224,7 +224,7 @@ class MaskTokensCheck(Check):
                 f"positions once and use that one mask for the inputs and the labels.{hint}"
             )
 
-    @rule("replacements are ordinary ids")
+    @rule("replacements are ordinary ids", returns=(0, "the inputs"))
     def _ordinary_replacements(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         bad_draw = d.chosen & (d.inputs != d.mask_id) & torch.isin(d.inputs, torch.tensor(sorted(d.specials)))
@@ -262,7 +262,7 @@ class MaskTokensCheck(Check):
                     f"{where}, where rate={rate} expects between {max(low, 0):.0f} and {high:.0f} (a 5-sigma bound).{hint}"
                 )
 
-    @rule("80 / 10 / 10")
+    @rule("80 / 10 / 10", returns=(0, "the inputs"))
     def _shares(self, case: Case, result: Any) -> None:
         """The shares of the chosen tokens that became [MASK], another token, or stayed (on 200 chosen or more)."""
         d = self._draws(case, result)
@@ -311,7 +311,7 @@ class MaskTokensCheck(Check):
                 "that happen to give the original token." + one_draw
             )
 
-    @rule("replacements spread evenly")
+    @rule("replacements spread evenly", returns=(0, "the inputs"))
     def _even_replacements(self, case: Case, result: Any) -> None:
         """Each ordinary id is an equally likely replacement (on 200 chosen tokens or more)."""
         d = self._draws(case, result)

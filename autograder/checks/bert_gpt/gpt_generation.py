@@ -17,6 +17,7 @@ from harness.observe import MAX_VALUE_ELEMENTS
 from ... import toys
 from ...framework import (
     INVALID,
+    WHOLE_RESULT,
     Case,
     Check,
     CheckFailed,
@@ -187,7 +188,7 @@ class SampleNextCheck(Check):
     def _settings(case: Case) -> tuple[float, int, float]:
         return (case.kwargs.get("temperature", 1.0), case.kwargs.get("top_k", 0), case.kwargs.get("top_p", 1.0))
 
-    @rule("one id per row")
+    @rule("one id per row", returns=(WHOLE_RESULT, "the ids"))
     def _one_per_row(self, case: Case, result: Any) -> None:
         drawn = expect_tensor(result, "`sample_next`'s result", case)
         B = case.args[0].shape[0]
@@ -202,7 +203,7 @@ class SampleNextCheck(Check):
                 f"({B},): one token id per row of logits."
             )
 
-    @rule("torch.long")
+    @rule("torch.long", returns=(WHOLE_RESULT, "the ids"))
     def _long(self, case: Case, drawn: torch.Tensor) -> None:
         if drawn.dtype != torch.long:
             raise CheckFailed(
@@ -210,7 +211,7 @@ class SampleNextCheck(Check):
                 "(what argmax and torch.multinomial return)."
             )
 
-    @rule("ids in the vocabulary")
+    @rule("ids in the vocabulary", returns=(WHOLE_RESULT, "the ids"))
     def _in_vocabulary(self, case: Case, drawn: torch.Tensor) -> None:
         V = case.args[0].shape[1]
         if ((drawn < 0) | (drawn >= V)).any():
@@ -637,7 +638,7 @@ class GenerateWithCacheCheck(Check):
     def _three(self, case: Case, result: Any) -> None:
         self._returned(case, result)
 
-    @rule("tokens are (B, steps)")
+    @rule("tokens are (B, steps)", returns=(0, "the tokens"))
     def _tokens_shape(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`"
         tokens, _, _ = self._returned(case, result)
@@ -651,7 +652,7 @@ class GenerateWithCacheCheck(Check):
             )
         expect_shape(tokens, (B, steps), f"{fn}'s tokens", case, "One row per prompt, one column per generated token.")
 
-    @rule("logits are float64 (B, steps, V)")
+    @rule("logits are float64 (B, steps, V)", returns=(1, "the logits"))
     def _logits_shape(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`"
         _, logits, _ = self._returned(case, result)
@@ -660,7 +661,7 @@ class GenerateWithCacheCheck(Check):
                      "Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1.")
         expect_dtype(logits, torch.float64, f"{fn}'s logits", case)
 
-    @rule("logits")
+    @rule("logits", returns=(1, "the logits"))
     def _logits(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`"
         _, logits, _ = self._returned(case, result)
@@ -683,7 +684,7 @@ class GenerateWithCacheCheck(Check):
             expect_close(logits, expected_logits, f"{fn}'s logits tensor", case, diagnoses, hint=hint,
                          dtype=torch.float64)
 
-    @rule("tokens are the argmax")
+    @rule("tokens are the argmax", returns=(0, "the tokens"))
     def _tokens(self, case: Case, result: Any) -> None:
         tokens, _, _ = self._returned(case, result)
         _, (expected_tokens, _, _) = self.worked_out(case, self._expected)
@@ -714,11 +715,11 @@ class GenerateWithCacheCheck(Check):
             pairs.append((expect_tensor(k, f"{fn}[{i}][0] (k)", case), expect_tensor(v, f"{fn}[{i}][1] (v)", case)))
         return pairs
 
-    @rule("one (k, v) pair per block")
+    @rule("one (k, v) pair per block", returns=(2, "the cache"))
     def _cache_pairs(self, case: Case, result: Any) -> None:
         self._cache(case, result)
 
-    @rule("cache is (B, h, T0 + steps - 1, d_k)")
+    @rule("cache is (B, h, T0 + steps - 1, d_k)", returns=(2, "the cache"))
     def _cache_shape(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`'s cache"
         model, _ = self.worked_out(case, self._expected)
@@ -743,7 +744,7 @@ class GenerateWithCacheCheck(Check):
                              "The cache of a block holds the keys (and the values) of every position read so far, "
                              "T0 + steps - 1 of them, one new position per step after the prompt.")
 
-    @rule("cached keys and values")
+    @rule("cached keys and values", returns=(2, "the cache"))
     def _cache_values(self, case: Case, result: Any) -> None:
         fn = "`generate_with_cache`'s cache"
         _, (_, _, expected_kv) = self.worked_out(case, self._expected)
