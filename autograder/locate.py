@@ -98,18 +98,32 @@ _REDUCTIONS = frozenset({"any", "all", "sum", "mean", "amax", "amin", "max", "mi
                          "nanmean", "norm", "std", "var", "count_nonzero"})
 
 
+#: what :func:`_found` gives a value that may agree by chance with a stage past the next: neither a sign that the
+#: stage is reached nor a wrong value (``step ** -0.5`` computed first is 1 at step 1, the computation's second step)
+_LATER = -2
+
+
 def _found(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torch.Tensor], agree: Agree) -> list[int | None]:
     """The stage each step's value agrees with (:func:`_stage_of`). A value that may agree by chance counts only
     up to the stage after the furthest reached so far: the computation's 5 three layers on is no sign that a 5 made
-    now is right."""
+    now is right, and no sign that it is wrong either (:data:`_LATER`)."""
     found, reached = [], -1
     for step in steps:
-        k = _stage_of(step, stages[:reached + 2] if _chance(step) else stages, inputs, agree)
+        chance = _chance(step)
+        k = _stage_of(step, stages[:reached + 2] if chance else stages, inputs, agree)
         if k == -1 and step.made_by.rsplit(".", 1)[-1] in _REDUCTIONS:
             k = None  # a reduction that gives back its input reduced over an axis of size 1: the wrong axis
+        elif k is None and chance and _stage_of(step, stages, (), agree) is not None:
+            found.append(_LATER)
+            continue
         found.append(k)
         reached = max(reached, k if k is not None else -1)
     return found
+
+
+def _furthest(found: Sequence[int | None]) -> int:
+    """The furthest stage the values reach; -1 for none (or only the inputs)."""
+    return max([-1, *(k for k in found if k is not None)])
 
 
 def _numeric(step: Step) -> bool:
@@ -171,16 +185,19 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     shapes = {tuple(v.shape) for stage in stages for v in stage.values}
     agreeing = _agreeing(found, furthest)
     last = max(agreeing, default=-1) if since is None else since
-    after = [i for i in range(last + 1, len(steps)) if found[i] is None and steps[i].value is not None
-             and _numeric(steps[i]) == floating]
     outer = steps[-1].function if steps[-1].made_by == "return" else None
     # a Python list's length is a value like any other: a merge made wrong changes it
     lists = any(len(s) == 1 for s in shapes)
-    for group in ([i for i in after if agreeing & set(steps[i].uses)],
-                  [i for i in after if tuple(steps[i].value.shape) in shapes
-                   or lists and steps[i].made_by.startswith("=") and steps[i].value.dim() == 1], after):
-        if group:
-            return next((i for i in group if steps[i].function == outer), group[0])
+    # a value that agrees with nothing first; one that may be a later step's only where there is none (a 5 made
+    # where the computation has 3, its 5 being a step later, is wrong when nothing else is)
+    for wrong in ((None,), (None, _LATER)):
+        after = [i for i in range(last + 1, len(steps)) if found[i] in wrong and steps[i].value is not None
+                 and _numeric(steps[i]) == floating]
+        for group in ([i for i in after if agreeing & set(steps[i].uses)],
+                      [i for i in after if tuple(steps[i].value.shape) in shapes
+                       or lists and steps[i].made_by.startswith("=") and steps[i].value.dim() == 1], after):
+            if group:
+                return next((i for i in group if steps[i].function == outer), group[0])
     return None
 
 
@@ -191,7 +208,7 @@ def _unmatched_behind(steps: Sequence[Step], found: Sequence[int | None], start:
     todo, seen = [u for i in ([start] if isinstance(start, int) else start) for u in steps[i].uses], set()
     while todo and len(seen) < limit:
         i = todo.pop()
-        if i in seen or found[i] is not None:
+        if i in seen or found[i] not in (None, _LATER):  # a value that may be a later step's is not known right
             continue
         seen.add(i)
         yield i
@@ -277,7 +294,7 @@ def _depends(steps: Sequence[Step], found: Sequence[int | None], line: int, func
              made: str = "") -> str:
     """What the learner's line depends on that the record cannot check (:mod:`autograder.unchecked`), as a
     sentence to append; the variables whose values agreed with the computation are no suspects."""
-    checked = {s.made_by[1:] for s, k in zip(steps, found) if k is not None and s.made_by.startswith("=")}
+    checked = {s.made_by[1:] for s, k in zip(steps, found) if k not in (None, _LATER) and s.made_by.startswith("=")}
     said = unchecked(code, held, function, line, checked, made.removeprefix("=") if made.startswith("=") else "")
     return " " + said if said else ""
 
@@ -293,7 +310,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         return ""
     recorded, steps = steps, _unfinished(_comparable(steps, stages))
     found = _found(steps, stages, inputs, agree)
-    furthest = max((k for k in found if k is not None), default=-1)
+    furthest = _furthest(found)
     final = len(stages) - 1
     last = max(_agreeing(found, furthest), default=-1)
     if furthest == final:
@@ -335,7 +352,17 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     text = f"{head}; {first} {_maker(step)} " + (f"{on} the same line" if same else f"{on} {_where(step)}")
     shapes = {tuple(v.shape) for v in following.values}
     agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
-    if is_result and tuple(step.value.shape) in shapes:
+    # a number made before it that may be a later step's (the terms computed before the scale): the learner's steps
+    # come in another order than the computation's, so which of them this one stands for is not known
+    ahead = [k for k in (_stage_of(steps[i], stages, (), agree) for i in range(last + 1, culprit) if found[i] == _LATER)
+             if k is not None]
+    if ahead and step.value is not None and step.value.dim() == 0:
+        candidates = stages[furthest + 1:max(ahead) + 2]
+        text += (f", which is {step.value.item():.6g}. Your steps come in another order than the computation's, so "
+                 "which of its steps that value stands for is not known; those that may come next are "
+                 + "; ".join(f"{c.name}, {' or '.join(dict.fromkeys(f'{v.item():.6g}' for v in c.values if v.dim() == 0))}"
+                             for c in candidates) + ".")
+    elif is_result and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
         text += f". The computation's result is {following.name}{_parting(step.value, expected, agree)}."
     elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed \
@@ -366,18 +393,26 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
     return text
 
 
-def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int) -> list[tuple[Step, Step]]:
+#: operations that make a tensor of one constant: a table to be filled, whose values are no step of a computation
+_FILLS = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"})
+
+
+def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int,
+                 shapes: set[tuple[int, ...]]) -> list[tuple[Step, Step]]:
     """The steps behind the values the crashing operation was given that agree with none of the
     computation's values while what they were made from does (or they were made from nothing): the
     first lines to go wrong on the way to the crash, on other lines than the crash's own; each with
-    the last value its line made on the way (the one the line hands on)."""
+    the last value its line made on the way (the one the line hands on). A table of one constant to be
+    filled, of the shape of one of the computation's values (``shapes``), is none of them: only its shape
+    can be wrong."""
     here = (steps[crash].line, steps[crash].function)
     roots, latest = {}, {}
     for i in _unmatched_behind(steps, found, crash, 64):
         place = (steps[i].line, steps[i].function)
         latest[place] = max(latest.get(place, i), i)  # a line's last value is the one it hands on
-        made_from_right = all(found[j] is not None for j in steps[i].uses)
-        if made_from_right and place != here and steps[i].source:
+        made_from_right = all(found[j] not in (None, _LATER) for j in steps[i].uses)
+        container = steps[i].made_by.rsplit(".", 1)[-1] in _FILLS and tuple(steps[i].shape) in shapes
+        if made_from_right and place != here and steps[i].source and not container:
             roots.setdefault(place, steps[i])
     return [(roots[k], steps[latest[k]]) for k in sorted(roots)][:3]
 
@@ -405,12 +440,13 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     operation = f"`{steps[crash].made_by.removeprefix(RAISED)}`"
     # each tensor it was given (one at least) is a step's, an argument or a parameter
     known = len(steps[crash].shape) == 2 and steps[crash].shape[0] == 0 < steps[crash].shape[1]
-    if known and all(found[i] is not None for i in given):
+    if known and all(found[i] is not None and found[i] != _LATER for i in given):
         named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
         return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "
                 "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments."
                 + depends())
-    roots = _crash_roots(steps, found, crash) if follow_back else []
+    shapes = {tuple(v.shape) for stage in stages for v in stage.values}
+    roots = _crash_roots(steps, found, crash, shapes) if follow_back else []
     if not roots:
         return depends().strip()
     lines = ", ".join(f"line {s.line}, `{s.source}` (shape {s.shape})" for _, s in roots)

@@ -828,3 +828,18 @@ def test_a_right_table_row_that_is_not_returned_is_said_so():
 
     message = _message("capstone.edit_distance", edit_distance_returns_the_row_before)
     assert "`previous = current`, computes the last row of the table" in message and "not what your function" in message
+
+
+def sinusoidal_encoding_sin_and_cos_swapped(max_len, d_model):
+    pe = torch.zeros(max_len, d_model, dtype=torch.float64)  # a right table to fill
+    pos = torch.arange(max_len, dtype=torch.float64)[:, None]
+    div = torch.pow(10000.0, torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)
+    pe[:, 0::2] = torch.cos(pos / div)
+    pe[:, 1::2] = torch.sin(pos / div)  # the crash, for an odd d_model
+    return pe
+
+
+def test_a_table_of_zeros_to_fill_is_no_wrong_value_a_crash_comes_from():
+    message = _message("positional.sinusoidal_encoding", sinusoidal_encoding_sin_and_cos_swapped)
+    assert "raised RuntimeError" in message and "pe[:, 1::2] = torch.sin(pos / div)" in message, message
+    assert "comes from line" not in message and "pe = torch.zeros" not in message, message

@@ -205,3 +205,22 @@ def test_length_batches_is_not_located():
     assert not get("capstone.length_batches").traced
     message = _message("capstone.length_batches", length_batches_seeded_otherwise_budget_without_the_new_example)
     assert "more than max_tokens" in message and not any(sentence in message for sentence in LOCATING), message
+
+
+def noam_rate_warmup_to_the_power_one(step, d_model, warmup, factor=1.0):
+    if step < 1:
+        raise ValueError(f"step must be at least 1, got {step}")
+    if warmup < 1:
+        raise ValueError(f"warmup must be at least 1, got {warmup}")
+    a = step ** -0.5  # the computation's second step, made first: 1 at step 1, a number any step may equal
+    b = step / warmup ** 1.0  # the faulty line
+    return factor * (d_model ** -0.5) * min(a, b)
+
+
+def test_numbers_made_in_another_order_than_the_computations_are_not_blamed_nor_compared_as_if_in_order():
+    message = _message("capstone.noam_rate", noam_rate_warmup_to_the_power_one)
+    assert "a = step ** -0.5" not in message, message  # right, though out of the computation's order
+    assert "`b = step / warmup ** 1.0" in message, message
+    # which step b stands for is not known: the message does not compare it with the scale as the "next step"
+    assert "The computation's next step is" not in message, message
+    assert "step * warmup ** -1.5" in message.split("`b = step / warmup ** 1.0")[1], message
