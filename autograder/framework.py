@@ -446,12 +446,14 @@ class Check:
             self.judge_all([c for c, _, _ in valid], [r for _, r, _ in valid])
         except CheckFailed as failure:
             failure.rule = failure.rule or ACROSS_CASES
-            seen_ = next((o for c, _, o in valid if c is failure.case), None) if failure.case else None
-            where = self.where_values_part(failure.case, seen_) if failure.names is None and seen_ else ""
+            own = next((o for c, _, o in valid if c is failure.case), None) if failure.case else None
+            seen_ = own or next((o for _, _, o in valid if o), None)  # the source is every case's
+            # in the order _judge_each says them: a default the case relies on is the cause, whatever the values show
+            default = self._default_relied_on(failure.case, failure, seen_)
+            where = self.where_values_part(failure.case, own) if failure.names is None and own and not default else ""
             if where:
                 raise _failure(f"{failure}\n{where}", unexplained=True, rule=failure.rule) from None
-            seen_ = seen_ or next((o for _, _, o in valid if o), None)
-            hint = self._default_relied_on(failure.case, failure, seen_) or self._unlocated(failure.case, failure, seen_)
+            hint = default or self._unlocated(failure.case, failure, seen_)
             if hint:
                 raise _failure(f"{failure}\n{hint}", unexplained=failure.unexplained, rule=failure.rule) from None
             raise
