@@ -15,6 +15,7 @@ meets a conflict (a row another process created a moment ago, a busy database) i
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
 import fcntl
 import hashlib
@@ -323,12 +324,14 @@ def open_gradebook(db_url: str) -> Gradebook:
 
 def _save_cells(url: URL, assignment: Assignment, source_nb) -> None:
     """The notebook and its grade cells, recorded by nbgrader's own preprocessors (as
-    `nbgrader generate_assignment` does)."""
+    `nbgrader generate_assignment` does), from a copy: they write checksums into the notebook they are
+    given, and the source notebook the autograded copies are made from must be the same in every run,
+    whichever of a class's shards created the assignment."""
     from nbgrader.preprocessors import ComputeChecksums, SaveCells
 
     db_url = url.render_as_string(hide_password=False)
     resources = {"nbgrader": {"notebook": assignment.notebook, "assignment": assignment.name, "db_url": db_url}}
-    nb, resources = ComputeChecksums().preprocess(source_nb, resources)
+    nb, resources = ComputeChecksums().preprocess(copy.deepcopy(source_nb), resources)
     SaveCells().preprocess(nb, resources)
 
 

@@ -115,3 +115,17 @@ def test_concurrent_runs_into_a_new_postgresql_gradebook(reference):
         # A second round into the existing database (schema, course and assignment there) changes nothing.
         _run_concurrently(url)
         assert _contents(url) == reference
+
+
+def test_creating_the_assignment_leaves_the_source_notebook_as_it_was(tmp_path):
+    # nbgrader's preprocessors write checksums into the notebook they are given: the shard that created the
+    # assignment made its learners' autograded copies from a changed source, unlike every other shard
+    import copy
+
+    assignment, source = _assignment()
+    before = copy.deepcopy(source)
+    url = gradebook_url(tmp_path)
+    with open_gradebook(url) as gradebook:
+        gradebook.prepare(assignment, source)
+    assert _contents(url)["cells"], "the assignment and its grade cells were created by this call"
+    assert source == before
