@@ -1,4 +1,4 @@
-"""python -m autograder grade ASSIGNMENT | export ASSIGNMENT... | secret | check NOTEBOOK
+"""python -m autograder grade ASSIGNMENT | export ASSIGNMENT... | status ASSIGNMENT... | secret | check NOTEBOOK
 
 This module reads the command line and turns how a command ended into an exit status; nothing
 else. Grading a class, exporting its grades and making the course secret are in
@@ -36,7 +36,7 @@ def exit_status(outcome) -> int:
 
     return {Outcome.DONE: 0, Outcome.NOTHING_TO_GRADE: 1, Outcome.REFUSED: 1, Outcome.NO_SANDBOX: 2,
             Outcome.SET_UP_FAILS: 3, Outcome.GRADEBOOK: 4, Outcome.STOPPED: 5, Outcome.NO_SECRET: 6,
-            Outcome.INTERRUPTED: 130}[outcome]
+            Outcome.INCOMPLETE: 7, Outcome.INTERRUPTED: 130}[outcome]
 
 
 def grade(args) -> int:
@@ -50,7 +50,13 @@ def grade(args) -> int:
 def export(args) -> int:
     from .run import export
 
-    return exit_status(export(args.root.resolve(), args.assignments, args.db))
+    return exit_status(export(args.root.resolve(), args.assignments, args.db, partial=args.partial))
+
+
+def status(args) -> int:
+    from .run import status
+
+    return exit_status(status(args.root.resolve(), args.assignments, args.db))
 
 
 def secret(args) -> int:
@@ -89,6 +95,12 @@ def parser() -> argparse.ArgumentParser:
     e.add_argument("assignments", nargs="+", metavar="assignment")
     e.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     e.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
+    e.add_argument("--partial", action="store_true",
+                   help="write the files even though some submissions are not graded (they are left out)")
+    t = sub.add_parser("status", help="say, from the gradebook, which learners are graded, not graded or failed")
+    t.add_argument("assignments", nargs="+", metavar="assignment")
+    t.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
+    t.add_argument("--db", help="gradebook database URL (default: sqlite:///<root>/gradebook.db)")
     s = sub.add_parser("secret", help="make the course secret the hidden cases are drawn from, unless there is one")
     s.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
@@ -106,7 +118,7 @@ def main(argv=None) -> int:
     args = arguments.parse_args(argv)
     if args.command == "check" and not args.notebook.is_file():
         arguments.error(f"no such notebook: {args.notebook}")
-    return {"grade": grade, "export": export, "secret": secret, "check": check}[args.command](args)
+    return {"grade": grade, "export": export, "status": status, "secret": secret, "check": check}[args.command](args)
 
 
 if __name__ == "__main__":

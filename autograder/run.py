@@ -43,6 +43,7 @@ class Outcome(enum.Enum):
     STOPPED = "stopped"  # an error part-way: what was graded is kept
     NO_SECRET = "no secret"  # the course secret is missing or malformed
     INTERRUPTED = "interrupted"  # stopped by the instructor: what was graded is kept
+    INCOMPLETE = "incomplete"  # some learners' submissions are not graded (export writes nothing unless told)
 
 
 #: said after a run that used --db: nbgrader's own commands do not see that option
@@ -122,11 +123,12 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
         return Outcome.GRADEBOOK
     with gradebook:
         return _grade_into(gradebook, root, assignment, source, submissions, limits, jobs=jobs, db=db, csv=csv,
-                           regrade=regrade, sandbox_required=sandbox_required)
+                           regrade=regrade, sandbox_required=sandbox_required, everyone=everyone)
 
 
 def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissions: list[Submission], limits: Limits, *,
-                jobs: int, db: str | None, csv: Path | None, regrade: bool, sandbox_required: bool) -> Outcome:
+                jobs: int, db: str | None, csv: Path | None, regrade: bool, sandbox_required: bool,
+                everyone: list[Submission]) -> Outcome:
     """The run itself, into a gradebook already checked: the sandbox, the self-check, then each submission."""
     from tqdm import tqdm
 
@@ -197,7 +199,11 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
     write_csv(csv_path, assignment, recorded)
     print(summary(assignment, results, time.monotonic() - start))
-    print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners)\n"
+    # the whole class, every shard's learners: whether the CSV covers it
+    status = gradebook.status(assignment, source, everyone, limits.notebook_mb << 20)
+    print("\n".join(status.lines()))
+    print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners"
+          + ("" if status.complete else f", {len(status.not_graded)} not graded yet") + ")\n"
           f"feedback: {root / FEEDBACK}/<learner>/{assignment.name}/{assignment.notebook}.html")
     if db:
         print(NBGRADER_DB.format(url=gradebook))
@@ -247,8 +253,22 @@ def summary(assignment: Assignment, results: list[Result], seconds: float) -> st
     return "\n".join(lines)
 
 
-def export(root: Path, names: list[str], db: str | None = None) -> Outcome:
-    """Every grade file of the assignments ``names``, and their feedback pages, from the gradebook alone."""
+def _statuses(root: Path, gradebook, names: list[str]) -> list:
+    """How far each assignment's grading is (:class:`ClassStatus`), the class being everyone who submitted."""
+    from .assignment import load_assignment
+    from .submissions import find_submissions
+
+    out = []
+    for name in names:
+        assignment, source = load_assignment(root, name)
+        everyone = find_submissions(root, name, assignment.notebook)
+        out.append(gradebook.status(assignment, source, everyone, Limits().notebook_mb << 20))
+    return out
+
+
+def export(root: Path, names: list[str], db: str | None = None, partial: bool = False) -> Outcome:
+    """Every grade file of the assignments ``names``, and their feedback pages, from the gradebook alone; nothing
+    when a learner's submission is not graded, unless ``partial``."""
     from course.layout import LayoutError
 
     from .outputs.grade_files import export as export_all
@@ -259,6 +279,15 @@ def export(root: Path, names: list[str], db: str | None = None) -> Outcome:
         return Outcome.GRADEBOOK
     try:
         with gradebook:
+            statuses = _statuses(root, gradebook, names)
+            for status in statuses:
+                print("\n".join(status.lines()))
+            incomplete = [s.assignment for s in statuses if not s.complete]
+            if incomplete and not partial:
+                print(f"error: not every submission of {', '.join(incomplete)} is graded, so nothing was written: "
+                      "grade the rest (python -m autograder grade ASSIGNMENT), or pass --partial to write the "
+                      "grades of those graded", file=sys.stderr)
+                return Outcome.INCOMPLETE
             for line in export_all(root, gradebook, names):
                 print(line)
     except (LayoutError, GradebookError) as exc:
@@ -268,6 +297,26 @@ def export(root: Path, names: list[str], db: str | None = None) -> Outcome:
     if db:
         print(NBGRADER_DB.format(url=gradebook))
     return Outcome.DONE
+
+
+def status(root: Path, names: list[str], db: str | None = None) -> Outcome:
+    """Say, from the gradebook, how far each assignment's grading is: DONE when every submission is graded."""
+    from course.layout import LayoutError
+
+    from .outputs.gradebook import GradebookError
+
+    gradebook = _open_gradebook(db or gradebook_url(root))
+    if gradebook is None:
+        return Outcome.GRADEBOOK
+    try:
+        with gradebook:
+            statuses = _statuses(root, gradebook, names)
+    except (LayoutError, GradebookError) as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return Outcome.GRADEBOOK
+    for s in statuses:
+        print("\n".join(s.lines()))
+    return Outcome.DONE if all(s.complete for s in statuses) else Outcome.INCOMPLETE
 
 
 def make_secret(root: Path) -> Outcome:

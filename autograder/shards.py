@@ -4,8 +4,11 @@
 on as many machines, grade every learner exactly once, whatever order they start in and however
 the class grows (a new learner joins one shard; nobody moves). The batch system that starts the
 runs may give the index instead: a Kubernetes Indexed Job sets ``JOB_COMPLETION_INDEX``, a Slurm
-job array ``SLURM_ARRAY_TASK_ID`` (counted from ``SLURM_ARRAY_TASK_MIN``) and
-``SLURM_ARRAY_TASK_COUNT``. ``--shard N`` takes the index from there; ``--shard env`` takes both.
+job array ``SLURM_ARRAY_TASK_ID`` and ``SLURM_ARRAY_TASK_COUNT``. ``--shard N`` takes the index from
+there, as it is (the array counted from 0, ``--array=0-7`` for 8 shards), so that one task run again
+alone (``sbatch --array=3``) is still shard 3 of 8; ``--shard env`` takes the count from Slurm too, and
+counts the index from ``SLURM_ARRAY_TASK_MIN``: right for a whole array only, as an array of one task
+is a class of one shard.
 """
 from __future__ import annotations
 
@@ -43,11 +46,12 @@ def _integer(text: str, what: str) -> int:
         raise ShardError(f"{what} must be a whole number, not {text!r}") from None
 
 
-def _index_from(env: Mapping[str, str]) -> tuple[int, str]:
+def _index_from(env: Mapping[str, str], from_first: bool = False) -> tuple[int, str]:
+    """The shard index the batch system gives; a Slurm task's counted from the array's first with ``from_first``."""
     if "JOB_COMPLETION_INDEX" in env:
         return _integer(env["JOB_COMPLETION_INDEX"], "JOB_COMPLETION_INDEX"), "JOB_COMPLETION_INDEX"
     if "SLURM_ARRAY_TASK_ID" in env:
-        first = _integer(env.get("SLURM_ARRAY_TASK_MIN", "0"), "SLURM_ARRAY_TASK_MIN")
+        first = _integer(env.get("SLURM_ARRAY_TASK_MIN", "0"), "SLURM_ARRAY_TASK_MIN") if from_first else 0
         return _integer(env["SLURM_ARRAY_TASK_ID"], "SLURM_ARRAY_TASK_ID") - first, "SLURM_ARRAY_TASK_ID"
     raise ShardError("no shard index in the environment: neither JOB_COMPLETION_INDEX (a Kubernetes Indexed "
                      "Job) nor SLURM_ARRAY_TASK_ID (a Slurm job array) is set; give it as --shard K/N")
@@ -62,7 +66,7 @@ def parse_shard(spec: str, env: Mapping[str, str] | None = None) -> Shard:
         index, source = _integer(index_text, "the shard index"), "--shard"
         count = _integer(count_text, "the number of shards")
     elif spec == "env":
-        index, source = _index_from(env)
+        index, source = _index_from(env, from_first=True)
         if "SLURM_ARRAY_TASK_COUNT" not in env:
             raise ShardError("--shard env takes the number of shards from SLURM_ARRAY_TASK_COUNT, which is not set; "
                              "give it as --shard N (a Kubernetes Job's completions)")

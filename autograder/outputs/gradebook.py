@@ -287,18 +287,43 @@ class Gradebook:
                  regrade: bool = False) -> tuple[list[tuple[Submission, SubmissionKey]], int]:
         """The submissions that are not graded yet, were handed in again, or changed since (or all
         with ``regrade``), each with its key; and how many were skipped as already graded."""
-        done = {r.learner: r for r in self.records(assignment.name)}
-        grader = grader_digest(assignment, source_nb)
         pending, skipped = [], 0
-        for submission in submissions:
-            key = submission_key(submission, grader, max_bytes)
-            record = done.get(submission.learner)
-            if (not regrade and record is not None and record.submission == key.submission
-                    and record.grader == grader and not (record.result.error or "").startswith(GRADER_FAULTS)):
+        for submission, key, why in self._states(assignment, source_nb, submissions, max_bytes):
+            if not regrade and not why:
                 skipped += 1
                 continue
             pending.append((submission, key))
         return pending, skipped
+
+    def _states(self, assignment: Assignment, source_nb, submissions: list[Submission], max_bytes: int
+                ) -> Iterator[tuple[Submission, SubmissionKey, str]]:
+        """Each submission with its key and why it is not graded as it stands ("" when it is)."""
+        done = {r.learner: r for r in self.records(assignment.name)}
+        grader = grader_digest(assignment, source_nb)
+        for submission in submissions:
+            key = submission_key(submission, grader, max_bytes)
+            record = done.get(submission.learner)
+            why = ("never graded" if record is None else
+                   "handed in again since it was graded" if record.submission != key.submission else
+                   "graded with other tests or another grader" if record.grader != grader else
+                   f"the grader failed: {record.result.error}" if (record.result.error or "").startswith(GRADER_FAULTS)
+                   else "")
+            yield submission, key, why
+
+    def status(self, assignment: Assignment, source_nb, submissions: list[Submission], max_bytes: int
+               ) -> ClassStatus:
+        """Which of the class's ``submissions`` the gradebook holds graded as they stand, and which not."""
+        records = {r.learner: r for r in self.records(assignment.name)}
+        graded, failed, missing = [], [], []
+        for submission, _, why in self._states(assignment, source_nb, submissions, max_bytes):
+            if why:
+                missing.append((submission.learner, why))
+                continue
+            graded.append(submission.learner)
+            error = records[submission.learner].result.error
+            if error:
+                failed.append((submission.learner, error))
+        return ClassStatus(assignment.name, tuple(graded), tuple(failed), tuple(missing))
 
 
 def alembic_on_path() -> None:
@@ -382,6 +407,33 @@ def _write_grades(session: Session, assignment: Assignment, result: Result, time
 # ---------------------------------------------------------------------------------------------
 # What was graded, and the record of it
 # ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ClassStatus:
+    """How far a class's grading is: the learners graded as their submissions stand, those among them
+    whose notebook could not be graded (with the reason; they have their grade, often 0), and those not
+    graded (with why: never graded, handed in again since, graded with other tests)."""
+
+    assignment: str
+    graded: tuple[str, ...]
+    failed: tuple[tuple[str, str], ...]
+    not_graded: tuple[tuple[str, str], ...]
+
+    @property
+    def complete(self) -> bool:
+        return not self.not_graded
+
+    def lines(self) -> list[str]:
+        from .escapes import visible
+
+        submitted = len(self.graded) + len(self.not_graded)
+        lines = [f"{self.assignment}: {submitted} learners submitted, {len(self.graded)} graded, "
+                 f"{len(self.not_graded)} not graded" + ("" if self.not_graded else " (the class is complete)")]
+        lines += [f"  not graded: {learner} ({visible(why)[:300]})" for learner, why in self.not_graded]
+        lines += [f"  graded, but the notebook could not be graded: {learner} ({visible(why)[:300]})"
+                  for learner, why in self.failed]
+        return lines
 
 
 @dataclasses.dataclass(frozen=True)

@@ -47,12 +47,15 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
     tasks = []
     for task in (0, 1):
         env = dict(sc.ENV, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_COUNT="2",
-                   SLURM_CPUS_PER_TASK="1", COURSE_DIR=str(root), GRADEBOOK_URL=url, PYTHON=sys.executable)
+                   SLURM_CPUS_PER_TASK="1", COURSE_DIR=str(root), GRADEBOOK_URL=url, PYTHON=sys.executable, SHARDS="2")
         tasks.append(subprocess.Popen(["bash", str(REPO / "deploy" / "grade.sbatch"), sc.ASSIGNMENT], env=env,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     outputs = [t.communicate(timeout=900) for t in tasks]
     assert [t.returncode for t in tasks] == [0, 0], outputs
     assert all("shard" in err for _, err in outputs)
+    # the task that ends last finds every learner graded, and says so
+    assert any(f"{len(CLASS)} learners submitted, {len(CLASS)} graded, 0 not graded (the class is complete)" in out
+               for out, _ in outputs), outputs
     # After a run with --db, it says which gradebook nbgrader's own commands read, and how to change it.
     assert all("formgrader and generate_feedback read the gradebook named in nbgrader_config.py" in out
                and f"--CourseDirectory.db_url='{url}'" in out for out, _ in outputs)
@@ -60,3 +63,10 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
         scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}
     assert os.access(REPO / "deploy" / "grade.sbatch", os.X_OK)
+
+
+def test_the_slurm_scripts_shard_count_is_its_arrays_size():
+    # the count is the script's own, so that one task run again alone is still its shard of the class
+    script = (REPO / "deploy" / "grade.sbatch").read_text()
+    first, last = (int(n) for n in script.split("#SBATCH --array=")[1].split()[0].split("-"))
+    assert first == 0 and f'--shard "${{SHARDS:-{last + 1}}}"' in script

@@ -150,6 +150,9 @@ def test_the_shard_comes_from_the_batch_system():
     slurm = {"SLURM_ARRAY_TASK_ID": "5", "SLURM_ARRAY_TASK_MIN": "1", "SLURM_ARRAY_TASK_COUNT": "8"}
     assert parse_shard("env", slurm) == Shard(4, 8)
     assert parse_shard("8", {"SLURM_ARRAY_TASK_ID": "0"}) == Shard(0, 8)
+    # one task of an array of 8 run again alone (sbatch --array=3): still shard 3 of 8, not a class of one shard
+    rerun = {"SLURM_ARRAY_TASK_ID": "3", "SLURM_ARRAY_TASK_MIN": "3", "SLURM_ARRAY_TASK_COUNT": "1"}
+    assert parse_shard("8", rerun) == Shard(3, 8)
     for spec, env, words in [("3/3", {}, "outside 0..2"), ("8", {}, "no shard index in the environment"),
                              ("env", {"SLURM_ARRAY_TASK_ID": "1"}, "SLURM_ARRAY_TASK_COUNT"),
                              ("a/2", {}, "whole number"), ("0/0", {}, "at least 1")]:

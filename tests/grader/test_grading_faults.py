@@ -88,8 +88,27 @@ def test_a_killed_run_keeps_what_it_graded_and_the_next_grades_only_what_is_miss
     # with the submissions the killed run did not reach, and nothing else.
     sc.hand_in(root, "bob", "solved", timestamp="2026-12-01 11:00:00.000000 UTC")
     sc.hand_in(root, "dave", "wrong_softmax")
+
+    # The class is known incomplete: status names who is not graded and why, export writes nothing unless told.
+    status = sc.autograder(root, "status", sc.ASSIGNMENT)
+    assert status.returncode == 7, status.stdout + status.stderr
+    for learner in sorted({*CLASS, "dave"} - set(kept)):
+        assert f"not graded: {learner} (never graded)" in status.stdout, status.stdout
+    if "bob" in kept:
+        assert "not graded: bob (handed in again since it was graded)" in status.stdout, status.stdout
+    graded_now = len(set(kept) - {"bob"})
+    assert f"4 learners submitted, {graded_now} graded, {4 - graded_now} not graded" in status.stdout, status.stdout
+    exported = sc.autograder(root, "export", sc.ASSIGNMENT)
+    assert exported.returncode == 7 and "nothing was written" in exported.stderr, exported.stderr
+    assert not grades_csv(root, sc.ASSIGNMENT).exists()
+    exported = sc.autograder(root, "export", sc.ASSIGNMENT, "--partial")
+    assert exported.returncode == 0, exported.stderr
+    assert set(_csv(grades_csv(root, sc.ASSIGNMENT))) == set(kept)  # the graded learners' grades as recorded
+
     done = sc.grade(root)
     assert done.returncode == 0, done.stderr
+    assert "4 learners submitted, 4 graded, 0 not graded (the class is complete)" in done.stdout, done.stdout
+    assert sc.autograder(root, "status", sc.ASSIGNMENT).returncode == 0
     unchanged = set(kept) - {"bob"}
     assert f"{len(unchanged)} submissions are graded already and unchanged since: skipped" in done.stderr
     again = len(CLASS) + 1 - len(unchanged)
