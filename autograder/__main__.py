@@ -54,9 +54,9 @@ def export(args) -> int:
 
 
 def status(args) -> int:
-    from .run import status
+    from .run import export
 
-    return exit_status(status(args.root.resolve(), args.assignments, args.db))
+    return exit_status(export(args.root.resolve(), args.assignments, args.db, write=False))
 
 
 def secret(args) -> int:

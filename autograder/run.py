@@ -266,9 +266,10 @@ def _statuses(root: Path, gradebook, names: list[str]) -> list:
     return out
 
 
-def export(root: Path, names: list[str], db: str | None = None, partial: bool = False) -> Outcome:
-    """Every grade file of the assignments ``names``, and their feedback pages, from the gradebook alone; nothing
-    when a learner's submission is not graded, unless ``partial``."""
+def export(root: Path, names: list[str], db: str | None = None, partial: bool = False, write: bool = True) -> Outcome:
+    """Say how far each of the assignments ``names`` is graded, then write every grade file and feedback page of
+    them from the gradebook alone: nothing when a learner's submission is not graded, unless ``partial``; nothing
+    at all without ``write`` (the status command), which then ends DONE only for a complete class."""
     from course.layout import LayoutError
 
     from .outputs.grade_files import export as export_all
@@ -283,6 +284,8 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
             for status in statuses:
                 print("\n".join(status.lines()))
             incomplete = [s.assignment for s in statuses if not s.complete]
+            if not write:
+                return Outcome.INCOMPLETE if incomplete else Outcome.DONE
             if incomplete and not partial:
                 print(f"error: not every submission of {', '.join(incomplete)} is graded, so nothing was written: "
                       "grade the rest (python -m autograder grade ASSIGNMENT), or pass --partial to write the "
@@ -297,26 +300,6 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     if db:
         print(NBGRADER_DB.format(url=gradebook))
     return Outcome.DONE
-
-
-def status(root: Path, names: list[str], db: str | None = None) -> Outcome:
-    """Say, from the gradebook, how far each assignment's grading is: DONE when every submission is graded."""
-    from course.layout import LayoutError
-
-    from .outputs.gradebook import GradebookError
-
-    gradebook = _open_gradebook(db or gradebook_url(root))
-    if gradebook is None:
-        return Outcome.GRADEBOOK
-    try:
-        with gradebook:
-            statuses = _statuses(root, gradebook, names)
-    except (LayoutError, GradebookError) as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return Outcome.GRADEBOOK
-    for s in statuses:
-        print("\n".join(s.lines()))
-    return Outcome.DONE if all(s.complete for s in statuses) else Outcome.INCOMPLETE
 
 
 def make_secret(root: Path) -> Outcome:
