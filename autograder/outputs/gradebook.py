@@ -22,6 +22,7 @@ import hashlib
 import json
 import os
 import random
+import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -142,16 +143,55 @@ def _transient(exc: Exception) -> bool:
     return False
 
 
-def retried(action, what: str):
-    """``action()``, tried again (with a growing, jittered pause) while it meets transient conflicts."""
-    for attempt in range(ATTEMPTS):
+#: what a database that has gone away says (restarted, shut down, cut off): not the transaction's fault, and it
+#: may come back
+_GONE = ("connection refused", "could not connect", "server closed the connection", "terminating connection",
+         "connection is closed", "connection reset", "no route to host", "the database system is starting up",
+         "the database system is shutting down", "the database system is in recovery mode", "no such file or directory")
+#: the environment variable that sets how long a gradebook that stops answering is waited for (seconds)
+WAIT_ENV = "AUTOGRADER_DB_WAIT"
+#: how long, when it is not set: a database's restart, or a short network cut, is waited out
+DEFAULT_WAIT = 300.0
+
+
+def outage_wait() -> float:
+    """How long a gradebook that stops answering is waited for: ``AUTOGRADER_DB_WAIT`` seconds, else 300."""
+    try:
+        return max(0.0, float(os.environ.get(WAIT_ENV, DEFAULT_WAIT)))
+    except ValueError:
+        return DEFAULT_WAIT
+
+
+def _gone(exc: Exception) -> bool:
+    """Whether the database has gone away (rather than the transaction meeting a conflict)."""
+    return isinstance(exc, DBAPIError) and not isinstance(exc, IntegrityError) and (
+        exc.connection_invalidated or any(w in str(exc).lower() for w in _GONE))
+
+
+def retried(action, what: str, wait: float | None = None):
+    """``action()``, tried again while it meets transient conflicts (a growing, jittered pause, a few times), and
+    while the database does not answer, for up to ``wait`` seconds (:func:`outage_wait`), said once on stderr."""
+    wait = outage_wait() if wait is None else wait
+    conflicts, deadline = 0, None
+    while True:
         try:
             return action()
         except (DBAPIError, IntegrityError) as exc:
-            if attempt == ATTEMPTS - 1 or not _transient(exc):
-                raise GradebookError(f"{what} failed: {type(exc).__name__}: {str(exc).splitlines()[0]}") from exc
-            time.sleep(min(2.0, 0.05 * 2 ** attempt) * (0.5 + random.random()))
-    raise AssertionError("unreachable")
+            first = f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
+            if _gone(exc):
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + wait
+                    print(f"the gradebook does not answer ({first}): {what} waits up to {wait:g} s for it to come back "
+                          f"({WAIT_ENV} sets how long)", file=sys.stderr, flush=True)
+                if now >= deadline:
+                    raise GradebookError(f"{what} failed: the gradebook did not answer for {wait:g} s: {first}") from exc
+                time.sleep(min(2.0, deadline - now))
+                continue
+            conflicts += 1
+            if conflicts >= ATTEMPTS or not _transient(exc):
+                raise GradebookError(f"{what} failed: {first}") from exc
+            time.sleep(min(2.0, 0.05 * 2 ** (conflicts - 1)) * (0.5 + random.random()))
 
 
 class Gradebook:

@@ -25,7 +25,8 @@ def _binaries() -> Path | None:
 
 @contextmanager
 def postgres_server():
-    """Yields a function that makes a new, empty database and returns its URL."""
+    """Yields a function that makes a new, empty database and returns its URL; its ``stop`` and ``start`` stop
+    the server and start it again."""
     bin_dir = _binaries()
     if bin_dir is None:
         pytest.skip("PostgreSQL is not installed (apt-get install postgresql; `make setup` installs it when run as root)")
@@ -63,6 +64,13 @@ def postgres_server():
             made.append(name)
             return f"postgresql://postgres@/{name}?host={base}"
 
+        def pg_ctl(*args: str) -> None:
+            subprocess.run([str(bin_dir / "pg_ctl"), "-D", str(data), *args], capture_output=True, text=True,
+                           env=env, cwd=base, check=True, **run_as)
+
+        # an outage: the server stopped (its connections ended) and started again
+        new_database.stop = lambda: pg_ctl("-m", "fast", "-w", "stop")
+        new_database.start = lambda: pg_ctl("-o", options, "-l", str(log), "-w", "start")
         yield new_database
     finally:
         if data.exists():

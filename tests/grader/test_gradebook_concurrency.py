@@ -129,3 +129,34 @@ def test_creating_the_assignment_leaves_the_source_notebook_as_it_was(tmp_path):
         gradebook.prepare(assignment, source)
     assert _contents(url)["cells"], "the assignment and its grade cells were created by this call"
     assert source == before
+
+
+def test_a_database_outage_is_waited_out_and_a_longer_one_ends_with_a_clear_message(capsys):
+    import threading
+    import time
+
+    from autograder.outputs.gradebook import GradebookError
+
+    assignment, source = _assignment()
+    with postgres_server() as new_database:
+        url = new_database()
+        with open_gradebook(url) as gradebook:
+            gradebook.prepare(assignment, source)
+            gradebook.record(assignment, _result(assignment, "learner01"), SubmissionKey("digest-1", "grader"))
+            new_database.stop()
+            # back after about 3 s: the next write waits for it rather than ending the run
+            threading.Timer(3.0, new_database.start).start()
+            os.environ["AUTOGRADER_DB_WAIT"] = "60"
+            try:
+                gradebook.record(assignment, _result(assignment, "learner02"), SubmissionKey("digest-2", "grader"))
+                assert "the gradebook does not answer" in capsys.readouterr().err
+                assert [r.learner for r in gradebook.records(ASSIGNMENT)] == ["learner01", "learner02"]
+                new_database.stop()
+                os.environ["AUTOGRADER_DB_WAIT"] = "1.5"
+                start = time.monotonic()
+                with pytest.raises(GradebookError, match="the gradebook did not answer for 1.5 s"):
+                    gradebook.record(assignment, _result(assignment, "learner03"), SubmissionKey("digest-3", "grader"))
+                assert time.monotonic() - start < 30
+            finally:
+                del os.environ["AUTOGRADER_DB_WAIT"]
+                new_database.start()
