@@ -44,7 +44,7 @@ def grade(args) -> int:
 
     return exit_status(grade(args.root.resolve(), args.assignment, _limits(args), jobs=args.jobs, db=args.db,
                              csv=args.csv, learners=args.learners, shard=args.shard, regrade=args.regrade,
-                             sandbox_required=not args.no_sandbox))
+                             sandbox_required=not args.no_sandbox, clear_by_hand=args.clear_by_hand))
 
 
 def export(args) -> int:
@@ -88,6 +88,9 @@ def parser() -> argparse.ArgumentParser:
                         "JOB_COMPLETION_INDEX (Kubernetes) or SLURM_ARRAY_TASK_ID, 'env' takes both from Slurm")
     g.add_argument("--regrade", action="store_true",
                    help="grade every submission again, even those graded already and unchanged since")
+    g.add_argument("--clear-by-hand", action="store_true",
+                   help="forget what was given by hand in formgrader (scores, extra credit, comments) for the "
+                        "submissions this run grades; by default it is kept")
     g.add_argument("--no-sandbox", action="store_true",
                    help="grade even without bubblewrap, with resource limits only (submitted code can then read "
                         "your files and reach the network); without this flag grading refuses to start")

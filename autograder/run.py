@@ -94,7 +94,7 @@ def _selected(submissions, learners: str | None, shard: str | None):
 
 def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | None = None, csv: Path | None = None,
           learners: str | None = None, shard: str | None = None, regrade: bool = False,
-          sandbox_required: bool = True) -> Outcome:
+          sandbox_required: bool = True, clear_by_hand: bool = False) -> Outcome:
     """Grade every submission of the assignment ``name`` under ``root`` (see the module's docstring)."""
     from .submissions import find_submissions
 
@@ -123,12 +123,13 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
         return Outcome.GRADEBOOK
     with gradebook:
         return _grade_into(gradebook, root, assignment, source, submissions, limits, jobs=jobs, db=db, csv=csv,
-                           regrade=regrade, sandbox_required=sandbox_required, everyone=everyone)
+                           regrade=regrade, sandbox_required=sandbox_required, everyone=everyone,
+                           clear_by_hand=clear_by_hand)
 
 
 def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissions: list[Submission], limits: Limits, *,
                 jobs: int, db: str | None, csv: Path | None, regrade: bool, sandbox_required: bool,
-                everyone: list[Submission]) -> Outcome:
+                everyone: list[Submission], clear_by_hand: bool = False) -> Outcome:
     """The run itself, into a gradebook already checked: the sandbox, the self-check, then each submission."""
     from tqdm import tqdm
 
@@ -138,7 +139,7 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
     from .outputs.autograded import write_autograded
     from .outputs.feedback import write_feedback
     from .outputs.grade_files import write_csv
-    from .outputs.gradebook import GradebookError
+    from .outputs.gradebook import GradebookError, with_by_hand
     from .sandbox import fallback_warning, sandbox_gaps, sandboxed, shared_by_process
 
     if not sandboxed():
@@ -180,8 +181,10 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
     def keep(result) -> None:
         """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
         key = keys[result.learner]
-        graded_at = gradebook.record(assignment, result, key)
-        write_feedback(root, assignment, result, graded_at, key.timestamp, key.secret)
+        graded_at = gradebook.record(assignment, result, key, keep_by_hand=not clear_by_hand)
+        # the page holds the grade as every file does: with what the instructor gave by hand, kept
+        by_hand = gradebook.by_hand(assignment.name, {result.learner}).get(result.learner)
+        write_feedback(root, assignment, with_by_hand(result, by_hand), graded_at, key.timestamp, key.secret)
         write_autograded(root, assignment, result, source, key.timestamp, key.secret, limits.notebook_mb << 20)
 
     results = []
@@ -195,7 +198,7 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
               "command again to grade the rest.", file=sys.stderr)
         return Outcome.INTERRUPTED if isinstance(exc, KeyboardInterrupt) else Outcome.STOPPED
     csv_path = csv or grades_csv(root, assignment.name)
-    recorded = [r.result for r in gradebook.records(assignment.name)]
+    recorded = [r.result for r in gradebook.graded(assignment.name)]
     # The CSV holds the whole class as the gradebook has it (other shards and earlier runs too).
     write_csv(csv_path, assignment, recorded)
     print(summary(assignment, results, time.monotonic() - start))

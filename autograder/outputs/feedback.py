@@ -126,7 +126,7 @@ def _assignment(root: Path, name: str):
 def course_feedback(root: Path, db_url: str, assignment_name: str, learner: str) -> str:
     """The course's feedback page of one learner, from the gradebook."""
     assignment = _assignment(root, assignment_name)
-    records = _gradebook(db_url).records(assignment_name, {learner})
+    records = _gradebook(db_url).graded(assignment_name, {learner})
     if not records:
         raise ValueError(
             f"the gradebook {db_url} holds no grading of {learner}'s {assignment_name} by the course's grader: "

@@ -175,7 +175,7 @@ def export(root: Path, gradebook: Gradebook, names: list[str]) -> list[str]:
     done, assignments, records = [], [], {}
     for name in names:
         assignment, _ = load_assignment(root, name)
-        rows = gradebook.records(name)
+        rows = gradebook.graded(name)  # with what the instructor gave by hand in formgrader
         assignments.append(assignment)
         records[name] = rows
         csv_path = grades_csv(root, name)

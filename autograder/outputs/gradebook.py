@@ -287,9 +287,10 @@ class Gradebook:
 
     # -- one submission -----------------------------------------------------------------------------
 
-    def record(self, assignment: Assignment, result: Result, key: SubmissionKey) -> datetime:
+    def record(self, assignment: Assignment, result: Result, key: SubmissionKey, keep_by_hand: bool = True) -> datetime:
         """The submission's grades and the course's record of it, in one transaction; returns
-        the time it records as graded (UTC), which the feedback page shows."""
+        the time it records as graded (UTC), which the feedback page shows. What the instructor gave by hand
+        in formgrader (scores, extra credit, comments) is kept, unless not ``keep_by_hand``."""
         graded_at = datetime.now(UTC).replace(tzinfo=None, microsecond=0)
         if not safe_name(result.learner):
             return graded_at  # never an id in the gradebook
@@ -298,7 +299,7 @@ class Gradebook:
             with Session(self.engine) as session, session.begin():
                 if self.postgres:
                     session.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": WRITE_LOCK})
-                _write_grades(session, assignment, result, key.timestamp)
+                _write_grades(session, assignment, result, key.timestamp, keep_by_hand)
                 session.execute(RECORDS.delete().where(RECORDS.c.assignment == assignment.name,
                                                        RECORDS.c.learner == result.learner))
                 session.execute(RECORDS.insert().values(
@@ -311,8 +312,46 @@ class Gradebook:
 
     # -- what is there ------------------------------------------------------------------------------
 
+    def graded(self, assignment: str, learners: set[str] | None = None) -> list[Record]:
+        """The course's records of an assignment, by learner, with what the instructor gave by hand in formgrader
+        (:func:`with_by_hand`): the grades every file the course writes holds."""
+        by_hand = self.by_hand(assignment, learners)
+        return [dataclasses.replace(r, result=with_by_hand(r.result, by_hand.get(r.learner)))
+                for r in self.records(assignment, learners)]
+
+    def by_hand(self, assignment: str, learners: set[str] | None = None) -> dict[str, ByHand]:
+        """What formgrader recorded in nbgrader's tables for each learner of an assignment (or of ``learners``):
+        scores, extra credit and comments given by hand."""
+        def read() -> dict[str, ByHand]:
+            from nbgrader import api
+
+            out: dict[str, ByHand] = {}
+            with Session(self.engine) as session:
+                if not self.engine.dialect.has_table(session.connection(), api.Grade.__tablename__):
+                    return {}
+                query = select(api.SubmittedAssignment).join(api.Assignment).where(api.Assignment.name == assignment)
+                if learners is not None:
+                    query = query.where(api.SubmittedAssignment.student_id.in_(sorted(learners)))
+                submissions = session.scalars(query).all()
+                for submission in submissions:
+                    scores, extra, comments = {}, {}, []
+                    for nb in submission.notebooks:
+                        for grade in nb.grades:
+                            if grade.manual_score is not None:
+                                scores[grade.cell.name] = float(grade.manual_score)
+                            if grade.extra_credit:
+                                extra[grade.cell.name] = float(grade.extra_credit)
+                        for comment in nb.comments:
+                            if (comment.manual_comment or "").strip():
+                                comments.append((comment.cell.name, comment.manual_comment.strip()))
+                    if scores or extra or comments:
+                        out[submission.student.id] = ByHand(scores, extra, tuple(sorted(comments)))
+            return out
+
+        return retried(read, f"reading the grades given by hand for {assignment} from {self}")
+
     def records(self, assignment: str, learners: set[str] | None = None) -> list[Record]:
-        """The course's records of an assignment, by learner."""
+        """The course's records of an assignment, by learner (as graded: see :meth:`graded` for the grades)."""
         def read() -> list[Record]:
             with self.engine.connect() as conn:
                 if not self.engine.dialect.has_table(conn, RECORDS.name):
@@ -400,9 +439,12 @@ def _save_cells(url: URL, assignment: Assignment, source_nb) -> None:
     SaveCells().preprocess(nb, resources)
 
 
-def _write_grades(session: Session, assignment: Assignment, result: Result, timestamp: str | None) -> None:
+def _write_grades(session: Session, assignment: Assignment, result: Result, timestamp: str | None,
+                  keep_by_hand: bool = True) -> None:
     """nbgrader's rows for one submission, as its ``add_submission`` lays them out, and the
-    automatic score of every graded cell; nothing is committed here."""
+    automatic score of every graded cell, which then needs no grading by hand; a submission the course
+    flags for review is flagged where formgrader shows it. What formgrader recorded by hand stays, unless
+    not ``keep_by_hand``. Nothing is committed here."""
     from nbgrader import api
     from nbgrader.utils import parse_utc
 
@@ -439,9 +481,45 @@ def _write_grades(session: Session, assignment: Assignment, result: Result, time
     for nb in submission.notebooks:
         if nb.notebook.name != assignment.notebook:
             continue
+        if result.flags:
+            nb.flagged = True  # an instructor's own flag is theirs to clear, not the grader's
         for grade in nb.grades:
             if grade.cell.name in points:
                 grade.auto_score = points[grade.cell.name]
+                grade.needs_manual_grade = False
+            if not keep_by_hand:
+                grade.manual_score = grade.extra_credit = None
+        if not keep_by_hand:
+            for comment in nb.comments:
+                comment.manual_comment = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ByHand:
+    """What an instructor gave one submission by hand in formgrader: scores (by grade cell), extra credit,
+    and comments (cell, text)."""
+
+    scores: dict[str, float]
+    extra_credit: dict[str, float]
+    comments: tuple[tuple[str, str], ...] = ()
+
+
+def with_by_hand(result: Result, by_hand: ByHand | None) -> Result:
+    """The result with what the instructor gave by hand: a score given by hand replaces the grader's for its
+    test (as in nbgrader), extra credit is added, and each is said in a note, as are the instructor's comments."""
+    if by_hand is None:
+        return result
+    outcomes, notes = [], []
+    for o in result.outcomes:
+        points = by_hand.scores.get(o.grade_id, o.points) + by_hand.extra_credit.get(o.grade_id, 0.0)
+        if points != o.points:
+            said = f"{o.grade_id}: {points:g} / {o.max_points:g}, given by the instructor (the grader gave {o.points:g}"
+            said += f", with {by_hand.extra_credit[o.grade_id]:g} extra credit)" if o.grade_id in by_hand.extra_credit \
+                else ")"
+            notes.append(said)
+        outcomes.append(dataclasses.replace(o, points=points))
+    notes += [f"The instructor's comment on {cell}: {text}" for cell, text in by_hand.comments]
+    return dataclasses.replace(result, outcomes=outcomes, notes=[*result.notes, *notes])
 
 
 # ---------------------------------------------------------------------------------------------
