@@ -48,8 +48,40 @@ class Outcome(enum.Enum):
 
 #: said after a run that used --db: nbgrader's own commands do not see that option
 NBGRADER_DB = ("nbgrader's export, formgrader and generate_feedback read the gradebook named in nbgrader_config.py "
-               "(c.CourseDirectory.db_url, sqlite:///gradebook.db in this course), not this one: run them with "
-               "--CourseDirectory.db_url='{url}', or set that line to it")
+               "(c.CourseDirectory.db_url: $GRADEBOOK_URL, else sqlite:///gradebook.db), not this one: run them with "
+               "--CourseDirectory.db_url={url}, or set that line to it")
+#: said after a run whose gradebook came from $GRADEBOOK_URL
+NBGRADER_ENV = ("nbgrader's export, formgrader and generate_feedback read the same gradebook through nbgrader_config.py "
+                "when GRADEBOOK_URL is set as it was here: start them with it set")
+#: the environment variable a gradebook URL may come from, password and all: never on a command line, which
+#: every user of the machine sees (ps)
+GRADEBOOK_ENV = "GRADEBOOK_URL"
+
+
+def _gradebook_url(root: Path, db: str | None) -> tuple[str, str] | None:
+    """The gradebook's URL (``--db``, else $GRADEBOOK_URL, else the course's SQLite file) and what to tell the
+    instructor of nbgrader's commands reading it ("" for the course's own file); None, said why, for a password
+    on the command line."""
+    import os
+
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    if db:
+        try:
+            password = make_url(db).password
+        except ArgumentError:
+            password = None  # not a URL: opening it says so
+        if password:
+            print(f"error: the gradebook URL given with --db holds a password, which every user of this machine can "
+                  f"read on a command line (ps): put the password in ~/.pgpass (or PGPASSWORD) and leave it out of "
+                  f"the URL, or give the whole URL in the environment variable {GRADEBOOK_ENV} instead of --db. "
+                  "Nothing was done.", file=sys.stderr)
+            return None
+        return db, NBGRADER_DB.format(url=f"'{db}'")
+    if os.environ.get(GRADEBOOK_ENV):
+        return os.environ[GRADEBOOK_ENV], NBGRADER_ENV
+    return gradebook_url(root), ""
 
 
 def _source_notebook(root: Path, assignment: str):
@@ -98,6 +130,9 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
     """Grade every submission of the assignment ``name`` under ``root`` (see the module's docstring)."""
     from .submissions import find_submissions
 
+    where = _gradebook_url(root, db)
+    if where is None:
+        return Outcome.REFUSED
     loaded = _source_notebook(root, name)
     if loaded is None:
         return Outcome.REFUSED
@@ -117,18 +152,17 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
         print(f"no submissions of {name} under {root / SUBMITTED}" + (" in this shard" if everyone else ""))
         # a shard with no learner has nothing to do: not a failure of its batch job
         return Outcome.DONE if everyone else Outcome.NOTHING_TO_GRADE
-    db_url = db or gradebook_url(root)
-    gradebook = _open_gradebook(db_url)  # before anything is graded: a wrong URL or a missing driver costs seconds
+    gradebook = _open_gradebook(where[0])  # before anything is graded: a wrong URL or a missing driver costs seconds
     if gradebook is None:
         return Outcome.GRADEBOOK
     with gradebook:
-        return _grade_into(gradebook, root, assignment, source, submissions, limits, jobs=jobs, db=db, csv=csv,
+        return _grade_into(gradebook, root, assignment, source, submissions, limits, jobs=jobs, said=where[1], csv=csv,
                            regrade=regrade, sandbox_required=sandbox_required, everyone=everyone,
                            clear_by_hand=clear_by_hand)
 
 
 def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissions: list[Submission], limits: Limits, *,
-                jobs: int, db: str | None, csv: Path | None, regrade: bool, sandbox_required: bool,
+                jobs: int, said: str, csv: Path | None, regrade: bool, sandbox_required: bool,
                 everyone: list[Submission], clear_by_hand: bool = False) -> Outcome:
     """The run itself, into a gradebook already checked: the sandbox, the self-check, then each submission."""
     from tqdm import tqdm
@@ -208,8 +242,8 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
     print(f"gradebook: {gradebook}\ngrades: {csv_path} ({len(recorded)} learners"
           + ("" if status.complete else f", {len(status.not_graded)} not graded yet") + ")\n"
           f"feedback: {root / FEEDBACK}/<learner>/{assignment.name}/{assignment.notebook}.html")
-    if db:
-        print(NBGRADER_DB.format(url=gradebook))
+    if said:  # which gradebook nbgrader's own commands read
+        print(said)
     return Outcome.DONE
 
 
@@ -278,7 +312,10 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     from .outputs.grade_files import export as export_all
     from .outputs.gradebook import GradebookError
 
-    gradebook = _open_gradebook(db or gradebook_url(root))
+    where = _gradebook_url(root, db)
+    if where is None:
+        return Outcome.REFUSED
+    gradebook = _open_gradebook(where[0])
     if gradebook is None:
         return Outcome.GRADEBOOK
     try:
@@ -300,8 +337,8 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
         print(f"error: {exc}", file=sys.stderr)
         return Outcome.GRADEBOOK
     print(f"from the gradebook {gradebook}")
-    if db:
-        print(NBGRADER_DB.format(url=gradebook))
+    if where[1]:
+        print(where[1])
     return Outcome.DONE
 
 

@@ -104,8 +104,27 @@ def test_the_class_data_is_never_committed_never_published_and_where_nbgrader_lo
         assert name == GRADEBOOK or f"  - {name}/**" in config, f"{name}/ is not excluded from the website"
     nbgrader = (REPO / NBGRADER_CONFIG).read_text()
     for setting, name in (("submitted_directory", SUBMITTED), ("autograded_directory", AUTOGRADED),
-                          ("feedback_directory", FEEDBACK), ("db_url", f"sqlite:///{GRADEBOOK}")):
+                          ("feedback_directory", FEEDBACK)):
         assert f'c.CourseDirectory.{setting} = "{name}"' in nbgrader, setting
+
+
+def test_nbgrader_reads_the_gradebook_the_grader_reads(tmp_path, monkeypatch):
+    # the course's SQLite file, or the one GRADEBOOK_URL names as `grade` reads it: formgrader started with it set
+    # reads the same gradebook, and no password need be on a command line
+    from traitlets.config import Config
+
+    shutil.copy(REPO / NBGRADER_CONFIG, tmp_path)  # run where it finds no percent scripts to write sources from
+
+    def db_url() -> str:
+        config = Config()
+        exec(compile((tmp_path / NBGRADER_CONFIG).read_text(), str(tmp_path / NBGRADER_CONFIG), "exec"),  # noqa: S102
+             {"get_config": lambda: config, "__file__": str(tmp_path / NBGRADER_CONFIG)})
+        return config.CourseDirectory.db_url
+
+    monkeypatch.delenv("GRADEBOOK_URL", raising=False)
+    assert db_url() == f"sqlite:///{GRADEBOOK}"
+    monkeypatch.setenv("GRADEBOOK_URL", "postgresql://grader@dbhost/grades")
+    assert db_url() == "postgresql://grader@dbhost/grades"
 
 
 def test_the_layout_names_every_part_of_a_chapter():

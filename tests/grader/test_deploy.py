@@ -32,7 +32,8 @@ def test_the_kubernetes_job_runs_the_grade_command_over_every_index():
     command = container["command"]
     assert command[1:4] == ["-m", "autograder", "grade"]
     assert any(e["name"] == "GRADEBOOK_URL" for e in container["env"])
-    args = cli.parser().parse_args([a.replace("$(GRADEBOOK_URL)", "postgresql://x@y/z") for a in command[3:]])
+    assert not any("GRADEBOOK_URL" in a for a in command)  # never on a command line: read from the environment
+    args = cli.parser().parse_args(command[3:])
     learners = [f"learner{i:03d}" for i in range(100)]
     shards = [parse_shard(args.shard, {"JOB_COMPLETION_INDEX": str(i)}) for i in range(spec["completions"])]
     assert sorted(sum((select(learners, shard=s) for s in shards), [])) == learners
@@ -57,8 +58,8 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
     assert any(f"{len(CLASS)} learners submitted, {len(CLASS)} graded, 0 not graded (the class is complete)" in out
                for out, _ in outputs), outputs
     # After a run with --db, it says which gradebook nbgrader's own commands read, and how to change it.
-    assert all("formgrader and generate_feedback read the gradebook named in nbgrader_config.py" in out
-               and f"--CourseDirectory.db_url='{url}'" in out for out, _ in outputs)
+    assert all("formgrader and generate_feedback read the same gradebook through nbgrader_config.py" in out
+               for out, _ in outputs)
     with open_gradebook(url) as gradebook:
         scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}

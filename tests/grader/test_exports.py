@@ -170,3 +170,13 @@ def test_the_grade_command_reads_the_shard_options():
     done = subprocess.run([sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--shard", "2/2"],
                           capture_output=True, text=True, env=sc.ENV, cwd=sc.REPO, timeout=120)
     assert done.returncode != 0 and "shard index 2 (from --shard) is outside 0..1" in done.stdout + done.stderr
+
+
+def test_a_password_on_the_command_line_is_refused_and_never_printed():
+    for command in ("grade", "export", "status"):
+        done = subprocess.run([sys.executable, "-m", "autograder", command, sc.ASSIGNMENT, "--db",
+                               "postgresql://grader:hunter2-secret@dbhost/grades"],
+                              capture_output=True, text=True, env=sc.ENV, cwd=sc.REPO, timeout=120)
+        said = done.stdout + done.stderr
+        assert done.returncode == 1 and "every user of this machine can read on a command line" in said, said
+        assert "~/.pgpass" in said and "GRADEBOOK_URL" in said and "hunter2" not in said, said
