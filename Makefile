@@ -5,9 +5,13 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox browser postgres site test lint release check-release benchmark clean
+.PHONY: setup sandbox browser postgres private site test lint release check-release benchmark clean
 
-setup: $(VENV)/.installed sandbox browser postgres
+setup: $(VENV)/.installed sandbox browser postgres private
+
+## The course directory is the instructor's alone: other users of the machine read no solution, submission or grade
+private: $(VENV)/.installed
+	@$(PY) -m course.privacy .
 
 ## bubblewrap walls off submitted code while it is graded (Debian package bubblewrap)
 sandbox:

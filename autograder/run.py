@@ -98,6 +98,15 @@ def _source_notebook(root: Path, assignment: str):
         return None
 
 
+def _private(root: Path) -> None:
+    """The course directory made the instructor's alone before anything is read or written (:mod:`course.privacy`)."""
+    from course.privacy import make_private, said
+
+    message = said(make_private(root))
+    if message:
+        print(message, file=sys.stderr)
+
+
 def _open_gradebook(db_url: str):
     from .outputs.gradebook import GradebookError, open_gradebook
 
@@ -137,6 +146,7 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
     if loaded is None:
         return Outcome.REFUSED
     assignment, source = loaded
+    _private(root)
     try:
         key = course_secret.use(root)
     except course_secret.NoSecret as exc:
@@ -148,6 +158,11 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
     submissions = _selected(everyone, learners, shard)
     if submissions is None:
         return Outcome.REFUSED
+    from course.privacy import homes_said, open_homes
+
+    warning = homes_said(open_homes([s.learner for s in everyone]))
+    if warning:
+        print(warning, file=sys.stderr)
     if not submissions:
         print(f"no submissions of {name} under {root / SUBMITTED}" + (" in this shard" if everyone else ""))
         # a shard with no learner has nothing to do: not a failure of its batch job
@@ -315,6 +330,8 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     where = _gradebook_url(root, db)
     if where is None:
         return Outcome.REFUSED
+    if write:
+        _private(root)
     gradebook = _open_gradebook(where[0])
     if gradebook is None:
         return Outcome.GRADEBOOK

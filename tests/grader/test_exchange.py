@@ -23,7 +23,7 @@ import pytest
 from autograder.sandbox import sandboxed
 from course.layout import feedback_page, gradebook_url
 from course.notebook_format import secret_lines, to_nbgrader, write_notebook
-from tests.conftest import REPO, source_path
+from tests.conftest import source_path
 from tests.grader import small_class as sc
 
 COURSE_ID = "attention-is-all-you-need"
@@ -41,12 +41,12 @@ def _closed_folder(path: Path) -> Path | None:
 
 
 def _as(user: pwd.struct_passwd, command: list[str]) -> list[str]:
-    """``command`` run as ``user``. Where this Python, its environment or the course lives below a
-    folder other users may not enter (root's home, a private temporary folder), a mount namespace
-    shows them only those paths of it."""
+    """``command`` run as ``user``. Where this Python or its environment lives below a folder other users may
+    not enter (root's home, the course directory, which is the instructor's alone), a mount namespace shows them
+    only those paths of it: the environment learners are given to read, as the README asks an instructor to
+    give them one; never the course directory itself."""
     drop = ["setpriv", f"--reuid={user.pw_uid}", f"--regid={user.pw_gid}", "--clear-groups", "--"]
-    needed = {Path(sys.executable).resolve().parent.parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve(),
-              REPO.resolve()}
+    needed = {Path(sys.executable).resolve().parent.parent, Path(sys.prefix).resolve(), Path(sys.base_prefix).resolve()}
     closed = {c for c in map(_closed_folder, needed) if c is not None}
     closed = sorted(c for c in closed if not any(o in c.parents for o in closed))  # the outermost of each
     if not closed:
@@ -118,7 +118,7 @@ def exchanged(learners):
             fetched[user.pw_name] = [p.read_text() for p in pages]
         exported = sc.autograder(root, "export", sc.ASSIGNMENT)
         yield {"root": root, "kinds": kinds, "ours": ours, "fetched": fetched, "exported": exported,
-               "regenerated": regenerated, "after_generate": after_generate}
+               "regenerated": regenerated, "after_generate": after_generate, "graded": graded, "exchange": exchange}
     finally:
         shutil.rmtree(base, ignore_errors=True)
 
@@ -152,3 +152,30 @@ def test_the_export_agrees_with_nbgrader(exchanged):
     with Gradebook(gradebook_url(exchanged["root"])) as gb:
         scores = {s.student.id: s.score for s in gb.assignment_submissions(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in exchanged["kinds"].items()}
+
+
+def test_no_learner_reads_another_learners_work_or_feedback_nor_any_instructor_file(exchanged, learners):
+    from course.layout import GRADEBOOK, grades_csv, submission_folder
+
+    root, exchange = exchanged["root"], exchanged["exchange"]
+    assert not os.stat(root).st_mode & 0o077, "grade makes the course directory the instructor's alone"
+    opened = {u.pw_name for u in learners if os.stat(u.pw_dir).st_mode & 0o005 == 0o005}
+    if opened:  # useradd's homes follow the umask: grade warns, naming the learners, as the README says
+        assert "are open to every user of this machine" in exchanged["graded"].stderr
+        assert all(name in exchanged["graded"].stderr for name in opened)
+    for user in learners:
+        os.chmod(user.pw_dir, 0o700)  # what the warning and the README ask
+    for reader, other in (learners, reversed(learners)):
+        name = other.pw_name
+        secrets_ = list(Path(other.pw_dir).rglob("submission_secret*"))
+        assert secrets_, "nbgrader keeps the submission's secret in the learner's home"
+        instructor = [root / GRADEBOOK, next((root / "solutions").rglob("*.py")), grades_csv(root, sc.ASSIGNMENT)]
+        theirs = [feedback_page(root, name, sc.ASSIGNMENT, sc.NOTEBOOK),
+                  *submission_folder(root, name, sc.ASSIGNMENT).glob("*"), *secrets_]
+        for path in [*instructor, *theirs]:
+            assert path.is_file(), path
+            done = subprocess.run(_as(reader, ["cat", str(path)]), capture_output=True, text=True)
+            assert done.returncode != 0 and "Permission denied" in done.stderr, (reader.pw_name, path, done.stdout)
+        # the exchange's released feedback cannot be listed: its file names come from the secrets above
+        listed = subprocess.run(_as(reader, ["ls", str(exchange / COURSE_ID / "feedback")]), capture_output=True)
+        assert listed.returncode != 0
