@@ -10,20 +10,30 @@ from __future__ import annotations
 
 import dataclasses
 
+import pytest
 from nbgrader.api import Gradebook as NbgraderGradebook
 
 from autograder.outputs.feedback import feedback_html
 from autograder.outputs.grade_files import gradescope_results
 from autograder.outputs.gradebook import SubmissionKey, open_gradebook
 from course.layout import gradebook_url
+from tests.grader.postgres import postgres_server
 from tests.grader.test_gradebook_concurrency import ASSIGNMENT, NOTEBOOK, _assignment, _result
 
 LEARNER = "learner05"  # passes some tests, fails others (see _result)
 
 
-def test_scores_extra_credit_and_comments_given_by_hand_reach_every_grade_and_survive_a_regrade(tmp_path):
+@pytest.fixture(params=["sqlite", "postgresql"])
+def url(request, tmp_path):
+    if request.param == "sqlite":
+        yield gradebook_url(tmp_path)
+    else:
+        with postgres_server() as new_database:
+            yield new_database()
+
+
+def test_scores_extra_credit_and_comments_given_by_hand_reach_every_grade_and_survive_a_regrade(url):
     assignment, source = _assignment()
-    url = gradebook_url(tmp_path)
     result = dataclasses.replace(_result(assignment, LEARNER), flags=["calls torch.allclose on its own result"])
     failed = next(o for o in result.outcomes if not o.passed)
     passed = next(o for o in result.outcomes if o.passed)
