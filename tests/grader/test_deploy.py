@@ -2,13 +2,16 @@
 
 The Slurm script runs for real: two array tasks at once, as Slurm would start them, grade a
 small class into one gradebook, which then holds every learner exactly once with the right
-score. The Kubernetes Job's command is the grade command's, and its indices cover the class.
+score, and every file they write is the one a single run writes, but for the times. The Kubernetes Job's command is the grade command's, and its indices cover the class.
 """
 from __future__ import annotations
 
 import os
+import re
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import yaml
@@ -17,7 +20,7 @@ from autograder import __main__ as cli
 from autograder.outputs.gradebook import open_gradebook
 from autograder.sandbox import sandboxed
 from autograder.shards import parse_shard, select
-from course.layout import gradebook_url
+from course.layout import AUTOGRADED, FEEDBACK, GRADES, SUBMITTED, gradebook_url
 from tests.conftest import REPO
 from tests.grader import small_class as sc
 
@@ -64,6 +67,25 @@ def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
         scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
     assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}
     assert os.access(REPO / "deploy" / "grade.sbatch", os.X_OK)
+
+    # Every file the shards wrote is the one a single run writes from the same submissions, but for the times.
+    one = sc.course(tmp_path / "one run")
+    shutil.copytree(root / SUBMITTED, one / SUBMITTED)
+    done = sc.grade(one)
+    assert done.returncode == 0, done.stderr
+    assert _written(root) == _written(one)
+
+
+def _written(root: Path) -> dict[str, str]:
+    """Every file of the class's data a run writes (feedback pages, autograded copies, the CSV), times left out."""
+    out = {}
+    for folder in (FEEDBACK, AUTOGRADED, GRADES):
+        for path in sorted((root / folder).rglob("*")):
+            if path.is_file():
+                text = re.sub(r"\d{4}-\d\d-\d\d[ T]\d\d:\d\d(:\d\d(\.\d+)?)?( UTC)?", "<time>", path.read_text())
+                out[str(path.relative_to(root))] = text
+    assert out, f"nothing written under {root}"
+    return out
 
 
 def test_the_slurm_scripts_shard_count_is_its_arrays_size():
