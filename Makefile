@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox browser postgres private site test lint release check-release benchmark clean
+.PHONY: setup sandbox browser postgres slurm private site test lint release check-release benchmark clean
 
-setup: $(VENV)/.installed sandbox browser postgres private
+setup: $(VENV)/.installed sandbox browser postgres slurm private
 
 ## The course directory is the instructor's alone: other users of the machine read no solution, submission or grade
 private: $(VENV)/.installed
@@ -33,6 +33,13 @@ postgres:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && apt-get install -y -qq postgresql >/dev/null; \
 	  else echo "warning: PostgreSQL is missing (apt-get install postgresql): the concurrent-gradebook test on PostgreSQL is skipped"; fi; }
+
+## Slurm: the batch example's test runs deploy/grade.sbatch on a one-node cluster here (Debian slurm-wlm, with munge)
+slurm:
+	@command -v slurmctld >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; \
+	  else echo "warning: Slurm is missing (apt-get install slurm-wlm): the Slurm example's test is skipped"; fi; }
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

@@ -1,8 +1,9 @@
 """The batch-system examples in deploy/ grade a class in shards that together cover it once.
 
-The Slurm script runs for real: two array tasks at once, as Slurm would start them, grade a
-small class into one gradebook, which then holds every learner exactly once with the right
-score, and every file they write is the one a single run writes, but for the times. The Kubernetes Job's command is the grade command's, and its indices cover the class.
+The Slurm script runs for real, under a one-node Slurm cluster on this machine (tests/grader/slurm.py):
+an array of two tasks grades a small class into one gradebook, which then holds every learner exactly once
+with the right score; every file they write is the one a single run writes, but for the times; and one task
+submitted again alone is still its shard. The Kubernetes Job's command is the grade command's, and its indices cover the class.
 """
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from autograder.shards import parse_shard, select
 from course.layout import AUTOGRADED, FEEDBACK, GRADES, SUBMITTED, gradebook_url
 from tests.conftest import REPO
 from tests.grader import small_class as sc
+from tests.grader.slurm import slurm_cluster, wait_for
 
 CLASS = {"alice": "solved", "bob": "untouched", "carol": "wrong_softmax", "dave": "solved"}
 
@@ -43,30 +45,42 @@ def test_the_kubernetes_job_runs_the_grade_command_over_every_index():
 
 
 @pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
-def test_two_slurm_array_tasks_grade_the_class_once(tmp_path):
+def test_the_slurm_array_grades_the_class_once_and_a_task_run_again_is_its_own_shard(tmp_path):
     root = sc.course(tmp_path / "course")
     for learner, kind in CLASS.items():
         sc.hand_in(root, learner, kind)
     url = gradebook_url(root)
-    tasks = []
-    for task in (0, 1):
-        env = dict(sc.ENV, SLURM_ARRAY_TASK_ID=str(task), SLURM_ARRAY_TASK_MIN="0", SLURM_ARRAY_TASK_COUNT="2",
-                   SLURM_CPUS_PER_TASK="1", COURSE_DIR=str(root), GRADEBOOK_URL=url, PYTHON=sys.executable, SHARDS="2")
-        tasks.append(subprocess.Popen(["bash", str(REPO / "deploy" / "grade.sbatch"), sc.ASSIGNMENT], env=env,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outputs = [t.communicate(timeout=900) for t in tasks]
-    assert [t.returncode for t in tasks] == [0, 0], outputs
-    assert all("shard" in err for _, err in outputs)
-    # the task that ends last finds every learner graded, and says so
-    assert any(f"{len(CLASS)} learners submitted, {len(CLASS)} graded, 0 not graded (the class is complete)" in out
-               for out, _ in outputs), outputs
-    # After a run with --db, it says which gradebook nbgrader's own commands read, and how to change it.
-    assert all("formgrader and generate_feedback read the same gradebook through nbgrader_config.py" in out
-               for out, _ in outputs)
-    with open_gradebook(url) as gradebook:
-        scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
-    assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}
-    assert os.access(REPO / "deploy" / "grade.sbatch", os.X_OK)
+    script = REPO / "deploy" / "grade.sbatch"
+    assert os.access(script, os.X_OK)
+    with slurm_cluster() as cluster:
+        env = dict(sc.ENV, SLURM_CONF=cluster["SLURM_CONF"], GRADEBOOK_URL=url, PYTHON=sys.executable, SHARDS="2")
+
+        def sbatch(array: str) -> list[str]:
+            """The array run as a cluster runs it, from the course directory; its tasks' logs, read."""
+            before = set(root.glob("grade-*.log"))
+            submitted = subprocess.run(["sbatch", "--parsable", f"--array={array}", "--cpus-per-task=1",
+                                        "--export=ALL", str(script), sc.ASSIGNMENT], cwd=root, env=env,
+                                       capture_output=True, text=True, timeout=60)
+            assert submitted.returncode == 0, submitted.stderr
+            states = wait_for(submitted.stdout.strip().split(";")[0], env)
+            logs = sorted(set(root.glob("grade-*.log")) - before)
+            assert set(states) == {"COMPLETED"}, (states, "".join(p.read_text() for p in logs))
+            return [p.read_text() for p in logs]
+
+        outputs = sbatch("0-1")
+        assert len(outputs) == 2 and all("shard" in out for out in outputs), outputs
+        # the task that ends last finds every learner graded, and says so
+        assert any(f"{len(CLASS)} learners submitted, {len(CLASS)} graded, 0 not graded (the class is complete)"
+                   in out for out in outputs), outputs
+        # it says which gradebook nbgrader's own commands read, and how
+        assert all("formgrader and generate_feedback read the same gradebook through nbgrader_config.py" in out
+                   for out in outputs)
+        with open_gradebook(url) as gradebook:
+            scores = {r.learner: r.result.score for r in gradebook.records(sc.ASSIGNMENT)}
+        assert scores == {learner: sc.SCORES[kind] for learner, kind in CLASS.items()}
+        # one task run again alone is still its shard of the class, and finds its learners graded
+        (again,) = sbatch("1")
+        assert "shard 1/2:" in again and "graded already and unchanged since: skipped" in again, again
 
     # Every file the shards wrote is the one a single run writes from the same submissions, but for the times.
     one = sc.course(tmp_path / "one run")
