@@ -1,0 +1,118 @@
+"""Manual grading in formgrader itself, in a real Jupyter server, counts everywhere the course writes a grade.
+
+A small class is graded by the course into a SQLite gradebook and into a real PostgreSQL one (its URL in
+GRADEBOOK_URL, as the README says, which nbgrader_config.py passes on to formgrader). Then formgrader's own
+REST API, the one its pages call, is used as an instructor's browser would: it lists the submission (nothing
+left needing a manual grade; the flagged one flagged), a score is given by hand with extra credit, and a
+comment. `python -m autograder export` then writes that grade in the CSV and Gradescope's results, and the
+feedback page says what the instructor gave.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import secrets
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from autograder.sandbox import sandboxed
+from course.layout import feedback_page, grades_csv, gradescope_folder
+from tests.grader import small_class as sc
+from tests.grader.postgres import postgres_server
+
+pytestmark = pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
+
+CLASS = {"alice": "solved", "carol": "wrong_softmax"}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def formgrader(root: Path, env: dict[str, str]):
+    """A Jupyter server with nbgrader's formgrader in the course directory; yields a call of its REST API."""
+    port, token = _free_port(), secrets.token_hex(16)
+    server = subprocess.Popen([sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}",
+                               f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
+                              cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    def api(path: str, body: dict | None = None, method: str = "GET"):
+        request = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                         data=None if body is None else json.dumps(body).encode(),
+                                         headers={"Authorization": f"token {token}"})
+        with urllib.request.urlopen(request, timeout=30) as reply:  # noqa: S310 (a local server of the test's)
+            return json.loads(reply.read() or b"null")
+
+    try:
+        deadline = time.monotonic() + 90
+        while True:
+            try:
+                api("/formgrader/api/status")
+                break
+            except OSError:
+                if server.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError(f"the Jupyter server did not start: {server.stderr.read()[-2000:]}") from None
+                time.sleep(0.3)
+        yield api
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            server.kill()
+
+
+@pytest.mark.parametrize("database", ["sqlite", "postgresql"])
+def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, database):
+    with (postgres_server() if database == "postgresql" else _nothing()) as new_database:
+        env = dict(sc.ENV)
+        if new_database is not None:
+            env["GRADEBOOK_URL"] = new_database()
+        root = sc.course(tmp_path / "course")
+        for learner, kind in CLASS.items():
+            sc.hand_in(root, learner, kind)
+        graded = subprocess.run([sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--root", str(root),
+                                 *sc.FAST], capture_output=True, text=True, env=env, cwd=root, timeout=900)
+        assert graded.returncode == 0, graded.stderr
+
+        with formgrader(root, env) as api:
+            listed = {s["student"]: s for s in api(f"/formgrader/api/submitted_notebooks/{sc.ASSIGNMENT}/{sc.NOTEBOOK}")}
+            assert set(listed) == set(CLASS)  # formgrader reads the gradebook the course graded into
+            assert not any(s["needs_manual_grade"] for s in listed.values())
+            carol = listed["carol"]
+            assert carol["score"] == sc.SCORES["wrong_softmax"]
+            grades = api(f"/formgrader/api/grades?submission_id={carol['id']}")
+            failed = next(g for g in grades if g["auto_score"] < g["max_score"])
+            passed = next(g for g in grades if g["auto_score"] == g["max_score"] and g["max_score"] > 0)
+            api(f"/formgrader/api/grade/{failed['id']}", {"manual_score": failed["max_score"]}, "PUT")
+            api(f"/formgrader/api/grade/{passed['id']}", {"extra_credit": 1}, "PUT")
+            comment = api(f"/formgrader/api/comments?submission_id={carol['id']}")[0]
+            api(f"/formgrader/api/comment/{comment['id']}", {"manual_comment": "Good recovery."}, "PUT")
+
+        expected = sc.SCORES["wrong_softmax"] + (failed["max_score"] - failed["auto_score"]) + 1
+        exported = subprocess.run([sys.executable, "-m", "autograder", "export", sc.ASSIGNMENT, "--root", str(root)],
+                                  capture_output=True, text=True, env=env, cwd=root, timeout=300)
+        assert exported.returncode == 0, exported.stderr
+        with grades_csv(root, sc.ASSIGNMENT).open() as f:
+            scores = {row["learner"]: float(row["score"]) for row in csv.DictReader(f)}
+        assert scores == {"alice": sc.SCORES["solved"], "carol": expected}
+        page = feedback_page(root, "carol", sc.ASSIGNMENT, sc.NOTEBOOK).read_text()
+        assert f"{failed['name']}: {failed['max_score']:g} / {failed['max_score']:g}, given by the instructor" in page
+        assert "Good recovery." in page
+        results = gradescope_folder(root, sc.ASSIGNMENT) / "carol" / "results.json"
+        assert json.loads(results.read_text())["score"] == expected
+
+
+@contextmanager
+def _nothing():
+    yield None
