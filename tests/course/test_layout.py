@@ -270,3 +270,31 @@ def test_the_site_lists_only_chapters_on_the_site(tmp_path):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if line.startswith("| ") and cells[0].isdigit() and "](" not in cells[1]:
             assert tables.PLANNED in cells[1], f"{line} reads as if the chapter existed"
+
+
+def test_every_grader_command_the_readme_gives_is_one_the_grader_takes():
+    # the instructor's section is followed by hand; what can be checked here is that each command it gives
+    # parses as written (placeholders filled in), so that an option renamed or removed fails here first
+    import re
+    import shlex
+
+    from autograder.__main__ import parser
+
+    readme = (REPO / "README.md").read_text()
+    blocks = re.findall(r"```(?:bash|text)?\n(.*?)```", readme, flags=re.S)
+    commands = [line.split("#")[0].strip() for block in blocks for line in block.splitlines()
+                if "-m autograder " in line.split("#")[0]]
+    commands += re.findall(r"`((?:\.venv/bin/)?python -m autograder [^`]+)`", readme)
+    assert len(commands) > 10, commands
+    for command in commands:
+        if "grade|" in command:
+            continue  # the layout's list of the commands, not a command
+        words = shlex.split(command.replace("ASSIGNMENT...", "ch02_attention").replace("ASSIGNMENT", "ch02_attention")
+                            .replace("NOTEBOOK", "x.ipynb").replace("...", ""))
+        args = words[words.index("autograder") + 1:]
+        if len(args) == 1 and args[0] != "secret":
+            continue  # a command named in a sentence, without its arguments
+        try:
+            parser().parse_args(args)
+        except SystemExit:
+            pytest.fail(f"the README gives a command the grader does not take: {command}")
