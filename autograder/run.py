@@ -136,7 +136,18 @@ def _selected(submissions, learners: str | None, shard: str | None):
 def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | None = None, csv: Path | None = None,
           learners: str | None = None, shard: str | None = None, regrade: bool = False,
           sandbox_required: bool = True, clear_by_hand: bool = False) -> Outcome:
-    """Grade every submission of the assignment ``name`` under ``root`` (see the module's docstring)."""
+    """Grade every submission of the assignment ``name`` under ``root`` (see the module's docstring); every file
+    the run writes is the instructor's alone."""
+    from course.privacy import private_files
+
+    with private_files():
+        return _grade(root, name, limits, jobs=jobs, db=db, csv=csv, learners=learners, shard=shard,
+                      regrade=regrade, sandbox_required=sandbox_required, clear_by_hand=clear_by_hand)
+
+
+def _grade(root: Path, name: str, limits: Limits, *, jobs: int, db: str | None, csv: Path | None,
+           learners: str | None, shard: str | None, regrade: bool, sandbox_required: bool,
+           clear_by_hand: bool) -> Outcome:
     from .submissions import find_submissions
 
     where = _gradebook_url(root, db)
@@ -335,8 +346,10 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     gradebook = _open_gradebook(where[0])
     if gradebook is None:
         return Outcome.GRADEBOOK
+    from course.privacy import private_files
+
     try:
-        with gradebook:
+        with gradebook, private_files():
             statuses = _statuses(root, gradebook, names)
             for status in statuses:
                 print("\n".join(status.lines()))

@@ -5,7 +5,7 @@ the course secret the hidden cases are drawn from, every learner's submission, a
 feedback page and grade, and the gradebook. A clone made with the usual umask (022) lets every user
 of the machine read all of it. So the directory itself is made the instructor's only (mode 700: no
 one else may enter it, whatever the files inside allow), and so is each of those parts, in case the
-directory is opened again later; the grader makes its files with umask 077 too. ``make setup``
+directory is opened again later; the grader makes its files with umask 077 too (:func:`private_files`). ``make setup``
 and every ``grade`` and ``export`` do this and say what they changed.
 
 Learners reach the course's code through an environment of their own (the course's wheel installed
@@ -13,9 +13,11 @@ where they can read it, or JupyterHub), never through this directory; see the RE
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 from course.layout import CLASS_DATA, COURSE_SECRET, REFERENCE, SOLUTIONS
@@ -29,10 +31,20 @@ def open_to_others(path: Path) -> bool:
     return bool(path.stat().st_mode & 0o077)
 
 
+@contextlib.contextmanager
+def private_files() -> Iterator[None]:
+    """What the process makes meanwhile is its owner's alone (umask 077); the umask before is restored after,
+    so that a caller in the same process (a test, a notebook) keeps its own."""
+    previous = os.umask(0o077)
+    try:
+        yield
+    finally:
+        os.umask(previous)
+
+
 def make_private(root: Path) -> list[str]:
-    """Make the course directory and its instructor-only parts the owner's alone (and this process's new files
-    too); return what was changed, in words. Symbolic links are left as they are: their own mode means nothing."""
-    os.umask(0o077)
+    """Make the course directory and its instructor-only parts the owner's alone; return what was changed, in
+    words. Symbolic links are left as they are: their own mode means nothing."""
     changed = []
     for path in (root, *(root / name for name in INSTRUCTOR_ONLY)):
         if path.is_symlink() or not path.exists() or not open_to_others(path):

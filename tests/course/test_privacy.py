@@ -5,7 +5,7 @@ import os
 import stat
 
 from course.layout import COURSE_SECRET, GRADEBOOK, SOLUTIONS, SUBMITTED
-from course.privacy import make_private, open_homes, said
+from course.privacy import make_private, open_homes, private_files, said
 
 
 def test_the_course_directory_and_its_instructor_parts_are_made_the_owners_alone(tmp_path):
@@ -22,7 +22,9 @@ def test_the_course_directory_and_its_instructor_parts_are_made_the_owners_alone
     old = os.umask(0o022)
     try:
         changed = make_private(root)
-        assert os.umask(0o022) == 0o077  # and what the process makes from now on
+        with private_files():
+            assert os.umask(0o077) == 0o077  # what the process makes meanwhile is private
+        assert os.umask(0o022) == 0o022  # and the caller's umask is back after
     finally:
         os.umask(old)
     for path in (root, root / SOLUTIONS, root / SUBMITTED, root / GRADEBOOK, root / COURSE_SECRET):

@@ -8,6 +8,7 @@ Without bubblewrap it refuses to grade unless asked to with --no-sandbox.
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -89,6 +90,8 @@ def test_a_solution_that_does_not_get_full_marks_stops_the_run(course, monkeypat
 
 def test_without_bubblewrap_grading_refuses_unless_asked(course, monkeypatch, capsys):
     monkeypatch.setattr(sandbox, "sandboxed", lambda: False)
+    umask = os.umask(0o022)
+    os.umask(umask)
     before = _written(course)
     status = cli.main(["grade", ASSIGNMENT, "--root", str(course), *FAST])
     err = capsys.readouterr().err
@@ -100,6 +103,9 @@ def test_without_bubblewrap_grading_refuses_unless_asked(course, monkeypatch, ca
     captured = capsys.readouterr()
     assert status == 0, captured.err
     assert "warning: bubblewrap is not available" in captured.err
+    # the run's files were private, and the caller's umask is its own again: what a test, or a notebook, makes
+    # next is as readable as before (a sandboxed worker of a later test reads a Python installation made here)
+    assert os.umask(umask) == umask
     assert "mean score 11.00 / 11" in captured.out
 
 
