@@ -20,16 +20,27 @@ import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
 
+import nbformat
 import pytest
 
 from autograder.sandbox import sandboxed
-from course.layout import feedback_page, grades_csv, gradescope_folder
+from course.layout import feedback_page, grades_csv, gradescope_folder, submission_folder
 from tests.grader import small_class as sc
 from tests.grader.postgres import postgres_server
 
 pytestmark = pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
-CLASS = {"alice": "solved", "carol": "wrong_softmax"}
+CLASS = {"alice": "solved", "carol": "wrong_softmax", "dave": "solved"}
+#: what dave adds to his softmax cell: a construct the grader cannot follow, which it flags for the instructor
+FLAGGED = "from math import *\n"
+
+
+def _hand_in_flagged(root: Path, learner: str) -> None:
+    path = submission_folder(root, learner, sc.ASSIGNMENT) / f"{sc.NOTEBOOK}.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    cell = next(c for c in nb.cells if c.metadata.get("nbgrader", {}).get("grade_id") == "softmax")
+    cell.source = FLAGGED + cell.source
+    nbformat.write(nb, path)
 
 
 def _free_port() -> int:
@@ -81,6 +92,7 @@ def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, 
         root = sc.course(tmp_path / "course")
         for learner, kind in CLASS.items():
             sc.hand_in(root, learner, kind)
+        _hand_in_flagged(root, "dave")
         graded = subprocess.run([sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--root", str(root),
                                  *sc.FAST], capture_output=True, text=True, env=env, cwd=root, timeout=900)
         assert graded.returncode == 0, graded.stderr
@@ -89,6 +101,8 @@ def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, 
             listed = {s["student"]: s for s in api(f"/formgrader/api/submitted_notebooks/{sc.ASSIGNMENT}/{sc.NOTEBOOK}")}
             assert set(listed) == set(CLASS)  # formgrader reads the gradebook the course graded into
             assert not any(s["needs_manual_grade"] for s in listed.values())
+            # the submission the course flags for review is flagged where formgrader shows flags, and only it
+            assert {name for name, s in listed.items() if s["flagged"]} == {"dave"}
             carol = listed["carol"]
             assert carol["score"] == sc.SCORES["wrong_softmax"]
             grades = api(f"/formgrader/api/grades?submission_id={carol['id']}")
@@ -105,7 +119,7 @@ def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, 
         assert exported.returncode == 0, exported.stderr
         with grades_csv(root, sc.ASSIGNMENT).open() as f:
             scores = {row["learner"]: float(row["score"]) for row in csv.DictReader(f)}
-        assert scores == {"alice": sc.SCORES["solved"], "carol": expected}
+        assert scores == {"alice": sc.SCORES["solved"], "carol": expected, "dave": sc.SCORES["solved"]}
         page = feedback_page(root, "carol", sc.ASSIGNMENT, sc.NOTEBOOK).read_text()
         assert f"{failed['name']}: {failed['max_score']:g} / {failed['max_score']:g}, given by the instructor" in page
         assert "Good recovery." in page
