@@ -148,6 +148,8 @@ def grade(root: Path, name: str, limits: Limits, *, jobs: int = 2, db: str | Non
 def _grade(root: Path, name: str, limits: Limits, *, jobs: int, db: str | None, csv: Path | None,
            learners: str | None, shard: str | None, regrade: bool, sandbox_required: bool,
            clear_by_hand: bool) -> Outcome:
+    from course.privacy import homes_said, open_homes
+
     from .submissions import find_submissions
 
     where = _gradebook_url(root, db)
@@ -169,8 +171,6 @@ def _grade(root: Path, name: str, limits: Limits, *, jobs: int, db: str | None, 
     submissions = _selected(everyone, learners, shard)
     if submissions is None:
         return Outcome.REFUSED
-    from course.privacy import homes_said, open_homes
-
     warning = homes_said(open_homes([s.learner for s in everyone]))
     if warning:
         print(warning, file=sys.stderr)
@@ -237,14 +237,15 @@ def _grade_into(gradebook, root: Path, assignment: Assignment, source, submissio
         print(f"{skipped} submissions are graded already and unchanged since: skipped (--regrade grades them again)",
               file=sys.stderr)
     keys = {s.learner: key for s, key in pending}
+    # what the instructor gave by hand, read once: each page holds the grade as every file does (kept, unless cleared)
+    by_hand = {} if clear_by_hand else gradebook.by_hand(assignment.name, set(keys))
 
     def keep(result) -> None:
         """Everything of one submission, as soon as it is graded: its grades first, in one transaction."""
         key = keys[result.learner]
         graded_at = gradebook.record(assignment, result, key, keep_by_hand=not clear_by_hand)
-        # the page holds the grade as every file does: with what the instructor gave by hand, kept
-        by_hand = gradebook.by_hand(assignment.name, {result.learner}).get(result.learner)
-        write_feedback(root, assignment, with_by_hand(result, by_hand), graded_at, key.timestamp, key.secret)
+        write_feedback(root, assignment, with_by_hand(result, by_hand.get(result.learner)), graded_at, key.timestamp,
+                       key.secret)
         write_autograded(root, assignment, result, source, key.timestamp, key.secret, limits.notebook_mb << 20)
 
     results = []
@@ -334,6 +335,7 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     them from the gradebook alone: nothing when a learner's submission is not graded, unless ``partial``; nothing
     at all without ``write`` (the status command), which then ends DONE only for a complete class."""
     from course.layout import LayoutError
+    from course.privacy import private_files
 
     from .outputs.grade_files import export as export_all
     from .outputs.gradebook import GradebookError
@@ -346,8 +348,6 @@ def export(root: Path, names: list[str], db: str | None = None, partial: bool = 
     gradebook = _open_gradebook(where[0])
     if gradebook is None:
         return Outcome.GRADEBOOK
-    from course.privacy import private_files
-
     try:
         with gradebook, private_files():
             statuses = _statuses(root, gradebook, names)

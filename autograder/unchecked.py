@@ -541,17 +541,18 @@ def made_on(code: Code, function: str, part: int, what: str, returned_on: int | 
     # the returns themselves, where they compute the value rather than hand on a variable
     for (statement, _), value in made:
         if not isinstance(value, ast.Name):
-            quoted.setdefault(fn.at(statement), f"line {fn.at(statement)}, `{fn.line(fn.at(statement))}`")
+            quoted.setdefault(fn.at(statement), _quote(fn, [fn.at(statement)]))
         for call in ast.walk(value):
             helper = helpers.get(call.func.id) if isinstance(call, ast.Call) and isinstance(call.func, ast.Name) else None
             if helper is not None:
                 inner = _Function(helper, fn.first, fn.lines)
                 for s, _ in _statements(inner):
                     if isinstance(s, ast.Return):
-                        quoted.setdefault(fn.at(s), f"in `{helper.name}`, line {fn.at(s)}, `{fn.line(fn.at(s))}`")
+                        quoted.setdefault(fn.at(s), f"in `{helper.name}`, {_quote(fn, [fn.at(s)])}")
     listed = set(helpers)
 
-    def setters(reads: Sequence[str], reader: tuple[ast.stmt, _Ancestry]) -> list[tuple[str, list[ast.stmt]]]:
+    def setters(reads: Sequence[str], reader: tuple[ast.stmt, _Ancestry]) -> list[list[tuple[ast.stmt, _Ancestry]]]:
+        """For each name ``reader`` reads that no earlier step listed, the statements that set it and can reach it."""
         out = []
         for name in reads:
             if name in listed:
@@ -569,7 +570,7 @@ def made_on(code: Code, function: str, part: int, what: str, returned_on: int | 
     second = [found for each in first for placed in each for found in setters(_read(placed[0]), placed)]
     for found in first + second:
         for s, _ in found:
-            quoted.setdefault(fn.at(s), f"line {fn.at(s)}, `{fn.line(fn.at(s))}`")
+            quoted.setdefault(fn.at(s), _quote(fn, [fn.at(s)]))
     if not quoted:
         return ""
     kept = sorted(list(quoted)[:MAX_MAKING])  # the nearest to the value first, then told in the order of the source

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 
@@ -31,6 +32,13 @@ NOTEBOOKS = [c.stem for c in CHAPTERS]
 
 def chapter_of(notebook: str) -> Chapter:
     return next(c for c in CHAPTERS if c.stem == notebook)
+
+
+def free_port() -> int:
+    """A TCP port on localhost that no one listens on now (for a server a test starts)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def source_path(notebook: str) -> Path:

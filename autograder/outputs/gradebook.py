@@ -168,10 +168,10 @@ def _gone(exc: Exception) -> bool:
         exc.connection_invalidated or any(w in str(exc).lower() for w in _GONE))
 
 
-def retried(action, what: str, wait: float | None = None):
+def retried(action, what: str):
     """``action()``, tried again while it meets transient conflicts (a growing, jittered pause, a few times), and
-    while the database does not answer, for up to ``wait`` seconds (:func:`outage_wait`), said once on stderr."""
-    wait = outage_wait() if wait is None else wait
+    while the database does not answer, for as long as :func:`outage_wait` says, said once on stderr."""
+    wait = outage_wait()
     conflicts, deadline = 0, None
     while True:
         try:
@@ -367,7 +367,7 @@ class Gradebook:
         """The submissions that are not graded yet, were handed in again, or changed since (or all
         with ``regrade``), each with its key; and how many were skipped as already graded."""
         pending, skipped = [], 0
-        for submission, key, why in self._states(assignment, source_nb, submissions, max_bytes):
+        for submission, key, _, why in self._states(assignment, source_nb, submissions, max_bytes):
             if not regrade and not why:
                 skipped += 1
                 continue
@@ -375,8 +375,9 @@ class Gradebook:
         return pending, skipped
 
     def _states(self, assignment: Assignment, source_nb, submissions: list[Submission], max_bytes: int
-                ) -> Iterator[tuple[Submission, SubmissionKey, str]]:
-        """Each submission with its key and why it is not graded as it stands ("" when it is)."""
+                ) -> Iterator[tuple[Submission, SubmissionKey, Record | None, str]]:
+        """Each submission with its key, its record (None for none) and why it is not graded as it stands ("" when
+        it is)."""
         done = {r.learner: r for r in self.records(assignment.name)}
         grader = grader_digest(assignment, source_nb)
         for submission in submissions:
@@ -387,21 +388,19 @@ class Gradebook:
                    "graded with other tests or another grader" if record.grader != grader else
                    f"the grader failed: {record.result.error}" if (record.result.error or "").startswith(GRADER_FAULTS)
                    else "")
-            yield submission, key, why
+            yield submission, key, record, why
 
     def status(self, assignment: Assignment, source_nb, submissions: list[Submission], max_bytes: int
                ) -> ClassStatus:
         """Which of the class's ``submissions`` the gradebook holds graded as they stand, and which not."""
-        records = {r.learner: r for r in self.records(assignment.name)}
         graded, failed, missing = [], [], []
-        for submission, _, why in self._states(assignment, source_nb, submissions, max_bytes):
+        for submission, _, record, why in self._states(assignment, source_nb, submissions, max_bytes):
             if why:
                 missing.append((submission.learner, why))
                 continue
             graded.append(submission.learner)
-            error = records[submission.learner].result.error
-            if error:
-                failed.append((submission.learner, error))
+            if record.result.error:
+                failed.append((submission.learner, record.result.error))
         return ClassStatus(assignment.name, tuple(graded), tuple(failed), tuple(missing))
 
 

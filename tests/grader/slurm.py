@@ -19,14 +19,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import free_port
+
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "sinfo")
 KEY = Path("/etc/munge/munge.key")
 
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @contextmanager
@@ -53,7 +50,7 @@ def slurm_cluster(cpus: int = 2, memory_mb: int = 16000):
     host = socket.gethostname().split(".")[0]
     conf = base / "slurm.conf"
     conf.write_text("\n".join([
-        "ClusterName=course", f"SlurmctldHost={host}", f"SlurmctldPort={_free_port()}", f"SlurmdPort={_free_port()}",
+        "ClusterName=course", f"SlurmctldHost={host}", f"SlurmctldPort={free_port()}", f"SlurmdPort={free_port()}",
         "SlurmUser=root", "AuthType=auth/munge", f"AuthInfo=socket={base}/munge/munge.socket", "CredType=cred/munge",
         f"StateSaveLocation={base}/state", f"SlurmdSpoolDir={base}/spool",
         f"SlurmctldPidFile={base}/slurmctld.pid", f"SlurmdPidFile={base}/slurmd.pid",

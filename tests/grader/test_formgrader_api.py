@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import secrets
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ import pytest
 
 from autograder.sandbox import sandboxed
 from course.layout import feedback_page, grades_csv, gradescope_folder, submission_folder
+from tests.conftest import free_port
 from tests.grader import small_class as sc
 from tests.grader.postgres import postgres_server
 
@@ -43,16 +43,11 @@ def _hand_in_flagged(root: Path, learner: str) -> None:
     nbformat.write(nb, path)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @contextmanager
 def formgrader(root: Path, env: dict[str, str]):
     """A Jupyter server with nbgrader's formgrader in the course directory; yields a call of its REST API."""
-    port, token = _free_port(), secrets.token_hex(16)
+    port, token = free_port(), secrets.token_hex(16)
     server = subprocess.Popen([sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}",
                                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
                               cwd=root, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 
 import pytest
 import torch
 import torch.multiprocessing as mp
 
 from course.files import leftovers
+from tests.conftest import free_port
 from transformer import loop
 from transformer.g2p import train as T
 
@@ -31,11 +31,6 @@ def _worker(rank: int, world: int, port: int, run_dir: str) -> None:
         torch.distributed.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
 
 @pytest.mark.skipif(not torch.distributed.is_available() or not torch.distributed.is_gloo_available(),
                     reason="this PyTorch has no gloo backend")
@@ -43,7 +38,7 @@ def test_two_processes_end_where_one_does(tmp_path, monkeypatch):
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
     single = T.train(_config(tmp_path / "one"), progress=False)
-    mp.spawn(_worker, args=(2, _free_port(), str(tmp_path / "two")), nprocs=2, join=True)
+    mp.spawn(_worker, args=(2, free_port(), str(tmp_path / "two")), nprocs=2, join=True)
     shared = torch.load(tmp_path / "two" / "checkpoint.pt", weights_only=False)
     assert shared["step"] == single.step == 8
     for name, value in single.model.state_dict().items():
