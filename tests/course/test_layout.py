@@ -298,3 +298,16 @@ def test_every_grader_command_the_readme_gives_is_one_the_grader_takes():
             parser().parse_args(args)
         except SystemExit:
             pytest.fail(f"the README gives a command the grader does not take: {command}")
+
+
+def test_the_exchange_the_readme_names_is_the_installed_nbgraders_default():
+    import re
+
+    from nbgrader.exchange.default.exchange import Exchange
+    from traitlets.config import Config
+
+    readme = (REPO / "README.md").read_text()
+    named = set(re.findall(r"(/[\w/]+/nbgrader/exchange)\b", readme))
+    assert named == {Exchange(config=Config()).root}, named
+    # and the course's nbgrader_config.py leaves the exchange where nbgrader puts it
+    assert "Exchange.root" not in (REPO / "nbgrader_config.py").read_text()

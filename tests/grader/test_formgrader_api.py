@@ -1,7 +1,9 @@
 """Manual grading in formgrader itself, in a real Jupyter server, counts everywhere the course writes a grade.
 
-A small class is graded by the course into a SQLite gradebook and into a real PostgreSQL one (its URL in
-GRADEBOOK_URL, as the README says, which nbgrader_config.py passes on to formgrader). Then formgrader's own
+A small class is graded by the course into a SQLite gradebook and into a real PostgreSQL one, set up by
+following the README's own lines (a role with a password, a database it owns, the password in ~/.pgpass, the
+URL in GRADEBOOK_URL, which nbgrader_config.py passes on to formgrader); the password is never on a command
+line nor in anything the course or formgrader prints. Then formgrader's own
 REST API, the one its pages call, is used as an instructor's browser would: it lists the submission (nothing
 left needing a manual grade; the flagged one flagged), a score is given by hand with extra credit, and a
 comment. `python -m autograder export` then writes that grade in the CSV and Gradescope's results, and the
@@ -14,6 +16,7 @@ import json
 import secrets
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from contextlib import contextmanager
@@ -26,7 +29,7 @@ from autograder.sandbox import sandboxed
 from course.layout import feedback_page, grades_csv, gradescope_folder, submission_folder
 from tests.conftest import free_port
 from tests.grader import small_class as sc
-from tests.grader.postgres import postgres_server
+from tests.grader.postgres import postgres_server, readme_set_up
 
 pytestmark = pytest.mark.skipif(not sandboxed(), reason="bubblewrap is not installed (apt-get install bubblewrap)")
 
@@ -45,8 +48,9 @@ def _hand_in_flagged(root: Path, learner: str) -> None:
 
 
 @contextmanager
-def formgrader(root: Path, env: dict[str, str]):
-    """A Jupyter server with nbgrader's formgrader in the course directory; yields a call of its REST API."""
+def formgrader(root: Path, env: dict[str, str], printed: list[str]):
+    """A Jupyter server with nbgrader's formgrader in the course directory; yields a call of its REST API. What
+    the server printed is added to ``printed`` when it stops."""
     port, token = free_port(), secrets.token_hex(16)
     server = subprocess.Popen([sys.executable, "-m", "jupyter", "server", "--no-browser", f"--port={port}",
                                f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={root}", "--allow-root"],
@@ -73,26 +77,56 @@ def formgrader(root: Path, env: dict[str, str]):
     finally:
         server.terminate()
         try:
-            server.wait(timeout=20)
+            printed.append(server.communicate(timeout=20)[1])
         except subprocess.TimeoutExpired:
             server.kill()
 
 
+@contextmanager
+def command_lines():
+    """Collects every process's command line on this machine while the block runs, as any user could with `ps`."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+                try:
+                    seen.add(cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+                except OSError:
+                    pass
+            done.wait(0.1)
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        watcher.join()
+
+
 @pytest.mark.parametrize("database", ["sqlite", "postgresql"])
 def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, database):
-    with (postgres_server() if database == "postgresql" else _nothing()) as new_database:
-        env = dict(sc.ENV)
+    with (postgres_server(tcp=True) if database == "postgresql" else _nothing()) as new_database:
+        env, password = dict(sc.ENV), None
         if new_database is not None:
-            env["GRADEBOOK_URL"] = new_database()
+            home = tmp_path / "home"
+            home.mkdir()
+            exported, password = readme_set_up(new_database, home)
+            env.update(exported, HOME=str(home))
+            assert password not in env["GRADEBOOK_URL"]
         root = sc.course(tmp_path / "course")
         for learner, kind in CLASS.items():
             sc.hand_in(root, learner, kind)
         _hand_in_flagged(root, "dave")
-        graded = subprocess.run([sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--root", str(root),
-                                 *sc.FAST], capture_output=True, text=True, env=env, cwd=root, timeout=900)
+        with command_lines() as seen:
+            graded = subprocess.run([sys.executable, "-m", "autograder", "grade", sc.ASSIGNMENT, "--root", str(root),
+                                     *sc.FAST], capture_output=True, text=True, env=env, cwd=root, timeout=900)
         assert graded.returncode == 0, graded.stderr
+        printed = [graded.stdout + graded.stderr]
 
-        with formgrader(root, env) as api:
+        with formgrader(root, env, printed) as api:
             listed = {s["student"]: s for s in api(f"/formgrader/api/submitted_notebooks/{sc.ASSIGNMENT}/{sc.NOTEBOOK}")}
             assert set(listed) == set(CLASS)  # formgrader reads the gradebook the course graded into
             assert not any(s["needs_manual_grade"] for s in listed.values())
@@ -112,6 +146,10 @@ def test_a_grade_given_in_formgrader_reaches_every_file_of_the_course(tmp_path, 
         exported = subprocess.run([sys.executable, "-m", "autograder", "export", sc.ASSIGNMENT, "--root", str(root)],
                                   capture_output=True, text=True, env=env, cwd=root, timeout=300)
         assert exported.returncode == 0, exported.stderr
+        printed.append(exported.stdout + exported.stderr)
+        if password is not None:
+            assert seen and not any(password in line for line in seen)
+            assert not any(password in text for text in printed)
         with grades_csv(root, sc.ASSIGNMENT).open() as f:
             scores = {row["learner"]: float(row["score"]) for row in csv.DictReader(f)}
         assert scores == {"alice": sc.SCORES["solved"], "carol": expected, "dave": sc.SCORES["solved"]}
