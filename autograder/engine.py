@@ -16,10 +16,11 @@ import time
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from .assignment import Assignment
 from .checks import get
-from .framework import Check, CheckFailed
+from .framework import Check, CheckFailed, called_and_judged
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
 from .source.helpers import substitution_notes
@@ -59,20 +60,27 @@ class Result:
         return sum(o.max_points for o in self.outcomes)
 
 
+class _Unanswered(Exception):
+    """A call that gave no result to judge, with the message that says why."""
+
+
 def _run_check(session: Session, check: Check, function: str, hidden: bool, own: tuple[str, ...] = ()) -> str | None:
     """None when the check passes, else the message for the learner."""
     cases = check.cases(hidden)
-    results: list = []
-    observed: list = []
     plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
-    for case, probes in zip(cases, plan):
-        result = session.call(function, case, own, trace=check.traced and not hidden, observed=observed, probes=probes,
-                              source=not hidden)
+
+    def call(index: int) -> tuple[Any, Any]:
+        observed: list = []
+        result = session.call(function, cases[index], own, trace=check.traces(cases[index], hidden), observed=observed,
+                              probes=plan[index], source=not hidden)
         if isinstance(result, Failure):
-            return result.message
-        results.append(result)
+            raise _Unanswered(result.message)
+        return result, observed[0] if observed else None
+
     try:
-        check.verdict(cases, results, observed)
+        called_and_judged(check, cases, call)
+    except _Unanswered as unanswered:
+        return str(unanswered)
     except CheckFailed as failure:
         return str(failure)
     except Exception as exc:  # a result so odd that a judge tripped over it is still a wrong result

@@ -418,6 +418,11 @@ class Check:
         that a wrong value nobody catalogued is located at the line where it first goes wrong."""
         return []
 
+    def traces(self, case: Case, hidden: bool) -> bool:
+        """Whether the learner's lines are traced on ``case``: on the visible cases of a check that locates, except
+        a large one, whose loops the trace would slow many times over and whose values nothing locates."""
+        return self.traced and not hidden and not case.large
+
     @property
     def traced(self) -> bool:
         return type(self).stages is not Check.stages
@@ -919,35 +924,52 @@ def raised_message(name: str, case: Case, result: Raised) -> str:
     )
 
 
+def called_and_judged(check: Check, cases: Sequence[Case], call: Callable[[int], tuple[Any, Any]]) -> str:
+    """Call ``cases`` with ``call(index)`` (the result and what the call did besides) and judge them; the
+    success line, or CheckFailed. The large cases (:attr:`Case.large`) are called last, and only once the
+    others pass: a wrong answer is told at once, not after its longest case."""
+    rounds = [[i for i, c in enumerate(cases) if not c.large], [i for i, c in enumerate(cases) if c.large]]
+    done: dict[int, tuple[Any, Any]] = {}
+    verdict = ""
+    for indices in (r for r in rounds if r):
+        for i in indices:
+            done[i] = call(i)
+        order = sorted(done)
+        verdict = check.verdict([cases[i] for i in order], [done[i][0] for i in order], [done[i][1] for i in order])
+    return verdict
+
+
 def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: float | None = None) -> str:
     """Run a check entirely in this process, as the notebooks do, each call under the grader's time limit."""
     from harness.call_limit import CallTimedOut, call_time_limit
 
-    from .time_limit import call_seconds_default, endless_loop_message, stopped_message, timed_out
+    from .time_limit import call_seconds_default, case_seconds, endless_loop_message, stopped_message, timed_out
 
     if not callable(fn):
         raise _failure(f"expected the function `{check.function}`, got {type(fn).__name__}", rule="callable")
-    seconds = call_seconds_default() if call_seconds is None else call_seconds
+    limit = call_seconds_default() if call_seconds is None else call_seconds
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden, check.forbidden_ops)
-    results, observed = [], []
     plan = check.probe_plan(cases) if not hidden else [()] * len(cases)
-    for case, probes in zip(cases, plan):
-        observer = Observer(trace=check.traced and not hidden, source=not hidden)
+
+    def call(index: int) -> tuple[Any, Observed]:
+        case, probes, seconds = cases[index], plan[index], case_seconds(limit, cases[index])
+        observer = Observer(trace=check.traces(case, hidden), source=not hidden)
         try:
             with call_time_limit(seconds):
                 start = time.monotonic()
-                results.append(call_learner(fn, case, wires, observer))
-            if timed_out(results[-1]):
-                raise _failure(stopped_message(check.function, seconds, case.label, results[-1], observer.observed()),
+                result = call_learner(fn, case, wires, observer)
+            if timed_out(result):
+                raise _failure(stopped_message(check.function, seconds, case.label, result, observer.observed()),
                                rule="ends in time")
-            if probes and not isinstance(results[-1], (Raised, UsedForbidden)):
+            if probes and not isinstance(result, (Raised, UsedForbidden)):
                 with call_time_limit(seconds + PROBE_SECONDS):
                     observer.findings = probe(fn, case, probes, time.monotonic() - start)
         except CallTimedOut:
             raise _failure(endless_loop_message(check.function, seconds, case.label), rule="ends in time") from None
-        observed.append(observer.observed())
-    return check.verdict(cases, results, observed)
+        return result, observer.observed()
+
+    return called_and_judged(check, cases, call)
 
 
 # --------------------------------------------------------------------------------------------

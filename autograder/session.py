@@ -25,7 +25,7 @@ from .assignment import Assignment
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 from .source.references import imported_modules, reference_sources
 from .submissions import cell_name
-from .time_limit import endless_loop_message, stopped_message, timed_out
+from .time_limit import case_seconds, endless_loop_message, stopped_message, timed_out
 
 #: restarts of the worker itself (not of learner processes) before the submission is given up
 MAX_WORKER_STARTS = 3
@@ -196,6 +196,7 @@ class Session:
         the graded functions in ``own`` stay the learner's instead of the course's. What the call did
         besides returning (its trace when ``trace``, what the ``probes`` found) is appended to
         ``observed``, when given."""
+        seconds = case_seconds(self.limits.call_seconds, case)
         for attempt in range(1, CALL_TRIES + 1):
             child = self._child(function, own)
             try:
@@ -204,8 +205,8 @@ class Session:
                 # process stops the call itself at that limit, to say where it was running; it is ended from here
                 # when it has not answered a little later.
                 request = {"op": "call", "case": wire.encode(case), "trace": trace, "probe": list(probes),
-                           "seconds": self.limits.call_seconds, "source": source}
-                reply = child.request(request, timeout=self.left(self.limits.call_seconds + STOP_GRACE))
+                           "seconds": seconds, "source": source}
+                reply = child.request(request, timeout=self.left(seconds + STOP_GRACE))
                 if probes and reply == wire.CALLED:
                     reply = child.receive(timeout=self.left(PROBE_SECONDS))
             except WorkerTimeout:
@@ -213,7 +214,7 @@ class Session:
                 if self.left(1) <= 0:
                     raise TimeoutError from None
                 if attempt == CALL_TRIES:
-                    return Failure(endless_loop_message(function, self.limits.call_seconds, case.label))
+                    return Failure(endless_loop_message(function, seconds, case.label))
                 continue
             except WorkerGone:
                 self._end_child()
@@ -234,7 +235,7 @@ class Session:
                     raise TimeoutError
                 if attempt < CALL_TRIES:
                     continue
-                return Failure(stopped_message(function, self.limits.call_seconds, case.label, result, seen))
+                return Failure(stopped_message(function, seconds, case.label, result, seen))
             if observed is not None:
                 observed.append(seen)
             return result

@@ -24,6 +24,11 @@ def call_seconds_default() -> float:
     return Limits().call_seconds
 
 
+def case_seconds(limit: float, case) -> float:
+    """The time limit of ``case``'s call: the grader's ``limit``, or the case's own where that is longer."""
+    return max(limit, case.seconds or 0.0)
+
+
 def endless_loop_message(function: str, seconds: float, label: str) -> str:
     return (f"`{function}` did not finish within {seconds:g} s on the case {label}: "
             "is there an endless loop, or a loop that never reaches its `break`?")

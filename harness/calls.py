@@ -40,6 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from . import call_limit, observe
 from .call_limit import CallTimedOut
+from .memory_budget import memory_budget
 from .observe import Arguments, Observer, Recorder, argument_names, qualname
 from .providers import PROVIDERS, Provided
 
@@ -63,6 +64,15 @@ class Case:
     collect: tuple[str, ...] = ()
     #: call the module in training mode (dropout active); otherwise eval mode
     train: bool = False
+    #: a case larger than the others (a long sequence) may have limits of its own: a time limit for its call
+    #: where the grader's is shorter, and the memory its call may allocate beyond what the process holds
+    #: (:mod:`harness.memory_budget`); it is called only once the other cases pass
+    seconds: float | None = None
+    memory_mb: int | None = None
+
+    @property
+    def large(self) -> bool:
+        return bool(self.seconds or self.memory_mb)
 
 
 @dataclass(frozen=True)
@@ -163,18 +173,24 @@ def build_module(cls: Callable, case: Case) -> Any:
         dtypes = {v.dtype for v in case.state.values() if v.is_floating_point()}
         if len(dtypes) == 1 and dtypes != {torch.float32} and hasattr(module, "to"):
             module = module.to(dtypes.pop())
-        # Parameters only: buffers (a positional-encoding table, say) are the learner's to compute.
+        # Its parameters, all of them, by the exercise's names; and the buffers the case names (a cache's
+        # contents), while those it does not name (a positional-encoding table, say) are the learner's to compute.
         own = dict(module.named_parameters()) if hasattr(module, "named_parameters") else {}
-        missing = sorted(set(case.state) - set(own))
+        buffers = dict(module.named_buffers()) if hasattr(module, "named_buffers") else {}
+        missing = sorted(set(case.state) - set(own) - set(buffers))
         unexpected = sorted(set(own) - set(case.state))
         if missing or unexpected:
             raise StateMismatch(missing, unexpected, _made_at(type(module), unexpected), shared=shared_names(module))
         for name, value in case.state.items():
-            if tuple(own[name].shape) != tuple(value.shape):
+            held = own.get(name, buffers.get(name))
+            if tuple(held.shape) != tuple(value.shape):
                 made = _made_at(type(module), [name])
-                raise StateMismatch([], [], f"{name} has shape {tuple(own[name].shape)}, expected {tuple(value.shape)}"
+                raise StateMismatch([], [], f"{name} has shape {tuple(held.shape)}, expected {tuple(value.shape)}"
                                     + (f" ({made})" if made else ""))
-        module.load_state_dict({k: v.clone() for k, v in case.state.items()}, strict=False)
+        module.load_state_dict({k: v.clone() for k, v in case.state.items() if k in own}, strict=False)
+        with torch.no_grad():
+            for name in case.state.keys() - own.keys():  # a buffer kept out of the state_dict is filled all the same
+                buffers[name].copy_(case.state[name])
     module.train(case.train)
     torch.manual_seed(0)
     return module
@@ -556,6 +572,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
                            if isinstance(a, torch.nn.Module)) if w is not None]
     try:
         with wires.record() if wires else contextlib.nullcontext(used) as used, contextlib.ExitStack() as stack:
+            stack.enter_context(memory_budget(case.memory_mb))
             for watch in watches:
                 stack.enter_context(watch)
             if case.init is not None:

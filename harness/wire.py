@@ -100,9 +100,18 @@ def encode(value: Any) -> Any:
                 "tag": value.tag, "init": encode(None if value.init is None else dict(value.init)),
                 "state": encode(None if value.state is None else dict(value.state)),
                 "method": value.method, "collect": list(value.collect), "train": value.train,
+                "seconds": value.seconds, "memory_mb": value.memory_mb,
             }
         }
     return {"$opaque": type(value).__name__}
+
+
+def _optional_number(value: Any, what: str, kind: type = float) -> Any:
+    if value is None:
+        return None
+    if type(value) not in (int, float) or not 0 < value < 1e9:
+        raise WireError(f"{what} is not a positive number")
+    return kind(value)
 
 
 def _text(value: Any, what: str, cap: int | None = None) -> str:
@@ -239,6 +248,8 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
             kwargs=decode(body["kwargs"], tags, depth + 1), tag=_text(body["tag"], "a case's tag"), init=init,
             state=state, method=_text(body["method"], "a case's method"),
             collect=_names(body["collect"], "a case's attributes"), train=bool(body["train"]),
+            seconds=_optional_number(body.get("seconds"), "a case's time limit"),
+            memory_mb=_optional_number(body.get("memory_mb"), "a case's memory budget", int),
         )
     except KeyError as exc:
         raise WireError(f"a case without {exc}") from None

@@ -226,8 +226,16 @@ class _AttentionCheck(Check):
         """The steps that lead to the scores, before them."""
         return []
 
+    def keys_values(self, case: Case) -> tuple[torch.Tensor, torch.Tensor]:
+        """The keys and values each query reads, lined up with the scores' axes: the case's own here."""
+        return case.args[1], case.args[2]
+
+    def mistaken_outputs(self, case: Case, weights: torch.Tensor) -> list[tuple[torch.Tensor, str]]:
+        """Outputs a known mistake would produce from the right ``weights``, with the message that names it."""
+        return []
+
     def stages(self, case: Case) -> list[Stage]:
-        q, k, v = case.args[:3]
+        _, v = self.keys_values(case)
         mask = case.kwargs.get("mask")
         scores = self.scores(case)
         out = [*self.score_stages(case), Stage.of("the scores", scores)]
@@ -393,13 +401,14 @@ class _AttentionCheck(Check):
 
     @rule("output")
     def _output(self, case: Case, result: Any) -> None:
-        k, v = case.args[1:3]
+        k, v = self.keys_values(case)
         output, _ = self._returned(case, result)
         scores = self.worked_out(case, self.scores)
         expected = masked_softmax(scores, self._full_mask(case, scores))
+        mistaken = [(lambda o=o: o, message) for o, message in self.mistaken_outputs(case, expected)]
         expect_close(
             output, expected @ v.double(), f"`{self.function}`'s output", case,  # (..., T_q, d_v)
-            [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v.")],
+            [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v."), *mistaken],
             hint="The weights are right, so look at the last step: output = weights @ v.", scale=self.rounding_scale(case),
         )
 

@@ -20,6 +20,7 @@ class Mistake:
     fn: Callable
     diagnosis: str  # a phrase the check's message must contain
     hidden_only: bool = False  # only the hidden cases are expected to expose it
+    visible_only: bool = False  # only a visible case exposes it (a case too large to run twice, public anyway)
     rule: str = ""  # the name of the check's rule that must catch it (CheckFailed.rule)
 
 

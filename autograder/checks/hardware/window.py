@@ -1,0 +1,99 @@
+"""The check of ``sliding_window_mask``: causal attention restricted to the last ``window`` keys.
+
+Oracle: the rule written position by position, i - window < j <= i, in plain Python.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from ...framework import (
+    INVALID,
+    Case,
+    Check,
+    CheckFailed,
+    Stated,
+    draw,
+    expect_shape,
+    expect_tensor,
+    named_failure,
+    rule,
+)
+
+
+def window_rule(T: int, window: int, *, low: int = 1, causal: bool = True) -> torch.Tensor:
+    """(T, T) bool, True where i - window + low <= j and (j <= i when causal, else |i - j| < window); the
+    defaults are the exercise's rule, the keywords replay known mistakes."""
+    return torch.tensor([[(i - window + low <= j <= i) if causal else abs(i - j) < window for j in range(T)]
+                         for i in range(T)], dtype=torch.bool).reshape(T, T)
+
+
+MISTAKES = (
+    (lambda T, w: window_rule(T, w, low=0),
+     "each query reads window + 1 keys: the window holds `window` keys, itself included, i - window < j <= i."),
+    (lambda T, w: window_rule(T, w, low=2),
+     "each query reads window - 1 keys: the window holds `window` keys, itself included, i - window < j <= i."),
+    (lambda T, w: window_rule(T, w, causal=False),
+     "the window reaches into the future: a query reads only keys at or before its own position, j <= i."),
+    (lambda T, w: ~window_rule(T, w),
+     "the mask is inverted: in the course's convention True means 'may read' (chapter 2)."),
+    (lambda T, w: window_rule(T, w).T,
+     "the mask is transposed: rows are queries and columns keys, mask[i, j] says whether query i reads key j."),
+    (lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)),
+     "this is plain causal attention: the window was not applied (j > i - window)."),
+)
+
+
+class SlidingWindowMaskCheck(Check):
+    function = "sliding_window_mask"
+    oracle = "the rule i - window < j <= i, position by position"
+
+    def cases(self, hidden: bool) -> list[Case]:
+        g = self.generator(hidden)
+        sizes = [(6, 3), (5, 1), (7, 7), (4, 10)]
+        if hidden:
+            T = draw(g, 8, 20)
+            sizes = [(T, draw(g, 2, T - 2)), (draw(g, 3, 9), 1), (T, T + draw(g, 0, 5)), (draw(g, 10, 30), draw(g, 2, 6))]
+        out = [Case(f"T={T}, window={w}", (T, w), {}, "whole" if w >= T else "") for T, w in sizes]
+        out.append(Case("T=5, window=0", (5, 0), {}, INVALID))
+        return out
+
+    @rule("a (T, T) tensor")
+    def _shape(self, case: Case, result: Any) -> None:
+        T, _ = case.args
+        m = expect_tensor(result, "`sliding_window_mask`'s result", case)
+        expect_shape(m, (T, T), "`sliding_window_mask`'s result", case, "One row per query, one column per key.")
+
+    @rule("boolean")
+    def _boolean(self, case: Case, m: torch.Tensor) -> None:
+        if m.dtype != torch.bool:
+            raise CheckFailed(f"`sliding_window_mask` returned a {str(m.dtype).replace('torch.', '')} tensor on the case "
+                              f"{case.label}: the course's masks are boolean (dtype torch.bool), True where a query may "
+                              "read a key. A comparison such as j <= i is boolean already.")
+
+    @rule("True where i - window < j <= i")
+    def _values(self, case: Case, m: torch.Tensor) -> None:
+        T, window = case.args
+        expected = window_rule(T, window)
+        if torch.equal(m, expected):
+            return
+        named = [advice for mistaken, advice in MISTAKES if torch.equal(m, mistaken(T, window))]
+        i, j = (m != expected).nonzero()[0].tolist()
+        raise named_failure(f"`sliding_window_mask`'s result is wrong on the case {case.label}: ", named, (
+            f"`sliding_window_mask`'s result is wrong on the case {case.label}: query {i} "
+            f"{'reads' if bool(m[i, j]) else 'does not read'} key {j}, but with window={window} it "
+            f"{'may' if bool(expected[i, j]) else 'may not'}: query i reads the keys i - window + 1 .. i."))
+
+    rules = (_shape, _boolean, _values)
+
+
+STATED = {
+    "sliding_window_mask": (
+        Stated("the window holds `window` keys, the query's own included", "T=6, window=3", "window + 1 keys"),
+        Stated("a query reads no key after it", "T=6, window=3", "into the future"),
+        Stated("True means the query may read the key", "T=6, window=3", "inverted"),
+        Stated("a window of T or more is causal attention", "whole", "query"),
+        Stated("a window below 1 raises ValueError", INVALID, "raise ValueError"),
+    ),
+}
