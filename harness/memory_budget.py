@@ -9,7 +9,7 @@ the same answer as the grader does, and says so at once instead of filling the m
 Inside the learner's process it is advisory: code there can raise a soft limit back up to the hard one.
 
 The limit counts what the process has mapped, not what it uses, so for the call the C allocator maps
-every allocation of 1 MiB or more on its own and unmaps it when it is freed (:func:`_mapped_alone`).
+every allocation of 1 MiB or more on its own and unmaps it when it is freed (:func:`mapped_alone`).
 Left to itself, glibc raises its threshold for that as blocks are freed and may then keep freed blocks of
 tens of megabytes in its heap without reusing them: a right answer that makes a fresh 32 MB block of
 scores for each of 128 query blocks was measured holding 5 GB at its end. With the fixed threshold the
@@ -34,7 +34,7 @@ _M_MMAP_THRESHOLD, _DURING, _AFTER = -3, 1 << 20, 128 << 10
 
 
 @contextlib.contextmanager
-def _mapped_alone() -> Iterator[None]:
+def mapped_alone() -> Iterator[None]:
     """While the body runs, every allocation of 1 MiB or more is mapped on its own (glibc only)."""
     try:
         mallopt = ctypes.CDLL(ctypes.util.find_library("c") or None).mallopt
@@ -78,7 +78,7 @@ def memory_budget(mb: int | None) -> Iterator[None]:
         yield
         return
     try:
-        with _mapped_alone():
+        with mapped_alone():
             yield
     finally:
         resource.setrlimit(which, (soft, hard))
