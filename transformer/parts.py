@@ -46,6 +46,9 @@ ROLES: dict[str, dict[str, str | None]] = {
                  "bpe_encode": None, "generate_with_cache": None},
     "capstone": {"label_smoothed_cross_entropy": G2P, "noam_rate": G2P, "length_batches": G2P, "edit_distance": G2P,
                  "beam_search": G2P},
+    # chapter 9's GPT (positions="rope" or kv_heads < h) is made of them
+    "hardware": {"apply_rope": GPT, "grouped_query_attention": GPT, "KVCache": GPT, "tiled_attention": None,
+                 "sliding_window_mask": None},
 }
 
 

@@ -134,3 +134,68 @@ def test_a_catalogued_mistake_is_named_only_when_it_explains_every_result():
     assert Check.explaining_mistake(cases, [4, 5], [doubled, squared, plus_two]) == "plus two"
     assert Check.explaining_mistake(cases, [4, 7], [doubled, squared, plus_two]) is None
     assert Check.explaining_mistake(cases[:1], [4], [doubled, squared]) == "doubled"
+
+
+class Total(Check):
+    """A check written for this test: ``total(x)`` is x.sum(); its last case is large, with limits of its own."""
+
+    function = "total"
+
+    def __init__(self, seconds: float | None = None, memory_mb: int | None = None):
+        super().__init__()
+        self.large = Case("x (1,) standing for a long input", (torch.ones(1),), {}, "long", seconds=seconds,
+                          memory_mb=memory_mb)
+
+    def cases(self, hidden: bool) -> list[Case]:
+        return [Case("x (3,)", (torch.arange(3.0),)), self.large]
+
+    def judge(self, case: Case, result: Any) -> None:
+        if not isinstance(result, torch.Tensor) or float(result) != float(case.args[0].sum()):
+            raise CheckFailed(f"`total` returned {result} on the case {case.label}")
+
+
+def test_a_large_case_is_called_only_once_the_others_pass():
+    called = []
+
+    def wrong(x):
+        called.append(len(x))
+        return x.sum() + 1
+
+    with pytest.raises(CheckFailed, match=r"on the case x \(3,\)"):
+        run_check(Total(seconds=30.0), wrong)
+    assert called == [3]  # a wrong answer is told at once, without waiting for its largest case
+
+    def right(x):
+        called.append(len(x))
+        return x.sum()
+
+    called.clear()
+    assert run_check(Total(seconds=30.0), right).startswith("✓ total")
+    assert called == [3, 1]
+
+
+def test_a_large_case_has_its_own_time_limit():
+    import time
+
+    def slow_on_the_large_case(x):
+        if len(x) == 1:
+            time.sleep(1.5)
+        return x.sum()
+
+    # the grader's limit of 1 s would stop it; the case's own 5 s do not
+    assert run_check(Total(seconds=5.0), slow_on_the_large_case, call_seconds=1.0).startswith("✓ total")
+    with pytest.raises(CheckFailed, match="did not finish within 1 s"):
+        run_check(Total(memory_mb=64), slow_on_the_large_case, call_seconds=1.0)
+
+
+def test_a_large_case_may_allocate_its_budget_and_no_more():
+    def allocates(x):
+        if len(x) == 1:
+            torch.empty(512, 2**20, dtype=torch.uint8).fill_(1)  # 512 MiB
+        return x.sum()
+
+    assert run_check(Total(memory_mb=1024), allocates).startswith("✓ total")
+    message = str(pytest.raises(CheckFailed, run_check, Total(memory_mb=128), allocates).value)
+    assert "can't allocate memory" in message and "on the case x (1,) standing for a long input" in message
+    # and the budget ends with the call: the process may allocate as before
+    torch.empty(512, 2**20, dtype=torch.uint8).fill_(1)

@@ -519,3 +519,39 @@ def test_every_solution_runs_in_the_sandbox_without_a_note(notebook, source_nb):
     outcomes, notes = grade_cells(assignment, cells, Limits(), [REPO])
     assert [o.grade_id for o in outcomes if not o.passed] == []
     assert notes == []
+
+
+WHOLE_MATRIX = '''import math
+import resource
+
+import torch
+
+
+def tiled_attention(q, k, v, block_size, causal=False):
+    if block_size < 1 or (causal and q.shape[-2] != k.shape[-2]):
+        raise ValueError("bad arguments")
+    # the soft limit raised as far as it goes: only the worker's own limit, set before this code ran, is left
+    which = resource.RLIMIT_DATA
+    resource.setrlimit(which, (resource.getrlimit(which)[1],) * 2)
+    s = q @ k.transpose(-2, -1) / math.sqrt(q.shape[-1])
+    if causal:
+        s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
+    lse = torch.logsumexp(s, dim=-1)
+    return torch.exp(s - lse[..., None]) @ v, lse
+'''
+
+
+@needs_bubblewrap
+def test_tiled_attention_that_builds_the_score_matrix_fails_at_the_workers_memory_limit():
+    """Chapter 9's long case is decided outside the learner's process: a whole score matrix is refused by the
+    kernel at the worker's limit, even from code that lifts its own call's budget, and the learner is told why."""
+    nb = to_nbgrader(source_path("hardware"))
+    assignment = Assignment.from_notebook(chapter_of("hardware").assignment, "hardware", nb)
+    cells, _ = notebook_cells(nb, assignment.test_ids)
+    cells = [WHOLE_MATRIX if "def tiled_attention(" in c else c for c in cells]
+    tests = tuple(t for t in assignment.tests if t.grade_id == "test_tiled_attention")
+    outcomes, _ = grade_cells(dataclasses.replace(assignment, tests=tests), cells, Limits(), [REPO],
+                              include_hidden=False)
+    (outcome,) = outcomes
+    assert not outcome.passed
+    assert "can't allocate memory" in outcome.message and "2.25 GiB" in outcome.message, outcome.message

@@ -282,7 +282,8 @@ def test_the_registries_are_the_roles():
     assert NOTEBOOKS == ("attention", "multihead", "encoder", "decoder", "positional")
     assert G2P_PARTS == {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance",
                                       "beam_search")}
-    assert GPT_PARTS == {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next")}
+    assert GPT_PARTS == {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next"),
+                         "hardware": ("apply_rope", "grouped_query_attention", "KVCache")}
     assert BERT_PARTS == {"bert_gpt": ("mask_tokens",)}
     from reference.multihead import MultiHeadAttention
     from transformer import fused

@@ -1,16 +1,17 @@
-"""``python -m transformer.gpt train|sample|export``: chapter 7's GPT on the Python standard library."""
+"""``python -m transformer.gpt train|sample|export|lengths``: chapter 7's GPT (and chapter 9's) on the standard library."""
 from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
 
 from ..cli import EXPORT_SUMMARY, Command, dispatch
-from . import sample, train
+from . import lengths, sample, train
 
 COMMANDS = {
     "train": Command(train.main, "train a small GPT byte by byte (a preset, any setting overridden; --resume RUN continues)"),
     "sample": Command(sample.main, "let a trained GPT write Python"),
     "export": Command(train.export_main, EXPORT_SUMMARY),
+    "lengths": Command(lengths.main, "read a trained GPT at 1, 2 and 4 times its training context (chapter 9)"),
 }
 
 

@@ -19,6 +19,8 @@ from reference import bert_gpt
 from ..fused import PATHS, use_attention
 from ..model import ModelShape, positive_integers
 
+POSITIONS = ("learned", "sinusoidal", "rope")
+
 
 @dataclass(frozen=True)
 class GPTConfig(ModelShape):
@@ -30,12 +32,23 @@ class GPTConfig(ModelShape):
     d_ff: int = 512
     dropout: float = 0.0
     attention: str = "course"  # course, or fused (F.scaled_dot_product_attention)
+    positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
+    kv_heads: int = 0  # heads of keys and values, each shared by h / kv_heads query heads (0: h, chapter 3's)
 
     def __post_init__(self) -> None:
         super().__post_init__()
         positive_integers(self, ("vocab_size", "block_size"))
         if self.attention not in PATHS:
             raise ValueError(f"attention must be one of {', '.join(PATHS)}, got {self.attention!r}")
+        if self.positions not in POSITIONS:
+            raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
+        if self.kv_heads < 0 or (self.kv_heads and self.h % self.kv_heads):
+            raise ValueError(f"kv_heads must divide h={self.h} (or be 0, for h), got {self.kv_heads}")
+
+    @property
+    def chapter_9(self) -> bool:
+        """Whether the model needs chapter 9's attention or positions (:mod:`transformer.gpt.variants`)."""
+        return self.positions != "learned" or self.kv_heads not in (0, self.h)
 
 
 class GPT(bert_gpt.GPT):
@@ -67,6 +80,17 @@ class GPT(bert_gpt.GPT):
             else:
                 std = 0.02 / math.sqrt(2 * self.config.N) if name.endswith(("w_o.weight", "w_2.weight")) else 0.02
                 nn.init.normal_(p, mean=0.0, std=std)
+
+
+def build_gpt(config: GPTConfig, parts: dict | None = None) -> nn.Module:
+    """Chapter 7's GPT, or chapter 9's where the configuration asks for its positions or grouped heads; ``parts``
+    (with --parts mine) holds the learner's ``GPTBlock`` and chapter 9 parts."""
+    parts = parts or {}
+    if config.chapter_9:
+        from .variants import PART_NAMES, VariantGPT, course_parts
+
+        return VariantGPT(config, {**course_parts(), **{n: parts[n] for n in PART_NAMES if n in parts}})
+    return GPT(config, parts.get("GPTBlock"))
 
 
 def forward_flops(config: GPTConfig, batch: int, length: int) -> int:

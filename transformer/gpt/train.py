@@ -56,7 +56,7 @@ from ..loop import (
 from ..model import count_parameters, positive_integers
 from ..parts import EXERCISES, GPT_PARTS, learner_parts
 from . import stdlib_text
-from .model import GPT, GPTConfig, forward_flops
+from .model import GPT, GPTConfig, build_gpt, forward_flops
 
 #: no byte is padding: every window is full
 NO_PADDING = -1
@@ -74,6 +74,8 @@ class GPTTrainConfig(LoopConfig):
     dropout: float = 0.0  # dropout rate (the paper's P_drop)
     block_size: int = 128  # bytes of context
     attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
+    positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
+    kv_heads: int = 0  # key/value heads, each shared by h / kv_heads query heads (0: h)
     # the data
     batch_size: int = 32  # windows of block_size bytes per batch
     train_chars: int = 0  # use only the first n characters of the training text (0: all of it)
@@ -97,7 +99,8 @@ class GPTTrainConfig(LoopConfig):
                              "some bytes would never be scored")
 
     def model_config(self) -> GPTConfig:
-        return GPTConfig(**self.shape(), vocab_size=256, block_size=self.block_size, attention=self.attention)
+        return GPTConfig(**self.shape(), vocab_size=256, block_size=self.block_size, attention=self.attention,
+                         positions=self.positions, kv_heads=self.kv_heads)
 
     @property
     def stride(self) -> int:
@@ -116,6 +119,15 @@ PRESETS: dict[str, GPTTrainConfig] = {
     "cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=128, batch_size=32, peak_lr=3e-3, warmup=300,
                           max_steps=2800, cooldown=0.4, eval_every=500, eval_chars=20_000, checkpoint_every=500,
                           threads=2, attention="fused", average_last=0),
+    # chapter 9: the same model with rotary or sinusoidal positions, trained alike, then read at 1, 2 and 4 times
+    # the training context (python -m transformer.gpt lengths); 1,600 steps each
+    "rope-cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=128, batch_size=32, peak_lr=3e-3, warmup=300,
+                               max_steps=1600, cooldown=0.4, eval_every=400, eval_chars=20_000, checkpoint_every=400,
+                               final_eval_chars=100_000, threads=2, attention="fused", average_last=0, positions="rope"),
+    "sinusoidal-cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=128, batch_size=32, peak_lr=3e-3,
+                                     warmup=300, max_steps=1600, cooldown=0.4, eval_every=400, eval_chars=20_000,
+                                     checkpoint_every=400, final_eval_chars=100_000, threads=2, attention="fused",
+                                     average_last=0, positions="sinusoidal"),
     # one GPU: wider, deeper, longer context, bf16; at most 6,000 steps or 90 s, whichever comes first
     # (benchmarks/gpu.py's budget); its length is a guess, not yet run on a GPU
     "gpu": GPTTrainConfig(d_model=384, h=6, N=6, d_ff=1536, block_size=256, batch_size=128, dropout=0.1,
@@ -135,11 +147,12 @@ def _bytes_tensor(data: bytes) -> torch.Tensor:
 
 @torch.no_grad()
 def bits_per_character(model: GPT, context: str, text: str, stride: int, device: torch.device | str = "cpu",
-                       batch_size: int = 128) -> dict[str, float]:
-    """Bits per character of ``text`` read after ``context`` (see the module's docstring)."""
+                       batch_size: int = 128, window: int = 0) -> dict[str, float]:
+    """Bits per character of ``text`` read after ``context`` (see the module's docstring), in windows of the
+    model's ``block_size`` bytes, or of ``window`` bytes (a model whose positions go on past its training length)."""
     if not text:
         raise ValueError("there is no held-out text to measure")
-    block = model.config.block_size
+    block = window or model.config.block_size
     if not 1 <= stride <= block:
         raise ValueError(f"stride must be between 1 and block_size={block}, got {stride}")
     before = context.encode("utf-8")[-block:]
@@ -230,9 +243,9 @@ class GPTTask(Task):
         if not self.data.heldout:
             raise TrainingError("the held-out text is empty: there is nothing to measure the model on")
 
-    def build_model(self) -> GPT:
+    def build_model(self) -> torch.nn.Module:
         # The course's own blocks are built by GPT itself (building them twice would draw other initial weights).
-        return GPT(self.model_config, self.parts["GPTBlock"] if self.config.parts == "mine" else None)
+        return build_gpt(self.model_config, dict(self.parts.functions) if self.config.parts == "mine" else None)
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         block, size = self.config.block_size, self.config.batch_size
@@ -293,10 +306,10 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     """A trained GPT from a run folder or its checkpoint file, in eval mode."""
     saved, config, file = read_checkpoint(path, GPTTrainConfig)
     assert isinstance(config, GPTTrainConfig)
-    block = None
-    if config.parts == "mine":  # the blocks a run trained on your parts was made of
-        block = learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS)["GPTBlock"]
-    model = GPT(config.model_config(), block)
+    parts = None
+    if config.parts == "mine":  # the parts a run trained on yours was made of
+        parts = dict(learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS).functions)
+    model = build_gpt(config.model_config(), parts)
     try:
         model.load_state_dict(final_weights(saved))
     except (KeyError, RuntimeError) as exc:
@@ -316,7 +329,8 @@ def config_from_args(argv: Sequence[str] | None = None) -> tuple[GPTTrainConfig,
 def export(run: str | Path, destination: str | Path) -> Path:
     """The shippable form of a finished run (see :func:`transformer.loop.export_run`), checked to load."""
     load_trained(run, device="cpu")  # refuses what this code cannot load before anything is written
-    return export_run(run, destination, GPTTrainConfig, ("config.json", "metrics.json", "curves.png", "samples.txt"))
+    return export_run(run, destination, GPTTrainConfig, ("config.json", "metrics.json", "curves.png", "samples.txt",
+                                                         "lengths.json"))
 
 
 def export_main(argv: Sequence[str]) -> int:
