@@ -243,6 +243,23 @@ def test_the_gpt_and_bert_commands_take_your_chapter_7_parts(tmp_path, capsys):
     out = capsys.readouterr().out
     assert "yours: GPTBlock, causal_lm_loss, sample_next" in out and "yours: mask_tokens" in out
     assert gpt.GPTTask(gpt.PRESETS["tiny"]).parts["causal_lm_loss"].__module__ == "reference.bert_gpt"
+    assert "apply_rope" not in out  # chapter 7's GPT is made of no chapter 9 part
+
+
+def test_chapter_9s_gpt_is_made_of_your_chapter_9_parts(tmp_path, capsys):
+    from transformer.gpt import train as gpt
+    from transformer.gpt.variants import VariantGPT
+
+    folder = tmp_path / "exercises"
+    _complete(folder, "hardware")
+    config = dataclasses.replace(gpt.PRESETS["tiny"], parts="mine", parts_dir=str(folder), positions="rope", kv_heads=1)
+    task = gpt.GPTTask(config)
+    task.use_learner_parts()
+    assert "yours: apply_rope, grouped_query_attention, KVCache" in capsys.readouterr().out
+    model = task.build_model()
+    assert isinstance(model, VariantGPT)
+    assert all(model.parts[n].__module__.startswith("_learner_parts_") for n in ("apply_rope", "KVCache"))
+    assert all(type(c).__module__.startswith("_learner_parts_") for c in model.new_caches(1, 4))
 
 
 # ---------------------------------------------------------------------------------------------

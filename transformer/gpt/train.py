@@ -217,6 +217,13 @@ def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float
 # ---------------------------------------------------------------------------------------------
 
 
+def parts_of(model: GPTConfig) -> dict[str, tuple[str, ...]]:
+    """The parts a GPT takes from the learner with --parts mine: chapter 9's only where it is made of them."""
+    from .variants import PART_NAMES
+
+    return {stem: names for stem, names in GPT_PARTS.items() if model.chapter_9 or not set(names) <= set(PART_NAMES)}
+
+
 class GPTTask(Task):
     """Next-byte prediction on the standard library, for :func:`transformer.loop.run_training`."""
 
@@ -227,6 +234,7 @@ class GPTTask(Task):
     loss_axis = "training loss (nats per byte)"
 
     def __init__(self, config: GPTTrainConfig, data: stdlib_text.StdlibText | None = None) -> None:
+        self.PARTS = parts_of(config.model_config())
         super().__init__(config)
         self.data = data
         self.model_config = config.model_config()
@@ -308,7 +316,7 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     assert isinstance(config, GPTTrainConfig)
     parts = None
     if config.parts == "mine":  # the parts a run trained on yours was made of
-        parts = dict(learner_parts(Path(config.parts_dir or EXERCISES), {}, GPT_PARTS).functions)
+        parts = dict(learner_parts(Path(config.parts_dir or EXERCISES), {}, parts_of(config.model_config())).functions)
     model = build_gpt(config.model_config(), parts)
     try:
         model.load_state_dict(final_weights(saved))
