@@ -14,6 +14,11 @@
    order, so a decoding stopped by its time limit has scored a random sample, whose size is recorded.
 3. Chapter 7's GPT GPU preset (``transformer.gpt``'s ``gpu``) trained to its limit, and its bits per
    character on all the held-out text of this interpreter's standard library.
+4. Chapter 9's attention: one head of 64 features, bf16, for T from 4,096 to 65,536: the peak GPU memory
+   (``torch.cuda.max_memory_allocated`` above what was allocated before) and the time (median of three) of
+   plain attention (while its scores fit in a quarter of the GPU), the course's ``tiled_attention`` in
+   blocks of 1,024 keys, and ``F.scaled_dot_product_attention``'s flash kernel; rehearsed, the CPU's
+   figures at small sizes (:mod:`course.tools.peak_memory`).
 
 Every part has a time limit, and the budget line printed first adds them up; a hard stop at the end of
 the budget ends whatever is still running. The figures are written to one JSON file the moment each is
@@ -75,6 +80,7 @@ class Budget:
     test_beam: float
     gpt_training: float
     gpt_after: float
+    attention: float
 
     @property
     def total(self) -> float:
@@ -85,15 +91,16 @@ class Budget:
                 f"setup {self.setup:.0f} s, G2P training {self.g2p_training:.0f} s (its preset's time limit) + "
                 f"{self.g2p_after:.0f} s for its final evaluation, test decoding greedy {self.test_greedy:.0f} s and "
                 f"beam 4 {self.test_beam:.0f} s at most, GPT training {self.gpt_training:.0f} s at most (less if "
-                f"the parts before ran over) + {self.gpt_after:.0f} s for its evaluation of all the held-out text")
+                f"the parts before ran over) + {self.gpt_after:.0f} s for its evaluation of all the held-out text, "
+                f"chapter 9's attention {self.attention:.0f} s at most")
 
 
 #: 540 s: within one 10-minute command on a lent GPU machine, with room for Python's start and exit
-GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=20, test_greedy=25, test_beam=55,
-                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=20)
+GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=20, test_greedy=25, test_beam=40,
+                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=20, attention=30)
 #: the rehearsal stops by step counts; its limits only keep a busy machine from running on without end
 REHEARSAL_BUDGET = Budget(setup=120, g2p_training=120, g2p_after=60, test_greedy=60, test_beam=60, gpt_training=120,
-                          gpt_after=60)
+                          gpt_after=60, attention=60)
 TINY = {"d_model": 32, "h": 2, "N": 1, "d_ff": 64, "warmup": 10}
 
 
@@ -276,6 +283,62 @@ def train_gpt(config: G.GPTTrainConfig, device_name: str | None) -> dict[str, An
     }
 
 
+def attention_on(device: torch.device, seconds: float, rehearse: bool) -> dict[str, Any]:
+    """Chapter 9's part: plain, tiled and flash attention's peak memory and time, while ``seconds`` last."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    from reference.hardware import tiled_attention
+
+    cuda = device.type == "cuda"
+    lengths = [256, 512, 1024] if rehearse else [4096, 8192, 16384, 32768, 65536]
+    dtype = torch.bfloat16 if cuda else torch.float32
+    budget = torch.cuda.get_device_properties(device).total_memory // 4 if cuda else 1 << 20
+    block = 1024 if cuda else 128
+
+    def plain(q, k, v):
+        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
+
+    def flash(q, k, v):
+        with sdpa_kernel(SDPBackend.FLASH_ATTENTION if cuda else SDPBackend.MATH):
+            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
+
+    methods = {"plain": plain, "tiled_attention (course)": lambda q, k, v: tiled_attention(q, k, v, block)[0],
+               "flash kernel (PyTorch)": flash}
+    rows, began = [], time.perf_counter()
+    for length in lengths:
+        q, k, v = (torch.randn(1, 1, length, 64, device=device, dtype=dtype) for _ in range(3))
+        for name, fn in methods.items():
+            if time.perf_counter() - began > seconds:
+                return {"rows": rows, "stopped": f"the part's {seconds:.0f} s ran out", "dtype": str(dtype)}
+            if name == "plain" and 2 * length * length * q.element_size() > budget:
+                needed = 2 * length * length * q.element_size()
+                rows.append({"T": length, "method": name, "skipped": f"needs {needed / 2**30:.1f} GiB"})
+                continue
+            rows.append({"T": length, "method": name, **(_on_gpu(fn, q, k, v) if cuda else _on_cpu(fn, q, k, v))})
+    return {"rows": rows, "dtype": str(dtype), "block": block}
+
+
+def _on_gpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
+    fn(*args)  # warm up (kernel selection, the allocator)
+    torch.cuda.synchronize()
+    before = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(3):
+        start = time.perf_counter()
+        fn(*args)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - start)
+    return {"peak_mib": (torch.cuda.max_memory_allocated() - before) / 2**20, "ms": statistics.median(times) * 1000}
+
+
+def _on_cpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
+    from course.tools.peak_memory import measure
+
+    found = measure(fn, *args)
+    return {"peak_mib": found.peak_bytes / 2**20, "ms": found.seconds * 1000}
+
+
 def line(figures: dict[str, Any]) -> str:
     sample = "" if figures["complete"] else ", a random sample: the time limit came first"
     return (f"WER {figures['wer']:.2f} %, PER {figures['per']:.2f} % on {figures['words']:,} of {figures['of']:,} "
@@ -332,6 +395,13 @@ def markdown(results: dict[str, Any]) -> str:
             ("GPT held-out bits per character", f"{gpt['bpc']:.3f} on {gpt['characters']:,} characters (Python "
                                                 f"{gpt['data'].get('python', '?')}'s standard library)"),
         ]
+    attention = results.get("attention")
+    for row in attention["rows"] if attention else ():
+        value = (f"not run: {row['skipped']}" if "skipped" in row
+                 else f"{row['peak_mib']:,.1f} MiB, {row['ms']:,.2f} ms")
+        rows.append((f"attention, T = {row['T']:,}, {row['method']} ({attention['dtype']})", value))
+    if attention and attention.get("stopped"):
+        rows.append(("attention: stopped", attention["stopped"]))
     for part, error in results["errors"].items():
         rows.append((f"{part}: failed", error.splitlines()[-1] if error else ""))
     if results.get("stopped"):
@@ -421,7 +491,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             greedy = min(budget.test_greedy, max(left() - after_test - budget.test_beam, 1.0))
             beam = min(budget.test_beam, max(left() - after_test - greedy, 1.0))
             part("g2p_test", lambda: test_g2p(folder / "g2p", device, greedy, beam, test_words, chunk))
-        part("gpt", lambda: train_gpt(gpt_config(rehearse, folder / "gpt", left() - budget.gpt_after), device_name))
+        part("gpt", lambda: train_gpt(gpt_config(rehearse, folder / "gpt", left() - budget.gpt_after - budget.attention),
+                                      device_name))
+        part("attention", lambda: attention_on(device, min(budget.attention, max(left() - 5, 1.0)), rehearse))
     except OutOfBudget:
         results["stopped"] = f"the budget of {budget.total:.0f} s ran out; the figures above were measured before"
         write()

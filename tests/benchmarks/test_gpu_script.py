@@ -54,6 +54,11 @@ def test_the_rehearsal_measures_every_figure(rehearsal):
     assert gpt["characters"] == 4000 and gpt["data"]["python"]
     assert "Rehearsal on the CPU" in results["markdown"] and "| G2P test WER / PER, beam 4 |" in results["markdown"]
     assert "--rehearse" in results["command"]
+    attention = results["attention"]
+    measured = {row["method"] for row in attention["rows"] if "skipped" not in row}
+    assert measured == {"plain", "tiled_attention (course)", "flash kernel (PyTorch)"}
+    assert [row["T"] for row in attention["rows"] if "skipped" in row] == [512, 1024]  # plain, past a 1 MiB budget
+    assert "| attention, T = 1,024, tiled_attention (course) (torch.float32) |" in results["markdown"]
 
 
 def test_the_figures_arithmetic():
