@@ -53,8 +53,12 @@ def _as(user: pwd.struct_passwd, command: list[str]) -> list[str]:
         return [*drop, *command]
     opened = sorted(p for p in needed if any(c == p or c in p.parents for c in closed))
     hide = [arg for c in closed for arg in ("--tmpfs", str(c))]
+    # the folders between a hidden one and what is shown of it are made anew, open to all: bubblewrap would
+    # otherwise copy their modes, and a clone made mode 700 (the course directory) would stay closed
+    between = sorted({q for p in opened for c in closed if c in p.parents for q in p.parents if c in q.parents})
+    folders = [arg for q in between for arg in ("--perms", "0755", "--dir", str(q))]
     binds = [arg for p in opened for arg in ("--ro-bind", str(p), str(p))]
-    return ["bwrap", "--dev-bind", "/", "/", *hide, *binds, "--", *drop, *command]
+    return ["bwrap", "--dev-bind", "/", "/", *hide, *folders, *binds, "--", *drop, *command]
 
 
 @pytest.fixture(scope="module")

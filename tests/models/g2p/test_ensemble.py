@@ -120,7 +120,7 @@ def test_ctrl_c_stops_every_member_saved_and_resume_finishes_them(tmp_path):
     command = [sys.executable, "-m", "transformer.g2p", "train", "--preset", "tiny", "--device", "cpu", "--members", "2",
                "--max-steps", "100000", "--eval-every", "100000", "--checkpoint-every", "100000", "--quiet",
                "--run-dir", str(run)]
-    returncode, err = stopped_run(command, run / "member-1", signal.SIGINT, timeout=90)
+    returncode, err = stopped_run(command, [run / "member-0", run / "member-1"], signal.SIGINT, timeout=90)
     assert returncode == 130, err
     assert f"--resume {run}" in err
     stopped = [torch.load(run / f"member-{i}" / "checkpoint.pt", weights_only=False)["step"] for i in (0, 1)]
