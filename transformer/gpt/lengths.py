@@ -4,11 +4,13 @@
     python -m transformer.gpt lengths checkpoints/gpt-rope-cpu --chars 4000 --print   measures, writes nothing
 
 Bits per character of the first ``--chars`` held-out characters (100,000 by default), read in
-windows of 1, 2 and 4 times the training context (``block_size``), each window advancing by half its
+windows of 1, 2 and 4 times the context the model was first trained on (``block_size``, divided by
+``position_scale`` for a model stretched by position interpolation), each window advancing by half its
 length so that every byte is predicted from at least half a window before it. A model with rotary
-positions is read at the longer windows twice: with its positions as they are, and with them
-divided by the factor of extension (position interpolation, without any further training). The file
-also holds the same measurement on the first :data:`CHECK_CHARS` characters, which a test repeats.
+positions not yet stretched is read at the longer windows twice: with its positions as they are, and
+with them divided by the factor of extension (position interpolation without any further training).
+The file also holds the same measurement on the first :data:`CHECK_CHARS` characters, which a test
+repeats.
 """
 from __future__ import annotations
 
@@ -31,18 +33,21 @@ def measure(model, config, context: str, heldout: str) -> list[dict[str, object]
     from .train import bits_per_character
 
     rows = []
-    readings = ["as trained", "interpolated"] if config.positions == "rope" else ["as trained"]
+    scale = config.position_scale
+    first = round(config.block_size / scale)  # the context the model was first trained on
+    stretchable = config.positions == "rope" and scale == 1.0
+    readings = ["as trained", "interpolated"] if stretchable else ["as trained"]
     for factor in FACTORS:
-        window = factor * config.block_size
+        window = factor * first
         for reading in readings if factor > 1 else readings[:1]:
-            if config.positions == "learned" and factor > 1:
+            if config.positions == "learned" and window > config.block_size:
                 continue  # a learned table has no rows past block_size
             if hasattr(model, "set_position_scale"):
-                model.set_position_scale(factor if reading == "interpolated" else 1.0)
+                model.set_position_scale(factor if reading == "interpolated" else scale)
             measured = bits_per_character(model, context, heldout, window // 2, window=window)
             rows.append({"factor": factor, "window": window, "positions": reading, "bpc": measured["bpc"]})
     if hasattr(model, "set_position_scale"):
-        model.set_position_scale(1.0)
+        model.set_position_scale(scale)
     return rows
 
 
@@ -52,7 +57,8 @@ def lengths(run: str | Path, chars: int) -> dict[str, object]:
     model, config = load_trained(run, device="cpu")
     data = load_text()
     return {
-        "positions": config.positions, "block_size": config.block_size, "characters": min(chars, len(data.heldout)),
+        "positions": config.positions, "block_size": config.block_size, "position_scale": config.position_scale,
+        "characters": min(chars, len(data.heldout)),
         "rows": measure(model, config, data.train, data.heldout[:chars]),
         "check": {"characters": CHECK_CHARS, "rows": measure(model, config, data.train, data.heldout[:CHECK_CHARS])},
     }

@@ -36,6 +36,7 @@ from pathlib import Path
 
 import torch
 
+from course.layout import CHECKPOINTS
 from reference.bert_gpt import sample_next
 
 from ..checkpoint import final_weights
@@ -76,6 +77,8 @@ class GPTTrainConfig(LoopConfig):
     attention: str = "course"  # course (the chapters' code) or fused (F.scaled_dot_product_attention)
     positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
     kv_heads: int = 0  # key/value heads, each shared by h / kv_heads query heads (0: h)
+    position_scale: float = 1.0  # rotary positions divided by it: position interpolation (rope only)
+    init: str = ""  # a trained run (folder or checkpoint) of the same shape to start from; "": random weights
     # the data
     batch_size: int = 32  # windows of block_size bytes per batch
     train_chars: int = 0  # use only the first n characters of the training text (0: all of it)
@@ -94,6 +97,9 @@ class GPTTrainConfig(LoopConfig):
         for name in ("train_chars", "eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
+        if self.position_scale <= 0 or (self.position_scale != 1.0 and self.positions != "rope"):
+            raise ValueError(f"position_scale divides rotary positions: it must be positive, and 1 unless positions "
+                             f"is rope (got {self.position_scale} with positions={self.positions})")
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
@@ -128,6 +134,12 @@ PRESETS: dict[str, GPTTrainConfig] = {
                                      warmup=300, max_steps=1600, cooldown=0.4, eval_every=400, eval_chars=20_000,
                                      checkpoint_every=400, final_eval_chars=100_000, threads=2, attention="fused",
                                      average_last=0, positions="sinusoidal"),
+    # the rotary model stretched to 4 times its context: positions divided by 4 (interpolation), 200 steps on
+    # windows of 512 bytes from the trained model's weights, as many bytes a batch as before
+    "rope-pi-cpu": GPTTrainConfig(d_model=128, h=4, N=4, d_ff=512, block_size=512, batch_size=8, peak_lr=1e-3,
+                                  warmup=20, max_steps=200, cooldown=0.4, eval_every=100, eval_chars=20_000,
+                                  checkpoint_every=100, final_eval_chars=100_000, threads=2, attention="fused",
+                                  average_last=0, positions="rope", position_scale=4.0, init="checkpoints/gpt-rope-cpu"),
     # one GPU: wider, deeper, longer context, bf16; at most 6,000 steps or 90 s, whichever comes first
     # (benchmarks/gpu.py's budget); its length is a guess, not yet run on a GPU
     "gpu": GPTTrainConfig(d_model=384, h=6, N=6, d_ff=1536, block_size=256, batch_size=128, dropout=0.1,
@@ -217,6 +229,14 @@ def generate(model: GPT, prompt: str = "", length: int = 300, temperature: float
 # ---------------------------------------------------------------------------------------------
 
 
+def shipped_or_given(path: str) -> Path:
+    """``path`` as given, or, where it names a shipped model ("checkpoints/...") that is not there, the course's."""
+    given = Path(path)
+    if given.exists() or given.parts[:1] != ("checkpoints",):
+        return given
+    return CHECKPOINTS.joinpath(*given.parts[1:])
+
+
 def parts_of(model: GPTConfig) -> dict[str, tuple[str, ...]]:
     """The parts a GPT takes from the learner with --parts mine: chapter 9's only where it is made of them."""
     from .variants import PART_NAMES
@@ -253,7 +273,16 @@ class GPTTask(Task):
 
     def build_model(self) -> torch.nn.Module:
         # The course's own blocks are built by GPT itself (building them twice would draw other initial weights).
-        return build_gpt(self.model_config, dict(self.parts.functions) if self.config.parts == "mine" else None)
+        model = build_gpt(self.model_config, dict(self.parts.functions) if self.config.parts == "mine" else None)
+        if self.config.position_scale != 1.0:
+            model.set_position_scale(self.config.position_scale)
+        if self.config.init:
+            saved, _, file = read_checkpoint(shipped_or_given(self.config.init), GPTTrainConfig)
+            try:
+                model.load_state_dict(final_weights(saved))
+            except (KeyError, RuntimeError) as exc:
+                raise TrainingError(f"{file} does not hold a GPT of this shape ({exc})") from None
+        return model
 
     def epoch_batches(self, epoch: int) -> list[list[int]]:
         block, size = self.config.block_size, self.config.batch_size
@@ -318,6 +347,8 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     if config.parts == "mine":  # the parts a run trained on yours was made of
         parts = dict(learner_parts(Path(config.parts_dir or EXERCISES), {}, parts_of(config.model_config())).functions)
     model = build_gpt(config.model_config(), parts)
+    if config.position_scale != 1.0:
+        model.set_position_scale(config.position_scale)
     try:
         model.load_state_dict(final_weights(saved))
     except (KeyError, RuntimeError) as exc:

@@ -1,6 +1,7 @@
 """Chapter 9's GPT: rotary or sinusoidal positions, grouped heads, a cache per block, longer contexts."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -100,3 +101,23 @@ def test_a_trained_rope_model_is_read_at_longer_contexts(tmp_path):
                         (4, "interpolated")]
     assert found["check"]["characters"] == lengths.CHECK_CHARS
     assert all(0 < row["bpc"] < 10 for row in found["rows"])
+
+
+def test_a_rope_model_stretched_by_interpolation_starts_from_the_trained_weights(tmp_path):
+    from transformer.gpt import lengths
+    from transformer.gpt.__main__ import main
+    from transformer.gpt.train import load_trained
+
+    first, stretched = tmp_path / "first", tmp_path / "stretched"
+    assert main(["train", "--preset", "tiny", "--positions", "rope", "--max-steps", "3", "--run-dir", str(first),
+                 "--quiet"]) == 0
+    assert main(["train", "--preset", "tiny", "--positions", "rope", "--max-steps", "2", "--block-size", "64",
+                 "--position-scale", "2", "--init", str(first), "--run-dir", str(stretched), "--quiet"]) == 0
+    model, config = load_trained(stretched, device="cpu")
+    assert all(block.self_attn.position_scale == 2.0 for block in model.blocks)
+    rows = lengths.lengths(stretched, 200)["rows"]
+    # read at 1, 2 and 4 times the 32 bytes it was first trained on, with the positions it was stretched to
+    assert [(row["window"], row["positions"]) for row in rows] == [(32, "as trained"), (64, "as trained"),
+                                                                   (128, "as trained")]
+    with pytest.raises(ValueError, match="1 unless positions is rope"):
+        dataclasses.replace(config, positions="sinusoidal")
