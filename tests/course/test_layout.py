@@ -311,3 +311,13 @@ def test_the_exchange_the_readme_names_is_the_installed_nbgraders_default():
     assert named == {Exchange(config=Config()).root}, named
     # and the course's nbgrader_config.py leaves the exchange where nbgrader puts it
     assert "Exchange.root" not in (REPO / "nbgrader_config.py").read_text()
+
+
+def test_every_package_of_the_course_is_in_the_wheel():
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = {".".join(init.parent.relative_to(REPO).parts)
+             for top in ("autograder", "harness", "course", "reference", "transformer")
+             for init in (REPO / top).rglob("__init__.py")}
+    assert found - listed == set(), "packages a wheel would leave out"
