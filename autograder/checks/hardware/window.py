@@ -13,6 +13,7 @@ from ...framework import (
     Case,
     Check,
     CheckFailed,
+    Stage,
     Stated,
     draw,
     expect_shape,
@@ -86,6 +87,18 @@ class SlidingWindowMaskCheck(Check):
             f"{'may' if bool(expected[i, j]) else 'may not'}: query i reads the keys i - window + 1 .. i."))
 
     rules = (_shape, _boolean, _values)
+
+    def stages(self, case: Case) -> list[Stage]:
+        if case.tag == INVALID:
+            return []
+        T, window = case.args
+        i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
+        causal, near = (j <= i), (j > i - window)
+        return [Stage.of("the query positions i, (T, 1)", i), Stage.of("the key positions j, (1, T)", j),
+                Stage.of("i - window", i - window),
+                Stage.of("j <= i: no key after the query", causal, (i >= j)),
+                Stage.of("j > i - window: the keys inside the window", near, (i - j < window)),
+                Stage.of("the mask, both at once", window_rule(T, window))]
 
 
 STATED = {
