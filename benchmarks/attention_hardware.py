@@ -35,8 +35,8 @@ import machine  # noqa: E402  (beside this file)
 
 from course.tools.peak_memory import measure  # noqa: E402
 from reference.hardware import tiled_attention  # noqa: E402
-from transformer.gpt.model import GPTConfig, build_gpt  # noqa: E402
-from transformer.gpt.variants import generate_cached  # noqa: E402
+from transformer.gpt.model import GPTConfig  # noqa: E402
+from transformer.gpt.variants import build_gpt, generate_cached  # noqa: E402
 
 D_K, BLOCK = 64, 256
 

@@ -17,7 +17,7 @@
 4. Chapter 9's attention: one head of 64 features, bf16, for T from 4,096 to 65,536: the peak GPU memory
    (``torch.cuda.max_memory_allocated`` above what was allocated before) and the time (median of three) of
    plain attention (while its scores fit in a quarter of the GPU), the course's ``tiled_attention`` in
-   blocks of 1,024 keys, and ``F.scaled_dot_product_attention``'s flash kernel; rehearsed, the CPU's
+   blocks of 1,024 keys, and ``F.scaled_dot_product_attention``'s flash kernel, within 20 s; rehearsed, the CPU's
    figures at small sizes (:mod:`course.tools.peak_memory`).
 
 Every part has a time limit, and the budget line printed first adds them up; a hard stop at the end of
@@ -96,8 +96,8 @@ class Budget:
 
 
 #: 540 s: within one 10-minute command on a lent GPU machine, with room for Python's start and exit
-GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=20, test_greedy=25, test_beam=40,
-                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=20, attention=30)
+GPU_BUDGET = Budget(setup=30, g2p_training=T.PRESETS["gpu"].time_limit, g2p_after=20, test_greedy=25, test_beam=35,
+                    gpt_training=G.PRESETS["gpu"].time_limit, gpt_after=20, attention=20)
 #: the rehearsal stops by step counts; its limits only keep a busy machine from running on without end
 REHEARSAL_BUDGET = Budget(setup=120, g2p_training=120, g2p_after=60, test_greedy=60, test_beam=60, gpt_training=120,
                           gpt_after=60, attention=60)

@@ -21,6 +21,9 @@ OLD_RUN = REPO / "tests" / "models" / "g2p" / "run_before_the_move"
 LOADERS = {
     "g2p-cpu": lambda path: g2p.load_trained(path, device="cpu")[0],
     "gpt-stdlib-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-rope-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-sinusoidal-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-rope-pi-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
     "bert-pretrain-cpu": bert.load_pretrained,
     "bert-syllables-cpu": lambda path: bert.load_finetuned(path)[0],
     "bert-stress-cpu": lambda path: bert.load_finetuned(path)[0],

@@ -82,17 +82,6 @@ class GPT(bert_gpt.GPT):
                 nn.init.normal_(p, mean=0.0, std=std)
 
 
-def build_gpt(config: GPTConfig, parts: dict | None = None) -> nn.Module:
-    """Chapter 7's GPT, or chapter 9's where the configuration asks for its positions or grouped heads; ``parts``
-    (with --parts mine) holds the learner's ``GPTBlock`` and chapter 9 parts."""
-    parts = parts or {}
-    if config.chapter_9:
-        from .variants import PART_NAMES, VariantGPT, course_parts
-
-        return VariantGPT(config, {**course_parts(), **{n: parts[n] for n in PART_NAMES if n in parts}})
-    return GPT(config, parts.get("GPTBlock"))
-
-
 def forward_flops(config: GPTConfig, batch: int, length: int) -> int:
     """Matrix-product FLOPs of one forward pass over (batch, length) tokens, counted as on the
     full-Transformer page: two per multiply-add, weights and attention, element-wise work left out."""

@@ -57,7 +57,8 @@ from ..loop import (
 from ..model import count_parameters, positive_integers
 from ..parts import EXERCISES, GPT_PARTS, learner_parts
 from . import stdlib_text
-from .model import GPT, GPTConfig, build_gpt, forward_flops
+from .model import GPT, GPTConfig, forward_flops
+from .variants import build_gpt
 
 #: no byte is padding: every window is full
 NO_PADDING = -1

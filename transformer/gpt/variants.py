@@ -30,6 +30,7 @@ from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.positional import sinusoidal_encoding
 
 from ..parts import course_part
+from .model import GPT, GPTConfig
 
 #: the chapter 9 parts the model is made of, with --parts mine the learner's
 PART_NAMES = ("apply_rope", "grouped_query_attention", "KVCache")
@@ -37,6 +38,15 @@ PART_NAMES = ("apply_rope", "grouped_query_attention", "KVCache")
 
 def course_parts() -> dict[str, Callable]:
     return {name: course_part(name) for name in PART_NAMES}
+
+
+def build_gpt(config: GPTConfig, parts: dict | None = None) -> nn.Module:
+    """Chapter 7's GPT, or chapter 9's where the configuration asks for its positions or grouped heads; ``parts``
+    (with --parts mine) holds the learner's ``GPTBlock`` and chapter 9 parts."""
+    parts = parts or {}
+    if config.chapter_9:
+        return VariantGPT(config, {**course_parts(), **{n: parts[n] for n in PART_NAMES if n in parts}})
+    return GPT(config, parts.get("GPTBlock"))
 
 
 class GroupedSelfAttention(nn.Module):
@@ -100,7 +110,7 @@ class VariantBlock(nn.Module):
 class VariantGPT(nn.Module):
     """Token ids (B, T) -> next-token logits (B, T, vocab_size), for any T with sinusoidal or rotary positions."""
 
-    def __init__(self, config, parts: Mapping[str, Callable] | None = None) -> None:
+    def __init__(self, config: GPTConfig, parts: Mapping[str, Callable] | None = None) -> None:
         super().__init__()
         self.config = config
         self.parts = dict(parts or course_parts())
@@ -116,9 +126,7 @@ class VariantGPT(nn.Module):
         self.head = nn.Linear(d, config.vocab_size, bias=False)
         self.head.weight = self.embed.weight
         self._table = torch.zeros(0, d)
-        from .model import GPT  # the same initialisation as chapter 7's GPT
-
-        GPT._init_weights(self)
+        GPT._init_weights(self)  # chapter 7's initialisation, GPT-2's
 
     def set_position_scale(self, scale: float) -> None:
         """Divide every rotary position by ``scale`` (position interpolation); 1 undoes it."""

@@ -7,8 +7,8 @@ import json
 import pytest
 import torch
 
-from transformer.gpt.model import GPTConfig, build_gpt
-from transformer.gpt.variants import VariantGPT, generate_cached
+from transformer.gpt.model import GPTConfig
+from transformer.gpt.variants import VariantGPT, build_gpt, generate_cached
 
 SMALL = dict(vocab_size=50, d_model=16, h=4, N=2, d_ff=32, block_size=12)
 
