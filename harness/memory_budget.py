@@ -29,8 +29,9 @@ except ImportError:  # Windows: no limits to lower
 
 
 #: glibc's mallopt parameter for the size from which an allocation is mapped on its own; its value during a
-#: budgeted call, and afterwards (glibc's starting value, without its growth)
-_M_MMAP_THRESHOLD, _DURING, _AFTER = -3, 1 << 20, 128 << 10
+#: budgeted call, and afterwards: glibc's own threshold can no longer grow once set, so it is set where glibc's growth
+#: stops (32 MiB on 64-bit), as a process that has freed large blocks has it, keeping later work as fast as before
+_M_MMAP_THRESHOLD, _DURING, _AFTER = -3, 1 << 20, 32 << 20
 
 
 @contextlib.contextmanager

@@ -323,7 +323,9 @@ class TiledAttentionCheck(Check):
             kb, vb = kd[..., start:start + block, :], vd[..., start:start + block, :]
             raw = qd @ kb.transpose(-2, -1)
             s = raw / math.sqrt(q.shape[-1])
-            out += [Stage.of(f"the dot products of the queries with the {which} block of keys", raw),
+            out += [Stage.of(f"the {which} block of keys, k[..., start:start + block_size, :]", kb),
+                    Stage.of(f"the {which} block of values", vb),
+                    Stage.of(f"the dot products of the queries with the {which} block of keys", raw),
                     Stage.of(f"the scaled scores of the {which} block, (..., T_q, b)", s)]
             if causal:
                 s = s.masked_fill(torch.arange(start, start + kb.shape[-2])[None, :] > rows, float("-inf"))
