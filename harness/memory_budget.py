@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 from collections.abc import Iterator
 
 try:
@@ -38,7 +37,7 @@ _M_MMAP_THRESHOLD, _DURING, _AFTER = -3, 1 << 20, 32 << 20
 def mapped_alone() -> Iterator[None]:
     """While the body runs, every allocation of 1 MiB or more is mapped on its own (glibc only)."""
     try:
-        mallopt = ctypes.CDLL(ctypes.util.find_library("c") or None).mallopt
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own C library, as the worker's prctl is reached
     except (OSError, AttributeError):  # not glibc: nothing to set
         yield
         return

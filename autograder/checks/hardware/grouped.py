@@ -263,9 +263,6 @@ class KVCacheCheck(Check):
 
     rules = (_pair, _shapes, _advances, _values, _in_place)
 
-    def stages(self, case: Case) -> list[Stage]:
-        return []
-
 
 STATED = {
     "grouped_query_attention": (
