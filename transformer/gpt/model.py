@@ -34,6 +34,7 @@ class GPTConfig(ModelShape):
     attention: str = "course"  # course, or fused (F.scaled_dot_product_attention)
     positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
     kv_heads: int = 0  # heads of keys and values, each shared by h / kv_heads query heads (0: h, chapter 3's)
+    position_scale: float = 1.0  # rotary positions divided by it: position interpolation (rope only)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -44,6 +45,9 @@ class GPTConfig(ModelShape):
             raise ValueError(f"positions must be one of {', '.join(POSITIONS)}, got {self.positions!r}")
         if self.kv_heads < 0 or (self.kv_heads and self.h % self.kv_heads):
             raise ValueError(f"kv_heads must divide h={self.h} (or be 0, for h), got {self.kv_heads}")
+        if self.position_scale <= 0 or (self.position_scale != 1.0 and self.positions != "rope"):
+            raise ValueError(f"position_scale divides rotary positions: it must be positive, and 1 unless positions "
+                             f"is rope (got {self.position_scale} with positions={self.positions})")
 
     @property
     def chapter_9(self) -> bool:

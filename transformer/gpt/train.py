@@ -98,16 +98,14 @@ class GPTTrainConfig(LoopConfig):
         for name in ("train_chars", "eval_chars", "final_eval_chars", "eval_stride", "sample_bytes"):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be 0 or more, got {getattr(self, name)}")
-        if self.position_scale <= 0 or (self.position_scale != 1.0 and self.positions != "rope"):
-            raise ValueError(f"position_scale divides rotary positions: it must be positive, and 1 unless positions "
-                             f"is rope (got {self.position_scale} with positions={self.positions})")
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
+        self.model_config()  # the model's own rules (positions, kv_heads, position_scale), at once
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(**self.shape(), vocab_size=256, block_size=self.block_size, attention=self.attention,
-                         positions=self.positions, kv_heads=self.kv_heads)
+                         positions=self.positions, kv_heads=self.kv_heads, position_scale=self.position_scale)
 
     @property
     def stride(self) -> int:
@@ -275,8 +273,6 @@ class GPTTask(Task):
     def build_model(self) -> torch.nn.Module:
         # The course's own blocks are built by GPT itself (building them twice would draw other initial weights).
         model = build_gpt(self.model_config, dict(self.parts.functions) if self.config.parts == "mine" else None)
-        if self.config.position_scale != 1.0:
-            model.set_position_scale(self.config.position_scale)
         if self.config.init:
             saved, _, file = read_checkpoint(shipped_or_given(self.config.init), GPTTrainConfig)
             try:
@@ -348,8 +344,6 @@ def load_trained(path: str | Path, device: str = "auto") -> tuple[GPT, GPTTrainC
     if config.parts == "mine":  # the parts a run trained on yours was made of
         parts = dict(learner_parts(Path(config.parts_dir or EXERCISES), {}, parts_of(config.model_config())).functions)
     model = build_gpt(config.model_config(), parts)
-    if config.position_scale != 1.0:
-        model.set_position_scale(config.position_scale)
     try:
         model.load_state_dict(final_weights(saved))
     except (KeyError, RuntimeError) as exc:

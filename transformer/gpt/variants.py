@@ -127,6 +127,7 @@ class VariantGPT(nn.Module):
         self.head.weight = self.embed.weight
         self._table = torch.zeros(0, d)
         GPT._init_weights(self)  # chapter 7's initialisation, GPT-2's
+        self.set_position_scale(config.position_scale)
 
     def set_position_scale(self, scale: float) -> None:
         """Divide every rotary position by ``scale`` (position interpolation); 1 undoes it."""
