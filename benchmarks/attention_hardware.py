@@ -21,7 +21,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 import torch
@@ -55,25 +55,41 @@ def fused(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
         return F.scaled_dot_product_attention(q, k, v)
 
 
-METHODS = {"plain attention": plain, "tiled_attention (course)": tiled, "fused kernel (PyTorch)": fused}
+def methods(block: int) -> dict[str, Callable[..., torch.Tensor]]:
+    """The three ways of computing one attention, the course's in blocks of ``block`` keys."""
+    return {"plain attention": plain, "tiled_attention (course)": lambda q, k, v: tiled_attention(q, k, v, block)[0],
+            "fused kernel (PyTorch)": fused}
 
 
-def attention(lengths: Sequence[int], budget: int) -> list[dict[str, object]]:
-    rows = []
+def cpu_figures(fn: Callable[..., torch.Tensor], *args: torch.Tensor) -> dict[str, float]:
+    found = measure(fn, *args)
+    return {"peak_mib": found.peak_bytes / 2**20, "ms": found.seconds * 1000}
+
+
+def attention(lengths: Sequence[int], budget: int, block: int = BLOCK, figures: Callable[..., dict] = cpu_figures,
+              device: torch.device | str = "cpu", dtype: torch.dtype = torch.float32,
+              seconds: float = math.inf) -> dict[str, object]:
+    """A row per length and method: its ``figures`` (peak memory and time), or why it was not run; plain attention
+    runs while its scores and weights fit in ``budget`` bytes, and nothing starts once ``seconds`` have passed."""
+    rows: list[dict[str, object]] = []
+    began = time.perf_counter()
     torch.manual_seed(0)
     for T in lengths:
-        q, k, v = (torch.randn(1, 1, T, D_K) for _ in range(3))
+        q, k, v = (torch.randn(1, 1, T, D_K, device=device, dtype=dtype) for _ in range(3))
         reference = None
-        for name, fn in METHODS.items():
-            if name == "plain attention" and 2 * T * T * 4 > budget:  # scores and weights alive at once
-                rows.append({"T": T, "method": name, "skipped": f"needs {2 * T * T * 4 / 2**20:,.0f} MiB"})
+        for name, fn in methods(block).items():
+            if time.perf_counter() - began > seconds:
+                return {"rows": rows, "stopped": f"the part's {seconds:.0f} s ran out"}
+            needed = 2 * T * T * q.element_size()  # scores and weights alive at once
+            if name == "plain attention" and needed > budget:
+                rows.append({"T": T, "method": name, "skipped": f"needs {needed / 2**20:,.0f} MiB"})
                 continue
-            found = measure(fn, q, k, v)
-            out = fn(q, k, v)
+            found = figures(fn, q, k, v)
+            out = fn(q, k, v).float()
             reference = out if reference is None else reference
-            rows.append({"T": T, "method": name, "peak_mib": found.peak_bytes / 2**20, "ms": found.seconds * 1000,
-                         "agrees": bool(torch.allclose(out, reference, atol=1e-4))})
-    return rows
+            atol = 1e-4 if dtype == torch.float32 else 3e-2
+            rows.append({"T": T, "method": name, **found, "agrees": bool(torch.allclose(out, reference, atol=atol))})
+    return {"rows": rows}
 
 
 def writing(steps: int, shape: dict[str, int]) -> list[dict[str, object]]:
@@ -124,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     shape = dict(d_model=32, h=4, N=1, d_ff=64) if args.quick else dict(d_model=128, h=4, N=4, d_ff=512)
     steps = min(args.steps, 16) if args.quick else args.steps
     found = {"machine": machine.cpu_line(), "threads": torch.get_num_threads(),
-             "attention": attention(lengths, args.budget_mib << 20), "writing": writing(steps, shape)}
+             "attention": attention(lengths, args.budget_mib << 20)["rows"], "writing": writing(steps, shape)}
     text = report(found)
     print(text)
     if args.out:

@@ -17,8 +17,8 @@
 4. Chapter 9's attention: one head of 64 features, bf16, for T from 4,096 to 65,536: the peak GPU memory
    (``torch.cuda.max_memory_allocated`` above what was allocated before) and the time (median of three) of
    plain attention (while its scores fit in a quarter of the GPU), the course's ``tiled_attention`` in
-   blocks of 1,024 keys, and ``F.scaled_dot_product_attention``'s flash kernel, within 20 s; rehearsed, the CPU's
-   figures at small sizes (:mod:`course.tools.peak_memory`).
+   blocks of 1,024 keys, and ``F.scaled_dot_product_attention``'s flash kernel, within 20 s: the
+   measurement of ``benchmarks/attention_hardware.py``; rehearsed, its CPU figures at small sizes.
 
 Every part has a time limit, and the budget line printed first adds them up; a hard stop at the end of
 the budget ends whatever is still running. The figures are written to one JSON file the moment each is
@@ -284,38 +284,16 @@ def train_gpt(config: G.GPTTrainConfig, device_name: str | None) -> dict[str, An
 
 
 def attention_on(device: torch.device, seconds: float, rehearse: bool) -> dict[str, Any]:
-    """Chapter 9's part: plain, tiled and flash attention's peak memory and time, while ``seconds`` last."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    from reference.hardware import tiled_attention
+    """Chapter 9's part: ``benchmarks/attention_hardware.py``'s measurement on the GPU, while ``seconds`` last."""
+    import attention_hardware  # beside this file
 
     cuda = device.type == "cuda"
-    lengths = [256, 512, 1024] if rehearse else [4096, 8192, 16384, 32768, 65536]
-    dtype = torch.bfloat16 if cuda else torch.float32
+    dtype, block = (torch.bfloat16, 1024) if cuda else (torch.float32, 128)
     budget = torch.cuda.get_device_properties(device).total_memory // 4 if cuda else 1 << 20
-    block = 1024 if cuda else 128
-
-    def plain(q, k, v):
-        return torch.softmax(q @ k.transpose(-2, -1) / q.shape[-1] ** 0.5, dim=-1) @ v
-
-    def flash(q, k, v):
-        with sdpa_kernel(SDPBackend.FLASH_ATTENTION if cuda else SDPBackend.MATH):
-            return torch.nn.functional.scaled_dot_product_attention(q, k, v)
-
-    methods = {"plain": plain, "tiled_attention (course)": lambda q, k, v: tiled_attention(q, k, v, block)[0],
-               "flash kernel (PyTorch)": flash}
-    rows, began = [], time.perf_counter()
-    for length in lengths:
-        q, k, v = (torch.randn(1, 1, length, 64, device=device, dtype=dtype) for _ in range(3))
-        for name, fn in methods.items():
-            if time.perf_counter() - began > seconds:
-                return {"rows": rows, "stopped": f"the part's {seconds:.0f} s ran out", "dtype": str(dtype)}
-            if name == "plain" and 2 * length * length * q.element_size() > budget:
-                needed = 2 * length * length * q.element_size()
-                rows.append({"T": length, "method": name, "skipped": f"needs {needed / 2**30:.1f} GiB"})
-                continue
-            rows.append({"T": length, "method": name, **(_on_gpu(fn, q, k, v) if cuda else _on_cpu(fn, q, k, v))})
-    return {"rows": rows, "dtype": str(dtype), "block": block}
+    lengths = [256, 512, 1024] if rehearse else [4096, 8192, 16384, 32768, 65536]
+    found = attention_hardware.attention(lengths, budget, block, _on_gpu if cuda else attention_hardware.cpu_figures,
+                                         device, dtype, seconds)
+    return {**found, "dtype": str(dtype), "block": block}
 
 
 def _on_gpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
@@ -330,13 +308,6 @@ def _on_gpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
         torch.cuda.synchronize()
         times.append(time.perf_counter() - start)
     return {"peak_mib": (torch.cuda.max_memory_allocated() - before) / 2**20, "ms": statistics.median(times) * 1000}
-
-
-def _on_cpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
-    from course.tools.peak_memory import measure
-
-    found = measure(fn, *args)
-    return {"peak_mib": found.peak_bytes / 2**20, "ms": found.seconds * 1000}
 
 
 def line(figures: dict[str, Any]) -> str:

@@ -56,7 +56,8 @@ def test_the_rehearsal_measures_every_figure(rehearsal):
     assert "--rehearse" in results["command"]
     attention = results["attention"]
     measured = {row["method"] for row in attention["rows"] if "skipped" not in row}
-    assert measured == {"plain", "tiled_attention (course)", "flash kernel (PyTorch)"}
+    assert measured == {"plain attention", "tiled_attention (course)", "fused kernel (PyTorch)"}
+    assert all(row["agrees"] for row in attention["rows"] if "skipped" not in row)
     assert [row["T"] for row in attention["rows"] if "skipped" in row] == [512, 1024]  # plain, past a 1 MiB budget
     assert "| attention, T = 1,024, tiled_attention (course) (torch.float32) |" in results["markdown"]
 
