@@ -297,7 +297,7 @@ def attention_on(device: torch.device, seconds: float, rehearse: bool) -> dict[s
 
 
 def _on_gpu(fn: Callable, *args: torch.Tensor) -> dict[str, float]:
-    fn(*args)  # warm up (kernel selection, the allocator)
+    """Peak memory and median time of three calls; the measurement calls ``fn`` once before (kernel selection)."""
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
     torch.cuda.reset_peak_memory_stats()
