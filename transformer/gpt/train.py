@@ -58,7 +58,7 @@ from ..model import count_parameters, positive_integers
 from ..parts import EXERCISES, GPT_PARTS, learner_parts
 from . import stdlib_text
 from .model import GPT, GPTConfig, forward_flops
-from .variants import build_gpt
+from .variants import PART_NAMES, build_gpt
 
 #: no byte is padding: every window is full
 NO_PADDING = -1
@@ -238,8 +238,6 @@ def shipped_or_given(path: str) -> Path:
 
 def parts_of(model: GPTConfig) -> dict[str, tuple[str, ...]]:
     """The parts a GPT takes from the learner with --parts mine: chapter 9's only where it is made of them."""
-    from .variants import PART_NAMES
-
     return {stem: names for stem, names in GPT_PARTS.items() if model.chapter_9 or not set(names) <= set(PART_NAMES)}
 
 
