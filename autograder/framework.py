@@ -305,6 +305,8 @@ class Check:
     #: further fragments of the names of torch functions and ATen operators that compute the same
     #: thing under another name ("softmin", "group_norm"): the tripwires watch for them too
     forbidden_ops: ClassVar[tuple[str, ...]] = ()
+    #: what a forbidden operator is reached by, in the learner's terms, where its name does not say it
+    forbidden_note: ClassVar[str] = ""
     #: what to tell a learner whose function raised a given exception (the first that applies)
     hints: ClassVar[tuple[Hint, ...]] = ()
     #: the exception that cases tagged "invalid" must raise
@@ -758,8 +760,9 @@ class Check:
     def _not_forbidden(self, case: Case, result: Any) -> None:
         if isinstance(result, UsedForbidden):
             raise CheckFailed(
-                f"`{self.function}` calls {', '.join(result.names)}, which this exercise asks you to build yourself; "
-                "write it with basic tensor operations instead."
+                f"`{self.function}` calls {', '.join(result.names)}, which this exercise asks you to build yourself"
+                f"{f' ({self.forbidden_note})' if self.forbidden_note else ''}; write it with basic tensor operations "
+                "instead."
             )
 
     @rule("implemented")

@@ -42,6 +42,7 @@ from . import call_limit, observe
 from .call_limit import CallTimedOut
 from .memory_budget import memory_budget
 from .observe import Arguments, Observer, Recorder, argument_names, qualname
+from .products import ProductCount
 from .providers import PROVIDERS, Provided
 
 
@@ -69,6 +70,9 @@ class Case:
     #: (:mod:`harness.memory_budget`); it is called only once the other cases pass
     seconds: float | None = None
     memory_mb: int | None = None
+    #: for a module: weights (by parameter name) whose matrix products are counted during the call
+    #: (:mod:`harness.products`), to see how the work was split; the counts come back in the result
+    counted: tuple[str, ...] = ()
 
     @property
     def large(self) -> bool:
@@ -161,6 +165,8 @@ class ModuleResult:
 
     output: Any
     attributes: Mapping[str, Any]
+    #: for each weight of ``Case.counted``: (rows multiplied, rows not all zero, products)
+    products: Mapping[str, tuple[int, int, int]] = field(default_factory=dict)
 
 
 def build_module(cls: Callable, case: Case) -> Any:
@@ -222,6 +228,15 @@ def _made_at(cls: type, names: Sequence[str]) -> str:
 
 def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:
     module = build_module(cls, case)
+    parameters = dict(module.named_parameters()) if case.counted else {}
+    counter = ProductCount({name: parameters[name] for name in case.counted if name in parameters})
+    with counter if case.counted else contextlib.nullcontext():
+        output = _call_method(module, case, args, kwargs, observer)
+    return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect},
+                        counter.counts() if case.counted else {})
+
+
+def _call_method(module: Any, case: Case, args: tuple, kwargs: dict, observer: Observer | None) -> Any:
     if observer is None:
         output = getattr(module, case.method)(*args, **kwargs)
     else:
@@ -233,7 +248,7 @@ def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer:
         observer.result = output
         observer.attached = [a for a in case.collect
                              if isinstance(getattr(module, a, None), torch.Tensor) and getattr(module, a).requires_grad]
-    return ModuleResult(to_plain(output), {a: to_plain(getattr(module, a, None)) for a in case.collect})
+    return output
 
 
 def shared_names(module: Any) -> list[tuple[str, str]]:

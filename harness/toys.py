@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from .products import ProductCount
 from .providers import provider, seeded
 
 #: the logit given to tokens a model must never produce (<bos>, <pad>): far below any real logit,
@@ -140,46 +140,25 @@ class _Counted(torch.nn.Module):
         return torch.nn.functional.linear(x, self.weight, self.bias)
 
 
-#: the ATen products through which a weight reads positions, whichever function led to them
-_PRODUCTS = frozenset({"mm", "addmm", "bmm", "baddbmm", "matmul", "linear", "mv", "addmv", "dot", "_mkldnn_matmul"})
-
-
-class Reads(TorchDispatchMode):
-    """Counts, for each linear weight of a :class:`ToyGPT`, the positions multiplied by it, at the
-    level of ATen's matrix products: ``model.w_q(x)``, ``F.linear(x, w)``, ``x @ w.T`` and
-    ``einsum`` all come down to one of them. The budget is taken when the count starts, so
-    changing the model's attributes afterwards changes nothing; a read past it is remembered
-    (``exceeded``), not raised, so that no ``except`` of the learner's can swallow it.
-
-    Advisory all the same: it runs in the learner's process, where a copy of the weights
-    (``w.clone()``) is a tensor it does not know.
+class Reads(ProductCount):
+    """Counts, for each linear weight of a :class:`ToyGPT`, the positions multiplied by it
+    (:class:`harness.products.ProductCount`). The budget is taken when the count starts, so changing the
+    model's attributes afterwards changes nothing; a read past it is remembered (``exceeded``), not
+    raised, so that no ``except`` of the learner's can swallow it.
     """
 
     def __init__(self, model: ToyGPT) -> None:
-        super().__init__()
+        super().__init__({m.name: m.weight for m in model.modules() if isinstance(m, _Counted)})
         self.budget = model.budget
-        self.names = {m.weight.untyped_storage().data_ptr(): m.name for m in model.modules() if isinstance(m, _Counted)}
-        self.rows = dict.fromkeys(self.names.values(), 0)
         self.exceeded: str | None = None
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # nothing here is compiled; wrapping the handler for dynamo would import it (seconds)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.name().partition("::")[2].split(".")[0] in _PRODUCTS:
-            tensors = [a for a in args if isinstance(a, torch.Tensor)]
-            weights = [self.names.get(t.untyped_storage().data_ptr()) for t in tensors]
-            inputs = [t for t, w in zip(tensors, weights) if w is None and t.dim() >= 1]
-            for name in filter(None, weights):
-                read = max((t.numel() // max(t.shape[-1], 1) for t in inputs), default=0)
-                self.rows[name] += read
-                if self.budget is not None and self.rows[name] > self.budget and self.exceeded is None:
-                    self.exceeded = (
-                        f"the model's `{name}` has now read {self.rows[name]} positions, more than the {self.budget} "
-                        "that the prompt and the generated tokens hold together: positions already in the cache were "
-                        "computed again")
-        return func(*args, **(kwargs or {}))
+    def read(self, name: str, inputs: list[torch.Tensor]) -> None:
+        super().read(name, inputs)
+        if self.budget is not None and self.rows[name] > self.budget and self.exceeded is None:
+            self.exceeded = (
+                f"the model's `{name}` has now read {self.rows[name]} positions, more than the {self.budget} "
+                "that the prompt and the generated tokens hold together: positions already in the cache were "
+                "computed again")
 
 
 class _ToyAttention(torch.nn.Module):

@@ -90,7 +90,8 @@ def encode(value: Any) -> Any:
     if isinstance(value, UsedForbidden):
         return {"$forbidden": list(value.names)}
     if isinstance(value, ModuleResult):
-        return {"$module": [encode(value.output), encode(dict(value.attributes))]}
+        return {"$module": [encode(value.output), encode(dict(value.attributes)),
+                            [[name, list(counts)] for name, counts in value.products.items()]]}
     if isinstance(value, Opaque):
         return {"$opaque": value.type}
     if isinstance(value, Case):
@@ -100,10 +101,23 @@ def encode(value: Any) -> Any:
                 "tag": value.tag, "init": encode(None if value.init is None else dict(value.init)),
                 "state": encode(None if value.state is None else dict(value.state)),
                 "method": value.method, "collect": list(value.collect), "train": value.train,
-                "seconds": value.seconds, "memory_mb": value.memory_mb,
+                "seconds": value.seconds, "memory_mb": value.memory_mb, "counted": list(value.counted),
             }
         }
     return {"$opaque": type(value).__name__}
+
+
+def _products(value: Any) -> dict[str, tuple[int, int, int]]:
+    """A module result's product counts: [[name, [rows, nonzero rows, products]], ...] of plain ints."""
+    if type(value) is not list or len(value) > MAX_NAMES:
+        raise WireError("a module's product counts are not a list of at most MAX_NAMES")
+    counts = {}
+    for entry in value:
+        if (type(entry) is not list or len(entry) != 2 or type(entry[0]) is not str or type(entry[1]) is not list
+                or len(entry[1]) != 3 or any(type(n) is not int or n < 0 for n in entry[1])):
+            raise WireError("a module's product count is not a name and three counts")
+        counts[entry[0][:200]] = tuple(entry[1])
+    return counts
 
 
 def _optional_number(value: Any, what: str, kind: type = float) -> Any:
@@ -231,11 +245,11 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
     if tag == "$forbidden":
         return UsedForbidden(_names(body, "the forbidden names"))
     if tag == "$module":
-        output, attributes = _list(body, "a module's result", 2)
+        output, attributes, products = _list(body, "a module's result", 3)
         attributes = decode(attributes, tags, depth + 1)
         if type(attributes) is not dict:
             raise WireError("a module's attributes are not a dict")
-        return ModuleResult(decode(output, tags, depth + 1), attributes)
+        return ModuleResult(decode(output, tags, depth + 1), attributes, _products(products))
     if tag == "$opaque":
         return Opaque(_text(body, "an opaque value's type", 200))
     # $case: only ever built by the grader, read by the worker
@@ -250,6 +264,7 @@ def decode(value: Any, tags: Iterable[str] = REPLY_TAGS, depth: int = 0) -> Any:
             collect=_names(body["collect"], "a case's attributes"), train=bool(body["train"]),
             seconds=_optional_number(body.get("seconds"), "a case's time limit"),
             memory_mb=_optional_number(body.get("memory_mb"), "a case's memory budget", int),
+            counted=_names(body.get("counted", []), "a case's counted weights"),
         )
     except KeyError as exc:
         raise WireError(f"a case without {exc}") from None

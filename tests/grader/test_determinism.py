@@ -47,7 +47,7 @@ CORE = [nb for nb in NOTEBOOKS if chapter_of(nb).number is not None]
 KINDS = {
     # plain values in and out, and a course model (counting its calls) handed to the learner's function;
     # the unfinished and crashing learners are graded here (ENGINE_PATHS_IN)
-    "functions of tensors and of Python values": ("prerequisites", ("attention", "capstone", "hardware")),
+    "functions of tensors and of Python values": ("prerequisites", ("attention", "capstone", "hardware", "one_block")),
     # the judge draws the dropout masks it expects, from generators of its own, on modules it builds
     "modules judged in training mode": ("encoder", ("multihead", "decoder", "positional")),
     # the learner's function draws from the generator it is given (masking, sampling), and a tokenizer
