@@ -45,6 +45,8 @@ MALFORMED = {
                                                      "details": {"shared": [["a", "b", "c"]]}}}},
     "forbidden names that are a dict": {"result": {"$forbidden": {"a": 1}}},
     "a module result of one": {"result": {"$module": [1]}},
+    "a product count that is not a number": {"result": {"$module": [1, {"$dict": []}, [["w", [1, "2", 3]]]]}},
+    "a negative product count": {"result": {"$module": [1, {"$dict": []}, [["w", [1, -2, 3]]]]}},
     "a special float that is not": {"result": {"$float": "1e5"}},
     "a case, which only the grader sends": {"result": {"$case": {"label": "x"}}},
     "a provided object, which only the grader sends": {"result": {"$provided": ["toy_translator", {"$dict": []}]}},
@@ -70,7 +72,7 @@ def test_well_formed_values_survive_the_round_trip():
         torch.arange(6, dtype=torch.float32).reshape(2, 3), torch.zeros(0, 4, dtype=torch.bfloat16),
         torch.tensor([True, False]), (1, 2.5, float("inf"), None, "x"), [{"a": (1, 2)}, {3: "b"}],
         UsedForbidden(("torch.softmax",)), Opaque("generator"),
-        ModuleResult(torch.ones(2), {"attn_weights": torch.eye(2)}),
+        ModuleResult(torch.ones(2), {"attn_weights": torch.eye(2)}, {"experts.0.w_1.weight": (6, 5, 1)}),
         Raised("ValueError", "bad", "in your `f`, line 3", "f"),
     ]
     for value in values:
@@ -79,6 +81,7 @@ def test_well_formed_values_survive_the_round_trip():
             assert back.dtype == value.dtype and torch.equal(back, value)
         elif isinstance(value, ModuleResult):
             assert torch.equal(back.output, value.output) and torch.equal(back.attributes["attn_weights"], torch.eye(2))
+            assert back.products == {"experts.0.w_1.weight": (6, 5, 1)}
         else:
             assert back == value
 
@@ -98,7 +101,7 @@ def test_a_state_mismatch_travels_as_fields_not_as_a_sentence():
 
 def test_requests_carry_cases_and_provided_objects_to_the_learner():
     case = Case("x (2, 3)", args=(torch.ones(2, 3), Provided("toy_translator", {"seed": 1})), kwargs={"dim": -1},
-                init={"d_model": 4}, collect=("attn_weights",), train=True)
+                init={"d_model": 4}, collect=("attn_weights",), train=True, counted=("w_1.weight",))
     back = wire.decode(json.loads(json.dumps(wire.encode(case))), wire.REQUEST_TAGS)
-    assert back.label == case.label and back.collect == case.collect and back.train
+    assert back.label == case.label and back.collect == case.collect and back.train and back.counted == case.counted
     assert back.args[1] == Provided("toy_translator", {"seed": 1})
