@@ -29,6 +29,8 @@ from .model import Transformer, TransformerConfig
 
 EXERCISES = learner_notebooks()
 MODEL, G2P, GPT, BERT = "model", "g2p", "gpt", "bert"
+VISION, AUDIO = "vision", "audio"  # chapter 10's image and speech classifiers
+COMMANDS = (MODEL, G2P, GPT, BERT, VISION, AUDIO)
 #: The one list of which graded function plays which role, by notebook, in chapter order: MODEL, a part
 #: of the encoder-decoder that must be the learner's; G2P, GPT or BERT, a part that command takes
 #: from the learner where written; None, graded but used by no command. A chapter absent from it adds
@@ -49,6 +51,9 @@ ROLES: dict[str, dict[str, str | None]] = {
     # chapter 9's GPT (positions="rope" or kv_heads < h) is made of them
     "hardware": {"apply_rope": GPT, "grouped_query_attention": GPT, "KVCache": GPT, "tiled_attention": None,
                  "sliding_window_mask": None},
+    # chapter 10: the experts make the GPT's feed-forward layers where a model has them (n_experts > 0)
+    "one_block": {"top_k_router": GPT, "load_balancing_loss": GPT, "MoEFeedForward": GPT, "patchify": VISION,
+                  "PatchEmbedding": VISION, "frame_signal": AUDIO, "log_mel": AUDIO},
 }
 
 
@@ -63,7 +68,7 @@ def registry(root: Path | None = None) -> dict[str, dict[str, tuple[str, ...]]]:
     chapter the roles do not name)."""
     from course.layout import REPO, chapters
 
-    return {c.stem: {role: names for role in (MODEL, G2P, GPT, BERT) if (names := uses(role).get(c.stem))}
+    return {c.stem: {role: names for role in COMMANDS if (names := uses(role).get(c.stem))}
             for c in chapters(root or REPO)}
 
 

@@ -24,6 +24,7 @@ from transformer.parts import (
     ROLES,
     LearnerTransformer,
     PartsError,
+    learner_parts,
     load_parts,
     registry,
 )
@@ -262,6 +263,32 @@ def test_chapter_9s_gpt_is_made_of_your_chapter_9_parts(tmp_path, capsys):
     assert all(type(c).__module__.startswith("_learner_parts_") for c in model.new_caches(1, 4))
 
 
+def test_chapter_10s_experts_are_your_chapter_10_parts(tmp_path, capsys):
+    from transformer.gpt import train as gpt
+    from transformer.gpt.experts import MoEGPT
+    from transformer.gpt.variants import build_gpt
+
+    folder = tmp_path / "exercises"
+    _complete(folder, "one_block")
+    config = dataclasses.replace(gpt.PRESETS["moe-tiny"], parts="mine", parts_dir=str(folder))
+    task = gpt.GPTTask(config)
+    task.use_learner_parts()
+    assert "yours: top_k_router, load_balancing_loss, MoEFeedForward" in capsys.readouterr().out
+    model = task.build_model()
+    assert isinstance(model, MoEGPT)
+    assert type(model.expert_layers()[0].moe).__module__.startswith("_learner_parts_")
+    assert "MoEFeedForward" not in str(gpt.parts_of(gpt.PRESETS["tiny"].model_config()))  # none in chapter 7's GPT
+    # Your MoEFeedForward, written before your top_k_router, routes with the course's, as the listing says.
+    stub = "def top_k_router(logits, k):\n    raise NotImplementedError()\n"
+    _complete(folder, "one_block", {"top_k_router": stub})
+    parts = learner_parts(folder, {}, gpt.parts_of(config.model_config()))
+    assert parts.course["top_k_router"].endswith("still raises NotImplementedError")
+    model = build_gpt(config.model_config(), dict(parts.functions))
+    assert type(model.expert_layers()[0].moe).__module__.startswith("_learner_parts_")
+    logits, balance = model(torch.randint(0, 256, (2, 8)), True)
+    assert logits.shape == (2, 8, 256) and balance.item() >= 1.0
+
+
 # ---------------------------------------------------------------------------------------------
 # The roles of the graded functions: one list, checked against the course layout
 # ---------------------------------------------------------------------------------------------
@@ -300,7 +327,8 @@ def test_the_registries_are_the_roles():
     assert G2P_PARTS == {"capstone": ("label_smoothed_cross_entropy", "noam_rate", "length_batches", "edit_distance",
                                       "beam_search")}
     assert GPT_PARTS == {"bert_gpt": ("GPTBlock", "causal_lm_loss", "sample_next"),
-                         "hardware": ("apply_rope", "grouped_query_attention", "KVCache")}
+                         "hardware": ("apply_rope", "grouped_query_attention", "KVCache"),
+                         "one_block": ("top_k_router", "load_balancing_loss", "MoEFeedForward")}
     assert BERT_PARTS == {"bert_gpt": ("mask_tokens",)}
     from reference.multihead import MultiHeadAttention
     from transformer import fused

@@ -35,6 +35,9 @@ class GPTConfig(ModelShape):
     positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
     kv_heads: int = 0  # heads of keys and values, each shared by h / kv_heads query heads (0: h, chapter 3's)
     position_scale: float = 1.0  # rotary positions divided by it: position interpolation (rope only)
+    n_experts: int = 0  # feed-forward experts per block, d_ff wide each (chapter 10); 0: one dense network
+    top_k: int = 2  # experts each token is sent to (with n_experts)
+    capacity_factor: float = 0.0  # tokens an expert takes per call, times N k / E (0: no limit, none dropped)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -48,6 +51,14 @@ class GPTConfig(ModelShape):
         if self.position_scale <= 0 or (self.position_scale != 1.0 and self.positions != "rope"):
             raise ValueError(f"position_scale divides rotary positions: it must be positive, and 1 unless positions "
                              f"is rope (got {self.position_scale} with positions={self.positions})")
+        if self.n_experts < 0 or self.capacity_factor < 0:
+            raise ValueError(f"n_experts and capacity_factor must be 0 or more, got {self.n_experts} and "
+                             f"{self.capacity_factor}")
+        if self.n_experts and not 1 <= self.top_k <= self.n_experts:
+            raise ValueError(f"top_k must be between 1 and n_experts={self.n_experts}, got {self.top_k}")
+        if self.n_experts and self.chapter_9:
+            raise ValueError("the experts replace the feed-forward layers of chapter 7's GPT: with n_experts, keep "
+                             "positions=learned and kv_heads 0")
 
     @property
     def chapter_9(self) -> bool:
@@ -90,6 +101,8 @@ def forward_flops(config: GPTConfig, batch: int, length: int) -> int:
     """Matrix-product FLOPs of one forward pass over (batch, length) tokens, counted as on the
     full-Transformer page: two per multiply-add, weights and attention, element-wise work left out."""
     d, N = config.d_model, config.N
-    per_token = N * (4 * d * d + 2 * d * config.d_ff) + config.vocab_size * d
+    # a token passes through top_k experts of d_ff each, and the router's d x n_experts map, where there are experts
+    feed_forward = 2 * d * config.d_ff * (config.top_k if config.n_experts else 1) + d * config.n_experts
+    per_token = N * (4 * d * d + feed_forward) + config.vocab_size * d
     attention = 2 * d * N * length * length  # scores and weighted sum, the masked half included
     return 2 * batch * (length * per_token + attention)

@@ -29,6 +29,7 @@ score the first ``eval_chars`` held-out characters; the final one scores all of 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -57,6 +58,7 @@ from ..loop import (
 from ..model import count_parameters, positive_integers
 from ..parts import EXERCISES, GPT_PARTS, learner_parts
 from . import stdlib_text
+from .experts import EXPERT_PARTS
 from .model import GPT, GPTConfig, forward_flops
 from .variants import PART_NAMES, build_gpt
 
@@ -79,6 +81,10 @@ class GPTTrainConfig(LoopConfig):
     positions: str = "learned"  # learned (chapter 7), sinusoidal (chapter 6) or rope (chapter 9)
     kv_heads: int = 0  # key/value heads, each shared by h / kv_heads query heads (0: h)
     position_scale: float = 1.0  # rotary positions divided by it: position interpolation (rope only)
+    n_experts: int = 0  # feed-forward experts per block, d_ff wide each (chapter 10); 0: one dense network
+    top_k: int = 2  # experts each token is sent to (with n_experts)
+    capacity_factor: float = 0.0  # tokens an expert takes per call, times N k / E (0: no limit, none dropped)
+    balance_weight: float = 0.01  # the load-balancing loss' weight alpha in the training loss (Switch's 0.01; 0: none)
     init: str = ""  # a trained run (folder or checkpoint) of the same shape to start from; "": random weights
     # the data
     batch_size: int = 32  # windows of block_size bytes per batch
@@ -101,22 +107,32 @@ class GPTTrainConfig(LoopConfig):
         if self.eval_stride > self.block_size:
             raise ValueError(f"eval_stride={self.eval_stride} is more than block_size={self.block_size}: "
                              "some bytes would never be scored")
-        self.model_config()  # the model's own rules (positions, kv_heads, position_scale), at once
+        if self.balance_weight < 0:
+            raise ValueError(f"balance_weight must be 0 or more, got {self.balance_weight}")
+        self.model_config()  # the model's own rules (positions, kv_heads, position_scale, experts), at once
 
     def model_config(self) -> GPTConfig:
         return GPTConfig(**self.shape(), vocab_size=256, block_size=self.block_size, attention=self.attention,
-                         positions=self.positions, kv_heads=self.kv_heads, position_scale=self.position_scale)
+                         positions=self.positions, kv_heads=self.kv_heads, position_scale=self.position_scale,
+                         n_experts=self.n_experts, top_k=self.top_k, capacity_factor=self.capacity_factor)
 
     @property
     def stride(self) -> int:
         return self.eval_stride or max(1, self.block_size // 2)
 
 
+_TINY = GPTTrainConfig(d_model=32, h=2, N=1, d_ff=64, block_size=32, batch_size=8, train_chars=200_000, peak_lr=3e-3,
+                       warmup=10, max_steps=30, eval_every=15, eval_chars=2000, final_eval_chars=4000, checkpoint_every=15,
+                       sample_bytes=100)
+_DENSE = GPTTrainConfig(d_model=128, h=4, N=3, d_ff=256, block_size=128, batch_size=16, peak_lr=3e-3, warmup=200,
+                        max_steps=1000, cooldown=0.4, eval_every=250, eval_chars=20_000, checkpoint_every=500,
+                        final_eval_chars=100_000, threads=2, attention="fused", average_last=0, sample_bytes=200)
+_MOE = dataclasses.replace(_DENSE, d_ff=128, n_experts=8, top_k=2)
+
 PRESETS: dict[str, GPTTrainConfig] = {
-    # seconds: what the tests run
-    "tiny": GPTTrainConfig(d_model=32, h=2, N=1, d_ff=64, block_size=32, batch_size=8, train_chars=200_000,
-                           peak_lr=3e-3, warmup=10, max_steps=30, eval_every=15, eval_chars=2000,
-                           final_eval_chars=4000, checkpoint_every=15, sample_bytes=100),
+    # seconds: what the tests run; moe-tiny with 4 experts of half the width, each token sent to 2
+    "tiny": _TINY,
+    "moe-tiny": dataclasses.replace(_TINY, d_ff=32, n_experts=4, top_k=2),
     # two CPU cores; a fixed number of steps, so that the result does not depend on the machine's load.
     # The rate cools down to zero over the last 40 % of the steps: 2,800 steps so reached 1.497 bits
     # per character, where 2,500 steps of the plain schedule reached 1.633; the whole command took 9 min 14 s
@@ -139,6 +155,13 @@ PRESETS: dict[str, GPTTrainConfig] = {
                                   warmup=20, max_steps=200, cooldown=0.4, eval_every=100, eval_chars=20_000,
                                   checkpoint_every=100, final_eval_chars=100_000, threads=2, attention="fused",
                                   average_last=0, positions="rope", position_scale=4.0, init="checkpoints/gpt-rope-cpu"),
+    # chapter 10: chapter 7's GPT with 8 experts of half the width in each block, every token sent to 2 (as many
+    # parameters active per token as the dense model's, give or take the router), trained as long as the dense one,
+    # with Switch's balancing loss and without it. Three layers of width 128, so that each run takes under 3 minutes
+    # on two cores and each checkpoint under 5 MB.
+    "dense-cpu": _DENSE,
+    "moe-cpu": _MOE,
+    "moe-no-balance-cpu": dataclasses.replace(_MOE, balance_weight=0.0),
     # one GPU: wider, deeper, longer context, bf16; at most 6,000 steps or 90 s, whichever comes first
     # (benchmarks/gpu.py's budget); its length is a guess, not yet run on a GPU
     "gpu": GPTTrainConfig(d_model=384, h=6, N=6, d_ff=1536, block_size=256, batch_size=128, dropout=0.1,
@@ -237,8 +260,10 @@ def shipped_or_given(path: str) -> Path:
 
 
 def parts_of(model: GPTConfig) -> dict[str, tuple[str, ...]]:
-    """The parts a GPT takes from the learner with --parts mine: chapter 9's only where it is made of them."""
-    return {stem: names for stem, names in GPT_PARTS.items() if model.chapter_9 or not set(names) <= set(PART_NAMES)}
+    """The parts a GPT takes from the learner with --parts mine: chapter 9's and chapter 10's only where it is made of
+    them."""
+    unused = (set() if model.chapter_9 else set(PART_NAMES)) | (set() if model.n_experts else set(EXPERT_PARTS))
+    return {stem: names for stem, names in GPT_PARTS.items() if not set(names) <= unused}
 
 
 class GPTTask(Task):
@@ -291,11 +316,17 @@ class GPTTask(Task):
         block = self.config.block_size
         ids = self.train_bytes[torch.tensor(indices)[:, None] + torch.arange(block)].long().to(device)  # (B, block)
         B = ids.shape[0]
-        return Batch(inputs=(ids,), targets=ids, count=B * (block - 1), tokens=B * block,
+        # a model with experts also returns its layers' load-balancing losses, for loss() to add
+        inputs = (ids, True) if self.model_config.n_experts else (ids,)
+        return Batch(inputs=inputs, targets=ids, count=B * (block - 1), tokens=B * block,
                      flops=3 * forward_flops(self.model_config, B, block))
 
-    def loss(self, output: torch.Tensor, batch: Batch) -> torch.Tensor:
-        return self.parts["causal_lm_loss"](output.float(), batch.targets, NO_PADDING)
+    def loss(self, output: torch.Tensor | tuple[torch.Tensor, torch.Tensor], batch: Batch) -> torch.Tensor:
+        logits, balance = output if self.model_config.n_experts else (output, None)
+        loss = self.parts["causal_lm_loss"](logits.float(), batch.targets, NO_PADDING)
+        if balance is None or not self.config.balance_weight:
+            return loss  # without the balancing loss the router learns from the language loss alone
+        return loss + self.config.balance_weight * balance.float()  # Switch's: alpha times the layers' sum
 
     def _bits(self, model: torch.nn.Module, chars: int) -> dict[str, float]:
         assert self.data is not None

@@ -30,6 +30,7 @@ from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.positional import sinusoidal_encoding
 
 from ..parts import course_part
+from .experts import MoEGPT
 from .model import GPT, GPTConfig
 
 #: the chapter 9 parts the model is made of, with --parts mine the learner's
@@ -41,9 +42,11 @@ def course_parts() -> dict[str, Callable]:
 
 
 def build_gpt(config: GPTConfig, parts: dict | None = None) -> nn.Module:
-    """Chapter 7's GPT, or chapter 9's where the configuration asks for its positions or grouped heads; ``parts``
-    (with --parts mine) holds the learner's ``GPTBlock`` and chapter 9 parts."""
+    """Chapter 7's GPT, chapter 9's where the configuration asks for its positions or grouped heads, or chapter 10's
+    where it has experts; ``parts`` (with --parts mine) holds the learner's ``GPTBlock`` and chapter 9 or 10 parts."""
     parts = parts or {}
+    if config.n_experts:
+        return MoEGPT(config, parts)
     if config.chapter_9:
         return VariantGPT(config, {**course_parts(), **{n: parts[n] for n in PART_NAMES if n in parts}})
     return GPT(config, parts.get("GPTBlock"))
