@@ -5,9 +5,9 @@ PY := $(VENV)/bin/python
 # nbgrader runs `alembic` and jupyter-book runs kernels: the environment's bin/ comes first.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 
-.PHONY: setup sandbox browser postgres slurm private site test lint release check-release benchmark clean
+.PHONY: setup sandbox browser postgres slurm speech private site test lint release check-release benchmark clean
 
-setup: $(VENV)/.installed sandbox browser postgres slurm private
+setup: $(VENV)/.installed sandbox browser postgres slurm speech private
 
 ## The course directory is the instructor's alone: other users of the machine read no solution, submission or grade
 private: $(VENV)/.installed
@@ -40,6 +40,14 @@ slurm:
 	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq slurm-wlm >/dev/null; \
 	  else echo "warning: Slurm is missing (apt-get install slurm-wlm): the Slurm example's test is skipped"; fi; }
+
+## espeak-ng: python -m course.tools spoken-digits makes chapter 10's spoken digits with it, and a test makes one voice
+## again (Debian espeak-ng; the shipped data set needs nothing installed)
+speech:
+	@command -v espeak-ng >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+	    apt-get update -qq && apt-get install -y -qq espeak-ng >/dev/null; \
+	  else echo "warning: espeak-ng is missing (apt-get install espeak-ng): the test that rebuilds the spoken digits is skipped"; fi; }
 
 $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PYTHON) -m venv $(VENV)

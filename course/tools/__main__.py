@@ -1,6 +1,8 @@
-"""python -m course.tools release [--check] | new-chapter chNN_topic [--title T] | tables [--check] | cjk-font [--check]"""
+"""python -m course.tools release [--check] | new-chapter chNN_topic [--title T] | tables [--check] | cjk-font [--check]
+| spoken-digits [--check]"""
 import argparse
 import sys
+from pathlib import Path
 
 from course.layout import REPO, LayoutError
 from course.notebook_format import NotebookSourceError
@@ -74,6 +76,12 @@ def _cjk_font(args) -> int:
     return 1 if lacking else 0
 
 
+def _spoken_digits(args) -> int:
+    from . import spoken_digits
+
+    return spoken_digits.main(args.check, args.out)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -87,8 +95,12 @@ def main(argv=None) -> int:
     tab.add_argument("--check", action="store_true", help="only say whether the tables agree with the course")
     font = sub.add_parser("cjk-font", help="write the site's Chinese font subsets from Debian's fonts-noto-cjk")
     font.add_argument("--check", action="store_true", help="only say whether the subsets cover the pages")
+    digits = sub.add_parser("spoken-digits", help="make chapter 10's spoken digits with espeak-ng (data/spoken_digits/)")
+    digits.add_argument("--check", action="store_true", help="only say whether the shipped files are what this machine makes")
+    digits.add_argument("--out", type=Path, help="the folder to write (default: data/spoken_digits/)")
     args = parser.parse_args(argv)
-    command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables, "cjk-font": _cjk_font}[args.command]
+    command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables, "cjk-font": _cjk_font,
+               "spoken-digits": _spoken_digits}[args.command]
     try:
         return command(args)
     except (LayoutError, NotebookSourceError) as exc:  # a ScaffoldError is a LayoutError
