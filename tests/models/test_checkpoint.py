@@ -11,10 +11,12 @@ import torch
 
 from course.layout import CHECKPOINTS, REPO
 from transformer import checkpoint
+from transformer.audio import train as audio
 from transformer.bert import train as bert
 from transformer.g2p import train as g2p
 from transformer.gpt import train as gpt
 from transformer.loop import TrainingError, read_checkpoint
+from transformer.vision import train as vision
 
 OLD_RUN = REPO / "tests" / "models" / "g2p" / "run_before_the_move"
 
@@ -24,6 +26,12 @@ LOADERS = {
     "gpt-rope-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
     "gpt-sinusoidal-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
     "gpt-rope-pi-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-dense-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-moe-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "gpt-moe-no-balance-cpu": lambda path: gpt.load_trained(path, device="cpu")[0],
+    "vit-digits-cpu": lambda path: vision.load_trained(path)[0],
+    "cnn-digits-cpu": lambda path: vision.load_trained(path)[0],
+    "audio-digits-cpu": lambda path: audio.load_trained(path)[0],
     "bert-pretrain-cpu": bert.load_pretrained,
     "bert-syllables-cpu": lambda path: bert.load_finetuned(path)[0],
     "bert-stress-cpu": lambda path: bert.load_finetuned(path)[0],
