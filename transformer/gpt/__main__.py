@@ -6,14 +6,14 @@ import sys
 from collections.abc import Sequence
 
 from ..cli import EXPORT_SUMMARY, Command, dispatch
-from . import experts, lengths, sample, train
+from . import expert_use, lengths, sample, train
 
 COMMANDS = {
     "train": Command(train.main, "train a small GPT byte by byte (a preset, any setting overridden; --resume RUN continues)"),
     "sample": Command(sample.main, "let a trained GPT write Python"),
     "export": Command(train.export_main, EXPORT_SUMMARY),
     "lengths": Command(lengths.main, "read a trained GPT at 1, 2 and 4 times its training context (chapter 9)"),
-    "experts": Command(experts.main, "bits per character and each layer's use of its experts (chapter 10)"),
+    "experts": Command(expert_use.main, "bits per character and each layer's use of its experts (chapter 10)"),
 }
 
 

@@ -1,8 +1,5 @@
 """Chapter 10's GPT: chapter 7's, with every block's feed-forward network replaced by a mixture of experts.
 
-    python -m transformer.gpt experts runs/gpt-moe-cpu                  writes runs/gpt-moe-cpu/experts.json
-    python -m transformer.gpt experts RUN RUN ... --chars 4000 --print  several models side by side, nothing written
-
 The blocks are chapter 7's ``GPTBlock`` (the learner's with ``--parts mine``) whose ``feed_forward``
 is chapter 10's ``MoEFeedForward``: ``n_experts`` networks of ``d_ff`` hidden units each, every token
 sent to ``top_k`` of them by a learned router. Each layer also returns the Switch Transformer's
@@ -10,24 +7,13 @@ load-balancing loss of its routing; :class:`MoEGPT` adds the layers' losses up w
 (``model(ids, True)``), and the training task adds ``balance_weight`` times that sum to the
 language-modelling loss. With ``--parts mine`` the layer is the learner's ``MoEFeedForward`` where written,
 and it routes with the learner's ``top_k_router`` and ``load_balancing_loss`` where those are written, the
-course's where not.
-
-Measuring (``experts``): bits per character on the first ``--chars`` held-out characters, as training
-measures them, and, per layer, the share of the routing choices each expert receives over the same
-characters, each byte routed once (consecutive windows of ``block_size`` bytes). With ``top_k`` choices
-per token the shares of a layer sum to 1; an even router gives each expert ``1 / n_experts``. The file
-also gives the parameters, total and active per token, and the same figures on the first
-:data:`CHECK_CHARS` characters, which a test measures again.
+course's where not. :mod:`transformer.gpt.expert_use` measures a trained one.
 """
 from __future__ import annotations
 
-import argparse
-import json
-import math
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
-from pathlib import Path
+from collections.abc import Callable, Mapping
 
 import torch
 from torch import nn
@@ -38,9 +24,6 @@ from .model import GPT, GPTConfig
 
 #: the chapter 10 parts the experts are made of, with --parts mine the learner's where written
 EXPERT_PARTS = ("top_k_router", "load_balancing_loss", "MoEFeedForward")
-FILE = "experts.json"
-#: the slice a test measures again
-CHECK_CHARS = 4000
 
 
 def calling(cls: type, names: Mapping[str, Callable]) -> type:
@@ -125,92 +108,3 @@ def parameters(model: nn.Module) -> dict[str, int]:
             per_expert = count_parameters(layer.moe.experts[0])
             idle += (layer.moe.n_experts - layer.moe.k) * per_expert
     return {"total": total, "active": total - idle}
-
-
-@torch.no_grad()
-def expert_use(model: MoEGPT, text: str) -> list[list[float]]:
-    """Per layer, the share of the routing choices each expert receives over ``text``, every byte routed once, in
-    consecutive windows of the model's ``block_size`` bytes (the last one shorter)."""
-    from .train import _bytes_tensor
-
-    stream = _bytes_tensor(text.encode("utf-8")).long()
-    block, device = model.config.block_size, next(model.parameters()).device
-    layers = model.expert_layers()
-    for layer in layers:
-        layer.counts = torch.zeros(model.config.n_experts, dtype=torch.long, device=device)
-    was_training = model.training
-    model.eval()
-    try:
-        whole = len(stream) // block * block
-        if whole:
-            model(stream[:whole].view(-1, block).to(device))  # (windows, block)
-        if whole < len(stream):
-            model(stream[whole:][None].to(device))  # (1, the rest)
-        counts = [layer.counts for layer in layers]
-    finally:
-        for layer in layers:
-            layer.counts = None
-        model.train(was_training)
-    return [(c / c.sum()).tolist() for c in counts]
-
-
-def entropy_bits(shares: Sequence[float]) -> float:
-    """The entropy of one layer's use, in bits: log2(n_experts) when even, 0 when one expert takes everything."""
-    return -sum(p * math.log2(p) for p in shares if p > 0)
-
-
-def measure(model: nn.Module, config, context: str, heldout: str) -> dict[str, object]:
-    """Bits per character of ``heldout`` read after ``context`` and, for a model with experts, each layer's use."""
-    from .train import bits_per_character
-
-    found: dict[str, object] = {"characters": len(heldout),
-                                "bpc": bits_per_character(model, context, heldout, config.stride)["bpc"]}
-    if isinstance(model, MoEGPT):
-        use = expert_use(model, heldout)
-        found |= {"use": use, "entropy_bits": [entropy_bits(shares) for shares in use],
-                  "max_share": max(max(shares) for shares in use)}
-    return found
-
-
-def experts(run: str | Path, chars: int) -> dict[str, object]:
-    from .stdlib_text import load
-    from .train import load_trained
-
-    model, config = load_trained(run, device="cpu")
-    data = load()
-
-    def first(n: int) -> dict[str, object]:
-        return measure(model, config, data.train, data.heldout[:n])
-
-    found = {"n_experts": config.n_experts, "top_k": config.top_k, "balance_weight": config.balance_weight,
-             "parameters": parameters(model)}
-    return {**found, **first(chars), "check": first(CHECK_CHARS)}
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    from .stdlib_text import StdlibError
-
-    parser = argparse.ArgumentParser(prog="python -m transformer.gpt experts", description=__doc__.split("\n\n")[0])
-    parser.add_argument("runs", nargs="+", help="run folders or exported checkpoint folders")
-    parser.add_argument("--chars", type=int, default=100_000, help="held-out characters to read (default 100,000)")
-    parser.add_argument("--print", action="store_true", help="print the figures and write nothing")
-    args = parser.parse_args(argv)
-    if args.chars < 1:
-        parser.error("--chars must be at least 1")
-    for run in args.runs:
-        try:
-            found = experts(run, args.chars)
-        except StdlibError as exc:
-            print(f"error: {exc}")
-            return 2
-        counted = found["parameters"]
-        print(f"{run}: {found['bpc']:.3f} bits per character over {found['characters']:,} characters; "
-              f"{counted['total']:,} parameters, {counted['active']:,} active per token")
-        for i, shares in enumerate(found.get("use", [])):
-            print(f"  layer {i}: " + " ".join(f"{s:.3f}" for s in shares)
-                  + f"  (entropy {found['entropy_bits'][i]:.2f} of {math.log2(len(shares)):.2f} bits)")
-        if not args.print:
-            folder = Path(run) if Path(run).is_dir() else Path(run).parent
-            (folder / FILE).write_text(json.dumps(found, indent=1) + "\n")
-            print(f"wrote {folder / FILE}")
-    return 0

@@ -9,9 +9,11 @@ import pytest
 import torch
 
 from reference.one_block import MoEFeedForward, load_balancing_loss, top_k_router
-from transformer.gpt import experts, stdlib_text
+from transformer.gpt import expert_use, stdlib_text
 from transformer.gpt import train as G
-from transformer.gpt.experts import MoEGPT, entropy_bits, expert_use, parameters
+from transformer.gpt.expert_use import entropy_bits
+from transformer.gpt.expert_use import expert_use as use_of_experts
+from transformer.gpt.experts import MoEGPT, calling, parameters
 from transformer.gpt.model import GPT, GPTConfig, forward_flops
 from transformer.gpt.variants import build_gpt
 
@@ -77,13 +79,13 @@ def test_the_parts_given_are_the_ones_the_experts_route_with():
                                                                 "load_balancing_loss": counted_balance})
     model(torch.randint(0, 50, (1, 5)))
     assert calls.count("router") == calls.count("balance") == SMALL["N"]
-    assert experts.calling(MoEFeedForward, {"top_k_router": top_k_router}) is MoEFeedForward  # nothing to change
+    assert calling(MoEFeedForward, {"top_k_router": top_k_router}) is MoEFeedForward  # nothing to change
 
 
 def test_the_use_of_the_experts_counts_every_byte_once():
     model = _moe(vocab_size=256)
     text = "def f(x):\n    return x\n" * 3  # 69 bytes: five windows of 12, then 9
-    use = expert_use(model, text)
+    use = use_of_experts(model, text)
     assert len(use) == 2 and all(len(shares) == 4 and sum(shares) == pytest.approx(1.0) for shares in use)
     choices = [share * 2 * len(text) for share in use[0]]  # two per byte
     assert all(abs(c - round(c)) < 1e-4 for c in choices) and round(sum(choices)) == 138
@@ -103,7 +105,7 @@ def test_the_moe_preset_trains_with_the_balancing_loss_and_loads_again(moe_run, 
     assert isinstance(moe_run.model, MoEGPT) and moe_run.step == 4
     model, saved = G.load_trained(moe_run.run_dir, device="cpu")
     assert isinstance(model, MoEGPT) and saved.n_experts == 4 and saved.balance_weight == 0.01
-    found = experts.measure(model, saved, stdlib.train, stdlib.heldout[:500])
+    found = expert_use.measure(model, saved, stdlib.train, stdlib.heldout[:500])
     assert found["bpc"] == pytest.approx(moe_run.metrics["dev"][-1]["bpc"], abs=1e-4)
     assert len(found["use"]) == 1 and 0.25 <= found["max_share"] <= 1.0
     assert G.PRESETS["moe-no-balance-cpu"] == dataclasses.replace(G.PRESETS["moe-cpu"], balance_weight=0.0)
@@ -115,7 +117,7 @@ def test_the_experts_command_writes_its_figures(moe_run, stdlib, monkeypatch):
 
     monkeypatch.setattr(stdlib_text, "load", lambda: stdlib)
     assert main(["experts", str(moe_run.run_dir), "--chars", "500"]) == 0
-    found = json.loads((moe_run.run_dir / experts.FILE).read_text())
-    assert found["characters"] == 500 and found["check"]["characters"] == experts.CHECK_CHARS
+    found = json.loads((moe_run.run_dir / expert_use.FILE).read_text())
+    assert found["characters"] == 500 and found["check"]["characters"] == expert_use.CHECK_CHARS
     assert found["n_experts"] == 4 and found["parameters"]["active"] < found["parameters"]["total"]
     assert len(found["use"]) == len(found["entropy_bits"]) == 1

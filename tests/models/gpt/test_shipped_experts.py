@@ -11,7 +11,7 @@ import torch
 from course.layout import CHECKPOINTS
 from transformer import loop
 from transformer.checkpoint import TRAINING_STATE
-from transformer.gpt import experts, stdlib_text
+from transformer.gpt import expert_use, stdlib_text
 from transformer.gpt import train as gpt
 
 PRESETS = ("dense-cpu", "moe-cpu", "moe-no-balance-cpu")
@@ -41,11 +41,11 @@ def test_each_folder_is_its_presets_run_small_and_not_resumable(preset):
 
 @pytest.mark.parametrize("preset", PRESETS)
 def test_reading_the_model_again_gives_its_recorded_figures(preset, stdlib):
-    recorded = json.loads((_folder(preset) / experts.FILE).read_text())
+    recorded = json.loads((_folder(preset) / expert_use.FILE).read_text())
     model, config = gpt.load_trained(_folder(preset), device="cpu")
-    assert recorded["parameters"] == experts.parameters(model)
+    assert recorded["parameters"] == expert_use.parameters(model)
     check = recorded["check"]
-    measured = experts.measure(model, config, stdlib.train, stdlib.heldout[: check["characters"]])
+    measured = expert_use.measure(model, config, stdlib.train, stdlib.heldout[: check["characters"]])
     assert measured["bpc"] == pytest.approx(check["bpc"], abs=BPC_TOLERANCE)
     assert ("use" in measured) == bool(config.n_experts)
     for got, want in zip(measured.get("use", []), check.get("use", []), strict=True):
@@ -53,7 +53,7 @@ def test_reading_the_model_again_gives_its_recorded_figures(preset, stdlib):
 
 
 def test_the_models_are_compared_at_equal_steps_and_active_parameters():
-    found = {p: json.loads((_folder(p) / experts.FILE).read_text()) for p in PRESETS}
+    found = {p: json.loads((_folder(p) / expert_use.FILE).read_text()) for p in PRESETS}
     steps = {p: json.loads((_folder(p) / "metrics.json").read_text())["dev"][-1]["step"] for p in PRESETS}
     assert len(set(steps.values())) == 1 and steps["moe-cpu"] == gpt.PRESETS["moe-cpu"].max_steps
     dense, moe = found["dense-cpu"]["parameters"], found["moe-cpu"]["parameters"]
