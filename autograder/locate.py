@@ -193,11 +193,81 @@ def _culprit(steps: Sequence[Step], found: Sequence[int | None], furthest: int, 
     for wrong in ((None,), (None, _LATER)):
         after = [i for i in range(last + 1, len(steps)) if found[i] in wrong and steps[i].value is not None
                  and _numeric(steps[i]) == floating]
-        for group in ([i for i in after if agreeing & set(steps[i].uses)],
+        made_from = [i for i in after if agreeing & set(steps[i].uses)]
+        # (made from constants alone, as the mel points are, and no table of one constant to be filled)
+        own = [i for i in after if tuple(steps[i].value.shape) in {tuple(v.shape) for v in following.values}
+               and steps[i].made_by.rsplit(".", 1)[-1] not in _FILLS and _from_constants(steps, found, i)]
+        if made_from and own and tuple(steps[made_from[0]].value.shape) not in shapes:
+            # the next step's own shape, made apart from the value that agrees: the computation's next step
+            # starts a branch of its own (the mel points beside the bins' frequencies), and this is that branch
+            made_from = own
+        for group in (made_from,
                       [i for i in after if tuple(steps[i].value.shape) in shapes
                        or lists and steps[i].made_by.startswith("=") and steps[i].value.dim() == 1], after):
             if group:
                 return next((i for i in group if steps[i].function == outer), group[0])
+    return None
+
+
+def _reach(start: int, following: Callable[[int], Sequence[int]]) -> set[int]:
+    """The steps reached from ``start`` through ``following`` (the steps it uses, or those that use it)."""
+    seen, todo = set(), list(following(start))
+    while todo:
+        j = todo.pop()
+        if j not in seen:
+            seen.add(j)
+            todo += following(j)
+    return seen
+
+
+def _agrees(found: Sequence[int | None], i: int) -> bool:
+    return found[i] is not None and found[i] >= 0
+
+
+def _from_constants(steps: Sequence[Step], found: Sequence[int | None], i: int) -> bool:
+    """Whether step ``i`` is made from constants alone (an arange, a Python number): from nothing that agrees, nor
+    from the arguments, whose slices are steps made from nothing recorded."""
+    made = _reach(i, lambda k: steps[k].uses) | {i}
+    return not any(_agrees(found, k) for k in made) and all(
+        steps[k].uses or steps[k].made_by.startswith("=") or steps[k].made_by.rsplit(".", 1)[-1] in _FACTORIES
+        for k in made)
+
+
+def _skipped(steps: Sequence[Step], found: Sequence[int | None], stages: Sequence[Stage], furthest: int
+             ) -> tuple[int, int] | None:
+    """(stage, step) for a stage before the furthest that no value agrees with, where the learner made a value of
+    its shape that feeds the rest of the function and nothing made from it agrees with any stage: the
+    computation has two branches (the bins' frequencies and the mel points), the learner's other branch reaches
+    further, and this one went wrong first. A value of the stage's shape whose descendants do agree (the stage
+    computed another way: bins counted in their own units) is no suspect, nor one made from the arguments or from
+    a value that agrees: that is the branch the rest of :func:`locate` follows, from the values that agree."""
+    matched = {k for k in found if k is not None and k >= 0}
+    users: dict[int, list[int]] = {}
+    for i, step in enumerate(steps):
+        for u in step.uses:
+            users.setdefault(u, []).append(i)
+
+
+    for j in range(furthest):
+        if j in matched:
+            continue
+        shapes = {tuple(v.shape) for v in stages[j].values}
+        floating = stages[j].values[0].is_floating_point()
+        # a branch of its own: made from no value that agrees (else the values that agree are its way there,
+        # which the rest of locate follows), and making none
+        suspects = [i for i, step in enumerate(steps) if found[i] is None and step.value is not None
+                    and tuple(step.value.shape) in shapes and _numeric(step) == floating and users.get(i)
+                    and step.made_by.rsplit(".", 1)[-1] not in _FILLS  # a table to fill is no attempt at a stage
+                    and not any(_agrees(found, d) for d in _reach(i, lambda k: users.get(k, ())))
+                    and _from_constants(steps, found, i)]
+        # the end of the first chain of suspects: what the line that finishes the stage gives, not the arange
+        # it starts from (a suspect made from a suspect takes its place)
+        chosen = suspects[0] if suspects else None
+        while chosen is not None:
+            later = [u for u in users.get(chosen, ()) if u in suspects]
+            if not later:
+                return j, chosen
+            chosen = later[0]
     return None
 
 
@@ -228,6 +298,12 @@ def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culpr
         last += 1
     return _by_line(steps[i] for i in _unmatched_behind(steps, found, range(first, last + 1), 32)
                     if (steps[i].line, steps[i].function) != here and steps[i].source)
+
+
+def _made_from(sources: Sequence[Step]) -> str:
+    """The sentence that points at the earlier lines a wrong value was made from (:func:`_unmatched_sources`)."""
+    return (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
+            + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: look there too.")
 
 
 def _by_line(steps: Iterator[Step]) -> list[Step]:
@@ -320,6 +396,18 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         where = _where(step)
         return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "
                 "your function returns: look at what happens to it after that line.")
+    skipped = _skipped(steps, found, stages, furthest)
+    if skipped is not None:
+        j, wrong = skipped
+        step = steps[wrong]
+        expected = next(v for v in stages[j].values if tuple(v.shape) == tuple(step.value.shape))
+        on = "after" if step.made_by.startswith("=") else "on"
+        text = (f"Your values agree with the computation as far as {stages[furthest].name}, but not on the way there: "
+                f"none of them is {stages[j].name}. The value of that shape is {_maker(step)} {on} {_where(step)}"
+                f"{_parting(step.value, expected, agree)}, and nothing made from it agrees with the computation.")
+        sources = _unmatched_sources(steps, found, wrong)
+        return text + (_made_from(sources) if sources else
+                       _depends(steps, found, step.line, step.function, code, held, step.made_by))
     following = stages[furthest + 1]
     near = stages[max(furthest, 0):furthest + 2]  # the furthest stage reached and the next
     culprit = _culprit(steps, found, furthest, near)
@@ -383,9 +471,7 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
                  f"{' or '.join(str(s) for s in sorted(shapes))}; that value has shape {step.shape}.")
     sources = _unmatched_sources(steps, found, culprit) or _unmatched_lists(steps, found, culprit, stages)
     if sources:
-        text += (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
-                 + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: "
-                 "look there too.")
+        text += _made_from(sources)
     else:
         text += _depends(steps, found, step.line, step.function, code, held, step.made_by)
     if truncated:
@@ -395,6 +481,8 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
 
 #: operations that make a tensor of one constant: a table to be filled, whose values are no step of a computation
 _FILLS = frozenset({"zeros", "ones", "full", "zeros_like", "ones_like", "full_like", "new_zeros", "new_ones", "new_full"})
+#: operations that make a tensor from numbers alone, none of the function's arguments
+_FACTORIES = _FILLS | {"arange", "linspace", "logspace", "tensor", "as_tensor", "eye"}
 
 
 def _crash_roots(steps: Sequence[Step], found: Sequence[int | None], crash: int,

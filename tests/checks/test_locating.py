@@ -21,6 +21,7 @@ from autograder.locate import Stage, locate
 from harness import wire
 from harness.calls import call_learner, remember_cell
 from harness.observe import MAX_STEPS, Observed, Observer, Step
+from reference import one_block
 from reference.attention import scaled_dot_product_attention, softmax
 from reference.encoder import LayerNorm, PositionwiseFeedForward
 from reference.multihead import MultiHeadAttention, merge_heads, split_heads
@@ -843,3 +844,120 @@ def test_a_table_of_zeros_to_fill_is_no_wrong_value_a_crash_comes_from():
     message = _message("positional.sinusoidal_encoding", sinusoidal_encoding_sin_and_cos_swapped)
     assert "raised RuntimeError" in message and "pe[:, 1::2] = torch.sin(pos / div)" in message, message
     assert "comes from line" not in message and "pe = torch.zeros" not in message, message
+
+
+# ---------------------------------------------------------------------------------------------
+# Two branches of one computation: the bins' frequencies beside the mel points (chapter 10's log_mel)
+# ---------------------------------------------------------------------------------------------
+
+
+def log_mel_frequencies_times_length(frames, sample_rate, n_mels):
+    if n_mels < 1:
+        raise ValueError("n_mels must be at least 1")
+    L = frames.shape[-1]
+    power = torch.fft.rfft(frames, dim=-1).abs() ** 2
+    freqs = torch.arange(L // 2 + 1, dtype=torch.float64) * sample_rate * L  # the mistake: * L for / L
+    top = 2595 * math.log10(1 + sample_rate / 2 / 700)
+    mels = torch.linspace(0.0, top, n_mels + 2, dtype=torch.float64)
+    edges = 700 * (10 ** (mels / 2595) - 1)
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (freqs - lower) / (centre - lower)
+    falling = (upper - freqs) / (upper - centre)
+    bank = torch.clamp(torch.minimum(rising, falling), min=0).to(frames.dtype)
+    return torch.log(power @ bank.T + 1e-6)
+
+
+def log_mel_top_divided(frames, sample_rate, n_mels):
+    if n_mels < 1:
+        raise ValueError("n_mels must be at least 1")
+    L = frames.shape[-1]
+    power = torch.fft.rfft(frames, dim=-1).abs() ** 2
+    freqs = torch.arange(L // 2 + 1, dtype=torch.float64) * sample_rate / L
+    top = 2595 / math.log10(1 + sample_rate / 2 / 700)  # the mistake: / for *
+    mels = torch.linspace(0.0, top, n_mels + 2, dtype=torch.float64)
+    edges = 700 * (10 ** (mels / 2595) - 1)
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (freqs - lower) / (centre - lower)
+    falling = (upper - freqs) / (upper - centre)
+    bank = torch.clamp(torch.minimum(rising, falling), min=0).to(frames.dtype)
+    return torch.log(power @ bank.T + 1e-6)
+
+
+def log_mel_falling_side_added(frames, sample_rate, n_mels):
+    if n_mels < 1:
+        raise ValueError("n_mels must be at least 1")
+    L = frames.shape[-1]
+    power = torch.fft.rfft(frames, dim=-1).abs() ** 2
+    freqs = torch.arange(L // 2 + 1, dtype=torch.float64) * sample_rate / L
+    top = 2595 * math.log10(1 + sample_rate / 2 / 700)
+    mels = torch.linspace(0.0, top, n_mels + 2, dtype=torch.float64)
+    edges = 700 * (10 ** (mels / 2595) - 1)
+    lower, centre, upper = edges[:-2, None], edges[1:-1, None], edges[2:, None]
+    rising = (freqs - lower) / (centre - lower)
+    falling = (upper + freqs) / (upper - centre)  # the mistake: + for -
+    bank = torch.clamp(torch.minimum(rising, falling), min=0).to(frames.dtype)
+    return torch.log(power @ bank.T + 1e-6)
+
+
+def log_mel_in_bins_and_a_larger_floor(frames, sample_rate, n_mels):
+    """Right filters built in units of bins (no frequency in hertz ever made), then a floor of 1e-3 for 1e-6."""
+    if n_mels < 1:
+        raise ValueError("n_mels must be at least 1")
+    L = frames.shape[-1]
+    power = torch.fft.rfft(frames, dim=-1).abs() ** 2
+    bins = torch.arange(L // 2 + 1, dtype=torch.float64)
+    top = 2595 * math.log10(1 + sample_rate / 2 / 700)
+    mels = torch.linspace(0.0, top, n_mels + 2, dtype=torch.float64)
+    at = 700 * (10 ** (mels / 2595) - 1) * L / sample_rate  # each point, in bins
+    rising = (bins - at[:-2, None]) / (at[1:-1, None] - at[:-2, None])
+    falling = (at[2:, None] - bins) / (at[2:, None] - at[1:-1, None])
+    bank = torch.clamp(torch.minimum(rising, falling), min=0).to(frames.dtype)
+    return torch.log(power @ bank.T + 1e-3)  # the mistake
+
+
+def test_a_wrong_branch_is_found_though_the_other_branch_reaches_further():
+    message = _message("one_block.log_mel", log_mel_frequencies_times_length)
+    assert "none of them is the bins' frequencies f * s / L" in message, message
+    assert "freqs = torch.arange(L // 2 + 1, dtype=torch.float64) * sample_rate * L" in message, message
+    assert "lower, centre, upper" not in message, message  # a right line is not the first to go wrong
+    message = _message("one_block.log_mel", log_mel_top_divided)
+    assert "top = 2595 / math.log10" in message and "the points on the mel scale" in message, message
+    message = _message("one_block.log_mel", log_mel_falling_side_added)
+    assert "falling = (upper + freqs) / (upper - centre)" in message, message
+
+
+def test_a_stage_made_another_way_is_no_wrong_branch():
+    message = _message("one_block.log_mel", log_mel_in_bins_and_a_larger_floor)
+    assert "none of them is" not in message and "bins = torch.arange" not in message, message
+
+
+class MoECapacityFromTheWidth(nn.Module):
+    """Right but for the capacity, counted from the width of a token instead of the number of tokens."""
+
+    def __init__(self, d_model, d_ff, n_experts, k, capacity_factor=None):
+        super().__init__()
+        self.router = nn.Linear(d_model, n_experts, bias=False)
+        self.experts = nn.ModuleList(PositionwiseFeedForward(d_model, d_ff, dropout=0.0) for _ in range(n_experts))
+        self.n_experts, self.k, self.capacity_factor = n_experts, k, capacity_factor
+
+    def forward(self, x):
+        tokens = x.reshape(-1, x.shape[-1])
+        N = tokens.shape[1]  # the mistake: the width, not the number of tokens
+        logits = self.router(tokens)
+        gates, experts = one_block.top_k_router(logits, self.k)
+        balance = one_block.load_balancing_loss(torch.softmax(logits, dim=-1), experts, self.n_experts)
+        capacity = N * self.k if self.capacity_factor is None else math.ceil(self.capacity_factor * N * self.k
+                                                                             / self.n_experts)
+        y = torch.zeros_like(tokens)
+        for e, expert in enumerate(self.experts):
+            token, slot = (experts == e).nonzero(as_tuple=True)
+            token, slot = token[:capacity], slot[:capacity]
+            if len(token):
+                y.index_add_(0, token, gates[token, slot, None] * expert(tokens[token]))
+        return y.reshape(x.shape), balance
+
+
+def test_the_product_count_is_no_step_of_the_learners():
+    message = _message("one_block.MoEFeedForward", MoECapacityFromTheWidth)
+    assert "index_add_" in message, message  # the operation by its own name
+    assert "ProductCount" not in message and "__torch_dispatch__" not in message, message

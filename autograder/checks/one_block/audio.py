@@ -249,9 +249,17 @@ class LogMelCheck(Check):
         fb = filter_bank(L, sr, n_mels)
         freqs = torch.arange(L // 2 + 1, dtype=torch.float64) * sr / L
         marks = torch.linspace(0, mel(sr / 2), n_mels + 2, dtype=torch.float64)
+        hertz = 700 * (10 ** (marks / 2595) - 1)
+        edges = (hertz[:-2, None], hertz[1:-1, None], hertz[2:, None])  # (n_mels, 1) each
+        rising = (freqs - edges[0]) / (edges[1] - edges[0])  # (n_mels, F)
+        falling = (edges[2] - freqs) / (edges[2] - edges[1])  # (n_mels, F)
         return [Stage.of("the power spectrum |rfft|^2, (..., n_frames, L // 2 + 1)", power),
                 Stage.of("the bins' frequencies f * s / L", freqs), Stage.of("the points on the mel scale", marks),
-                Stage.of("the points in hertz", 700 * (10 ** (marks / 2595) - 1)),
+                Stage.of("the points in hertz", hertz),
+                # the solution's own way to the bank, by whole rows: a learner's loop over filters skips these
+                Stage.of("each filter's lower edge, centre and upper edge", *edges, *(e[:, 0] for e in edges)),
+                Stage.of("the rising sides (f - lower) / (centre - lower), (n_mels, L // 2 + 1)", rising),
+                Stage.of("the falling sides (upper - f) / (upper - centre), (n_mels, L // 2 + 1)", falling),
                 Stage.of("the filter bank, (n_mels, L // 2 + 1)", fb, fb.T),
                 Stage.of("the filters' power, (..., n_frames, n_mels)", power @ fb.T),
                 Stage.of("the log-mel spectrogram", torch.log(power @ fb.T + 1e-6))]
