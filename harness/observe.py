@@ -51,7 +51,8 @@ RAISED = "raised in "
 _TORCH_DIR = os.path.dirname(torch.__file__) + os.sep
 _HERE = os.path.dirname(__file__) + os.sep
 #: the frames that stand between a learner's line and what it calls without being either: torch's own, and
-#: this record's and the call's machinery (its modes, the product count's among them); the course's models in harness/ are code of their own
+#: this record's and the call's machinery (its modes, the product count's among them); the course's models in
+#: harness/ are code of their own
 _MACHINERY = (_TORCH_DIR, os.path.join(_HERE, "observe.py"), os.path.join(_HERE, "calls.py"),
               os.path.join(_HERE, "products.py"))
 
