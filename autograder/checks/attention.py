@@ -279,7 +279,7 @@ class _AttentionCheck(Check):
     def _two_tensors(self, case: Case, result: Any) -> None:
         self._returned(case, result)
 
-    @rule("weights are (..., T_q, T_k)")
+    @rule("weights are (..., T_q, T_k)", returns=(1, "the weights"))
     def _weights_shape(self, case: Case, result: Any) -> None:
         q, k = case.args[:2]
         _, weights = self._returned(case, result)
@@ -289,7 +289,7 @@ class _AttentionCheck(Check):
             "The weights have one row per query and one column per key: (..., T_q, T_k).",
         )
 
-    @rule("output is (..., T_q, d_v)")
+    @rule("output is (..., T_q, d_v)", returns=(0, "the output"))
     def _output_shape(self, case: Case, result: Any) -> None:
         q, k, v = case.args[:3]
         name = f"`{self.function}`"

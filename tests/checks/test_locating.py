@@ -961,3 +961,48 @@ def test_the_product_count_is_no_step_of_the_learners():
     message = _message("one_block.MoEFeedForward", MoECapacityFromTheWidth)
     assert "index_add_" in message, message  # the operation by its own name
     assert "ProductCount" not in message and "__torch_dispatch__" not in message, message
+
+
+# ---------------------------------------------------------------------------------------------
+# A wrong shape at the very end: the line that returns it is quoted (chapter 9)
+# ---------------------------------------------------------------------------------------------
+
+
+def apply_rope_pairs_left_stacked(x, positions, base=10000.0):
+    d = x.shape[-1]
+    i = torch.arange(d // 2, dtype=torch.float64, device=x.device)
+    theta = base ** (-2 * i / d)
+    angles = positions.to(torch.float64)[:, None] * theta
+    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    even, odd = x[..., 0::2], x[..., 1::2]
+    rotated = torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)
+    # the mistake: the axis of the positions, not that of the pairs
+    return rotated.flatten(2)
+
+
+def grouped_query_attention(q, k, v, mask=None):
+    """The weights left grouped; named as the exercise names it, as a notebook would (the lines that make a value
+    are read from the function of that name)."""
+    B, h, T_q, d_k = q.shape
+    h_kv, T_k = k.shape[1], k.shape[2]
+    if h % h_kv:
+        raise ValueError(f"{h} query heads cannot share {h_kv} key/value heads evenly")
+    g = h // h_kv
+    grouped = q.view(B, h_kv, g, T_q, d_k)
+    if mask is not None:
+        mask = torch.broadcast_to(mask, (B, h, T_q, T_k)).reshape(B, h_kv, g, T_q, T_k)
+    out, weights = scaled_dot_product_attention(grouped, k.unsqueeze(2), v.unsqueeze(2), mask)
+    # the mistake: flatten(2, 2) changes nothing
+    return out.flatten(1, 2), weights.flatten(2, 2)
+
+
+def test_a_stacked_result_is_located_at_the_line_that_returns_it_not_at_the_right_stack():
+    message = _message("hardware.apply_rope", apply_rope_pairs_left_stacked)
+    assert "`return rotated.flatten(2)`" in message and "the rotated pairs" in message, message
+    assert "what `torch.stack` gives" not in message, message
+
+
+def test_weights_of_the_wrong_shape_quote_the_lines_that_make_them():
+    message = _message("hardware.grouped_query_attention", grouped_query_attention)
+    assert "should have shape (2, 4, 5, 6)" in message, message
+    assert "`return out.flatten(1, 2), weights.flatten(2, 2)`" in message, message

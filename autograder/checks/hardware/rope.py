@@ -197,6 +197,9 @@ class ApplyRopeCheck(Check):
                 Stage.of("the even features x[..., 0::2]", even), Stage.of("the odd features x[..., 1::2]", odd),
                 Stage.of("the rotated even features, x_2i cos - x_2i+1 sin", even * cos - odd * sin),
                 Stage.of("the rotated odd features, x_2i sin + x_2i+1 cos", even * sin + odd * cos),
+                # the solution's way back: each pair stacked on a new last axis, which a flatten then removes
+                Stage.of("the rotated pairs, (..., T, d/2, 2)",
+                         torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)),
                 Stage.of("the rotated x, (..., T, d)", self._expected(case))]
 
 
