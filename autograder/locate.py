@@ -241,12 +241,11 @@ def _skipped(steps: Sequence[Step], found: Sequence[int | None], stages: Sequenc
     further, and this one went wrong first. A value of the stage's shape whose descendants do agree (the stage
     computed another way: bins counted in their own units) is no suspect, nor one made from the arguments or from
     a value that agrees: that is the branch the rest of :func:`locate` follows, from the values that agree."""
-    matched = {k for k in found if k is not None and k >= 0}
+    matched = {found[i] for i in range(len(steps)) if _agrees(found, i)}
     users: dict[int, list[int]] = {}
     for i, step in enumerate(steps):
         for u in step.uses:
             users.setdefault(u, []).append(i)
-
 
     for j in range(furthest):
         if j in matched:
