@@ -285,7 +285,7 @@ def case_tensors(case: Case) -> list[torch.Tensor]:
 
 def _deferrable(result: Any) -> bool:
     """An exception that a returned value on another case may explain better (not a stub, not a mismatch)."""
-    return isinstance(result, Raised) and result.type not in ("NotImplementedError", "StateMismatch")
+    return isinstance(result, Raised) and not result.is_stub() and result.type != "StateMismatch"
 
 
 class Check:
@@ -767,7 +767,7 @@ class Check:
 
     @rule("implemented")
     def _implemented(self, case: Case, result: Any) -> None:
-        if isinstance(result, Raised) and result.type == "NotImplementedError":
+        if isinstance(result, Raised) and result.is_stub():
             name = f"`{self.function}`"
             owner = result.origin.split(".")[0]
             if owner and owner != self.function:

@@ -20,6 +20,7 @@ import _thread
 import ast
 import contextlib
 import copy
+import dis
 import importlib
 import inspect
 import linecache
@@ -95,6 +96,11 @@ class Raised:
     #: what a judge may need as data rather than words: for a StateMismatch, the parameter names
     #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs
     details: Mapping[str, tuple] = field(default_factory=dict, compare=False, hash=False)
+
+    def is_stub(self) -> bool:
+        """A ``raise NotImplementedError`` of the learner's (or the course's) code: an unwritten function,
+        not an operation of torch's that is not implemented for its input (``bincount`` of floats)."""
+        return self.type == "NotImplementedError" and "stub" in self.details
 
     def line_at(self) -> tuple[int, str] | None:
         """The learner's line that raised and its function (``details["at"]``), or None where there is none."""
@@ -505,6 +511,17 @@ def _guard_of_raise(frame, lineno: int) -> tuple[str, str] | None:
     return None
 
 
+def _raised_by_statement(exc: BaseException) -> bool:
+    """Whether the innermost frame raised ``exc`` with a ``raise`` statement of its own, rather than a call
+    on its line raising it (read from the bytecode, since a notebook cell's source may not be at hand)."""
+    tb = exc.__traceback__
+    if tb is None:
+        return False
+    while tb.tb_next is not None:
+        tb = tb.tb_next
+    return any(ins.offset == tb.tb_lasti and ins.opname == "RAISE_VARARGS" for ins in dis.get_instructions(tb.tb_frame.f_code))
+
+
 def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     """An exception as data: its type, its message and where it happened.
 
@@ -560,6 +577,9 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
         guard = _guard_of_raise(frame, lineno)
         if guard:
             details["guard"] = guard
+    if isinstance(exc, NotImplementedError) and frames and frames[-1][2] != "library" and _raised_by_statement(exc):
+        frame, lineno, _ = frames[-1]
+        details["stub"] = (str(lineno), qualname(frame)[:200])
     if isinstance(exc, StateMismatch):
         details = {"missing": tuple(exc.missing), "unexpected": tuple(exc.unexpected),
                    "shared": tuple((str(a), str(o)) for a, o in exc.shared)}

@@ -184,7 +184,8 @@ def _raised(body: Any) -> Raised:
     for key in ("missing", "unexpected"):
         if key in given:
             details[key] = _names(given[key], f"the {key} names")
-    for key, what in (("guard", "the guard of a raise"), ("at", "the line that raised")):
+    for key, what in (("guard", "the guard of a raise"), ("at", "the line that raised"),
+                      ("stub", "the raise of an unwritten function")):
         if key in given:
             details[key] = _names(given[key], what)
             if len(details[key]) != 2:

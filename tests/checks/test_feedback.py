@@ -126,6 +126,21 @@ def test_an_unwritten_helper_keeps_its_own_message(source_nb):
     assert "not implemented yet" in message and "used here" not in message
 
 
+def test_an_operation_torch_lacks_for_its_input_is_not_an_unwritten_function(source_nb):
+    """torch raises NotImplementedError for an operation with no kernel for its dtype (bincount of floats,
+    which a load-balancing loss given its arguments in the wrong order meets): the learner's code ran, and
+    is told what raised, where; only a raise statement of the learner's is an unwritten function."""
+    wrong_order = _namespace(_answers("one_block", source_nb) + [
+        "def load_balancing_loss(router_probs, expert_index, n_experts):\n"
+        "    counts = torch.bincount(router_probs.flatten(), minlength=n_experts)\n"
+        "    return counts.sum()\n"])
+    message = _failure(lambda: run_check(get("one_block.load_balancing_loss"), wrong_order["load_balancing_loss"]))
+    assert "not implemented yet" not in message
+    assert "raised NotImplementedError" in message and "torch.bincount(router_probs.flatten()" in message
+    to_do = _namespace(["def softmax(x, dim=-1):\n    raise NotImplementedError('to do')\n"])
+    assert "not implemented yet" in _failure(lambda: run_check(get("attention.softmax"), to_do["softmax"]))
+
+
 def test_helpers_are_the_learners_graded_functions_the_code_loads(source_nb):
     attention = _namespace(_answers("attention", source_nb))
     graded = chapter_checks("attention")

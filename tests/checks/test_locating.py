@@ -567,6 +567,9 @@ def test_the_condition_of_a_raise_crosses_the_wire_and_a_malformed_one_is_refuse
     forged["$raised"]["details"]["guard"] = ["3"]
     with pytest.raises(wire.WireError):
         wire.decode(forged)
+    stub = Raised("NotImplementedError", "", "in your `f`", details={"stub": ("2", "f")})
+    assert wire.decode(wire.encode(stub)).is_stub()
+    assert not wire.decode(wire.encode(Raised("NotImplementedError", "bincount", "in your `f`"))).is_stub()
 
 
 def test_locate_names_the_first_value_after_the_last_that_agrees():
