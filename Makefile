@@ -56,9 +56,10 @@ $(VENV)/.installed: requirements.txt pyproject.toml
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	touch $@
 
-## The website: _build/html/index.html. A page is executed again when its code, or the code it runs, changed
+## The website: _build/html/index.html, and its Chinese edition in _build/html/zh/. A page is executed again when
+## its code, or the code it runs, changed; the Chinese pages, whose code cells are the English ones, reuse those runs
 site: setup
-	$(VENV)/bin/jupyter-book build .
+	$(PY) -m course.tools site
 
 ## The linter (configured in pyproject.toml), then the whole test suite; SKIP_SLOW=1 leaves out the long end-to-end items
 ## Two workers (pytest-xdist): most items wait on a subprocess or a sandbox, so a second keeps both cores busy.

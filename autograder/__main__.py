@@ -108,6 +108,9 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
     c.add_argument("notebook", type=Path)
+    for p in (g, c):
+        p.add_argument("--lang", metavar="LANG", help="the language of the checks' messages: en, or zh for Chinese "
+                                                       "(default: as COURSE_LANG or LANG say; see autograder/messages.py)")
     defaults = Limits()
     for p in (g, c):
         for option, field, kind, what in LIMIT_OPTIONS:
@@ -121,6 +124,12 @@ def main(argv=None) -> int:
     args = arguments.parse_args(argv)
     if args.command == "check" and not args.notebook.is_file():
         arguments.error(f"no such notebook: {args.notebook}")
+    if getattr(args, "lang", None):
+        from .messages import LANGUAGES, language_code, set_language
+
+        if args.lang.split("_")[0].split("-")[0].lower() != "en" and language_code(args.lang) is None:
+            arguments.error(f"no messages in {args.lang!r}: the checks speak en and {', '.join(LANGUAGES)}")
+        set_language(args.lang)
     return {"grade": grade, "export": export, "status": status, "secret": secret, "check": check}[args.command](args)
 
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from course.layout import REPO, SOLUTIONS
+from course.layout import REPO, SOLUTIONS, ZH
 
 from .assignment import Assignment
 from .engine import grade_cells
@@ -39,7 +39,8 @@ def report(path: Path, limits: Limits = Limits()) -> int:
         print(f"{path} is not graded: {exc}")
         return 2
     notes += cell_notes
-    outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS], include_hidden=False)
+    outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS, REPO / ZH / SOLUTIONS],
+                                       include_hidden=False)
     for note in notes + run_notes:
         print(f"note: {note}")
     width = max(len(o.grade_id) for o in outcomes)

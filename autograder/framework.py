@@ -80,6 +80,7 @@ from typing import Any, ClassVar
 import torch
 
 # What the learner's side is made of, for the checks that build cases and read results.
+from autograder.messages import tr
 from harness.calls import (  # noqa: F401
     Case,
     ModuleResult,
@@ -471,7 +472,8 @@ class Check:
             if case.tag == INVALID:
                 self._reject(case, result)
                 self._judge_refusal(case, result, seen_)
-        return f"✓ {self.function}: all {len(cases)} cases agree with {self.oracle}"
+        return tr("✓ {function}: all {count} cases agree with {oracle}").format(
+            function=self.function, count=len(cases), oracle=self.oracle)
 
     def _judge_each(self, triples: Sequence[tuple[Case, Any, Observed | None]]) -> None:
         """``judge`` on each case in turn. A message that names a catalogued mistake is kept only when
@@ -759,11 +761,11 @@ class Check:
     @rule("no forbidden built-in")
     def _not_forbidden(self, case: Case, result: Any) -> None:
         if isinstance(result, UsedForbidden):
-            raise CheckFailed(
-                f"`{self.function}` calls {', '.join(result.names)}, which this exercise asks you to build yourself"
-                f"{f' ({self.forbidden_note})' if self.forbidden_note else ''}; write it with basic tensor operations "
-                "instead."
-            )
+            raise CheckFailed(tr(
+                "`{function}` calls {names}, which this exercise asks you to build yourself{note}; write it with "
+                "basic tensor operations instead."
+            ).format(function=self.function, names=", ".join(result.names),
+                     note=f" ({self.forbidden_note})" if self.forbidden_note else ""))
 
     @rule("implemented")
     def _implemented(self, case: Case, result: Any) -> None:
@@ -771,13 +773,13 @@ class Check:
             name = f"`{self.function}`"
             owner = result.origin.split(".")[0]
             if owner and owner != self.function:
-                raise CheckFailed(
-                    f"{name} could not run because `{result.origin}` is not implemented yet: it calls "
-                    f"`{owner}`, so finish that first (its own test cell comes earlier)."
-                )
-            raise CheckFailed(
-                f"{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
-            )
+                raise CheckFailed(tr(
+                    "{name} could not run because `{origin}` is not implemented yet: it calls `{owner}`, so finish "
+                    "that first (its own test cell comes earlier)."
+                ).format(name=name, origin=result.origin, owner=owner))
+            raise CheckFailed(tr(
+                "{name} is not implemented yet: replace `raise NotImplementedError()` with your code."
+            ).format(name=name))
 
     @rule("refusal")
     def _refused_rightly(self, case: Case, result: Any) -> None:
@@ -798,8 +800,8 @@ class Check:
     def _parameters_match(self, case: Case, result: Any) -> None:
         if isinstance(result, Raised) and result.type == "StateMismatch":
             self._hinted(case, result)
-            raise CheckFailed(f"`{self.function}`'s parameters do not match the exercise on the case {case.label}: "
-                              f"{result.message}")
+            raise CheckFailed(tr("`{function}`'s parameters do not match the exercise on the case {case}: {message}")
+                              .format(function=self.function, case=case.label, message=result.message))
 
     @rule("raises nothing")
     def _raises_nothing(self, case: Case, result: Any) -> None:
@@ -810,7 +812,8 @@ class Check:
     @rule("returns a value")
     def _returns_a_value(self, case: Case, result: Any) -> None:
         if result is None or (isinstance(result, ModuleResult) and result.output is None):
-            raise CheckFailed(f"`{self.function}` returned None on the case {case.label}: did you forget `return`?")
+            raise CheckFailed(tr("`{function}` returned None on the case {case}: did you forget `return`?").format(
+                function=self.function, case=case.label))
 
     _NON_RESULTS = (_not_forbidden, _implemented, _refused_rightly, _parameters_match, _raises_nothing, _returns_a_value)
 
@@ -922,9 +925,9 @@ def _writes_in_place(made_by: str) -> bool:
 
 def raised_message(name: str, case: Case, result: Raised) -> str:
     """"`f` raised X on the case ...: message", with the learner's line that raised it."""
-    return f"{name} raised {result.type} on the case {case.label}: {result.message}" + (
-        f"\n  ({result.where.strip()})" if result.where else ""
-    )
+    return tr("{name} raised {error} on the case {case}: {message}").format(
+        name=name, error=result.type, case=case.label, message=result.message) + (
+        f"\n  ({result.where.strip()})" if result.where else "")
 
 
 def called_and_judged(check: Check, cases: Sequence[Case], call: Callable[[int], tuple[Any, Any]]) -> str:
@@ -994,40 +997,46 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
 
 def expect_tensor(value: Any, what: str, case: Case) -> torch.Tensor:
     if isinstance(value, Opaque):
-        raise CheckFailed(f"{what} on the case {case.label} is a {value.type}, not a torch.Tensor.")
+        raise CheckFailed(tr("{what} on the case {case} is a {kind}, not a torch.Tensor.").format(
+            what=what, case=case.label, kind=value.type))
     if not isinstance(value, torch.Tensor):
-        raise CheckFailed(f"{what} on the case {case.label} is a {type(value).__name__}, not a torch.Tensor.")
+        raise CheckFailed(tr("{what} on the case {case} is a {kind}, not a torch.Tensor.").format(
+            what=what, case=case.label, kind=type(value).__name__))
     return value
 
 
 def expect_tuple(value: Any, length: int, what: str, case: Case, names: str) -> tuple:
     if not isinstance(value, (tuple, list)) or len(value) != length:
-        got = f"a {type(value).__name__}" if not isinstance(value, (tuple, list)) else f"{len(value)} values"
-        raise CheckFailed(f"{what} should return {length} values ({names}) but returned {got} on the case {case.label}.")
+        got = (tr("a {kind}").format(kind=type(value).__name__) if not isinstance(value, (tuple, list))
+               else tr("{count} values").format(count=len(value)))
+        raise CheckFailed(tr("{what} should return {length} values ({names}) but returned {got} on the case {case}.")
+                          .format(what=what, length=length, names=names, got=got, case=case.label))
     return tuple(value)
 
 
 def expect_shape(t: torch.Tensor, shape: Sequence[int], what: str, case: Case, hint: str = "") -> None:
     if tuple(t.shape) != tuple(shape):
         raise CheckFailed(
-            f"{what} has shape {tuple(t.shape)} but should have shape {tuple(shape)} on the case {case.label}."
+            tr("{what} has shape {shape} but should have shape {expected} on the case {case}.").format(
+                what=what, shape=tuple(t.shape), expected=tuple(shape), case=case.label)
             + (f" {hint}" if hint else "")
         )
 
 
 def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str, case: Case) -> None:
     if t.dtype != dtype:
-        raise CheckFailed(
-            f"{what} has dtype {t.dtype} but the inputs were {dtype} on the case {case.label}: "
-            "keep the input's dtype (avoid creating tensors with a fixed dtype such as torch.tensor(1.0))."
-        )
+        raise CheckFailed(tr(
+            "{what} has dtype {dtype} but the inputs were {expected} on the case {case}: keep the input's dtype "
+            "(avoid creating tensors with a fixed dtype such as torch.tensor(1.0))."
+        ).format(what=what, dtype=t.dtype, expected=dtype, case=case.label))
 
 
 def expect_finite(t: torch.Tensor, what: str, case: Case, hint: str) -> None:
     if not torch.isfinite(t).all():
         bad = (~torch.isfinite(t)).nonzero()[0].tolist()
         value = t[tuple(bad)].item()
-        raise CheckFailed(f"{what} contains {value} (first at index {tuple(bad)}) on the case {case.label}. {hint}")
+        raise CheckFailed(tr("{what} contains {value} (first at index {index}) on the case {case}.").format(
+            what=what, value=value, index=tuple(bad), case=case.label) + f" {hint}")
 
 
 def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of: str, stable_hint: str,

@@ -116,6 +116,17 @@ def gradebook_url(root: Path) -> str:
 #: what `make site` builds, with the execution cache a later build (and the site's tests) reuses
 BUILD = "_build"
 EXECUTION_CACHE = f"{BUILD}/.jupyter_cache"
+#: the Chinese edition: zh/book/<page>.md is the twin of book/<page>.md (the same code cells), built
+#: from zh/ (its own Sphinx project, the English table of contents) into _build/html/zh/
+ZH = "zh"
+#: where the Chinese edition's build keeps its doctrees and its output before it is placed in the site
+ZH_BUILD = f"{BUILD}/zh-edition"
+
+
+def zh_twin(root: Path, page: str) -> Path:
+    """The Chinese twin of a page of the table of contents (book/ch02_attention -> zh/book/ch02_attention.md)."""
+    return Path(root) / ZH / f"{page}.md"
+
 #: the release generator, the chapter scaffold, the chapter tables and the website's extension
 TOOLS = PACKAGE / "tools"
 #: files the website's extension copies into every build
@@ -181,6 +192,21 @@ class Chapter:
     def toc_entry(self) -> str:
         """How _toc.yml names the page: its path from the root, without the suffix."""
         return f"{BOOK}/{self.assignment}"
+
+    @property
+    def zh_page(self) -> Path:
+        """The page's Chinese twin."""
+        return zh_twin(self.root, self.toc_entry)
+
+    @property
+    def zh_source(self) -> Path:
+        """The instructor notebook's Chinese twin: its markdown in Chinese, its code cells the same."""
+        return self.root / ZH / SOLUTIONS / self.assignment / f"{self.stem}.py"
+
+    @property
+    def zh_release(self) -> Path:
+        """The Chinese learner release: the release with the twin's markdown, graded by the same checks."""
+        return self.root / ZH / EXERCISES / self.assignment / f"{self.stem}.ipynb"
 
 
 def reference_module(stem: str) -> str:

@@ -1,13 +1,14 @@
 """python -m course.tools release [--check] | new-chapter chNN_topic [--title T] | tables [--check] | cjk-font [--check]
-| spoken-digits [--check]"""
+| spoken-digits [--check] | site | zh-sync | messages [--check]"""
 import argparse
 import sys
 from pathlib import Path
 
-from course.layout import REPO, LayoutError
+from course.layout import REPO, LayoutError, chapters, toc_pages
 from course.notebook_format import NotebookSourceError
 
-from .release import release, stale
+from .editions import EditionError
+from .release import TwinError, release, stale
 
 
 def _release(args) -> int:
@@ -82,6 +83,39 @@ def _spoken_digits(args) -> int:
     return spoken_digits.main(args.check, args.out)
 
 
+def _site(args) -> int:
+    from . import editions
+
+    site, _ = editions.build(REPO, echo=True)
+    print(f"the English edition is in {site.relative_to(REPO)}/, the Chinese one in {site.relative_to(REPO)}/zh/")
+    return 0
+
+
+def _zh_sync(args) -> int:
+    from . import editions
+    from .release import notebook_twin_problems
+
+    for twin in [*editions.sync(REPO), *editions.sync_notebooks(REPO)]:
+        print(f"wrote the English code cells into {twin.relative_to(REPO)}")
+    problems = [p for page in toc_pages(REPO) for p in editions.twin_problems(REPO, page)]
+    problems += [p for chapter in chapters(REPO) for p in notebook_twin_problems(chapter)]
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
+def _messages(args) -> int:
+    from . import messages
+
+    if not args.check:
+        for path in messages.write(REPO):
+            print(f"wrote {path.relative_to(REPO)}")
+    problems = messages.stale(REPO)
+    for problem in problems:
+        print(problem)
+    return 1 if problems else 0
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(prog="python -m course.tools")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -98,12 +132,19 @@ def main(argv=None) -> int:
     digits = sub.add_parser("spoken-digits", help="make chapter 10's spoken digits with espeak-ng (data/spoken_digits/)")
     digits.add_argument("--check", action="store_true", help="only say whether the shipped files are what this machine makes")
     digits.add_argument("--out", type=Path, help="the folder to write (default: data/spoken_digits/)")
+    sub.add_parser("site", help="build the website, English then Chinese: _build/html/ and _build/html/zh/")
+    sub.add_parser("zh-sync", help="copy the English pages' and instructor notebooks' code cells into their Chinese "
+                   "twins (zh/book/, zh/solutions/)")
+    msgs = sub.add_parser("messages", help="extract the checks' messages, merge them into each language's catalogue "
+                          "and compile it (autograder/locale/)")
+    msgs.add_argument("--check", action="store_true", help="only say what is stale or untranslated")
     args = parser.parse_args(argv)
     command = {"release": _release, "new-chapter": _new_chapter, "tables": _tables, "cjk-font": _cjk_font,
-               "spoken-digits": _spoken_digits}[args.command]
+               "spoken-digits": _spoken_digits, "site": _site, "zh-sync": _zh_sync,
+               "messages": _messages}[args.command]
     try:
         return command(args)
-    except (LayoutError, NotebookSourceError) as exc:  # a ScaffoldError is a LayoutError
+    except (LayoutError, NotebookSourceError, EditionError, TwinError) as exc:  # a ScaffoldError is a LayoutError
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

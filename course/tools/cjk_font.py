@@ -3,11 +3,12 @@
     python -m course.tools cjk-font           write the subsets into book/_static/fonts/
     python -m course.tools cjk-font --check   fail if a page uses a character the subsets lack
 
-A reader whose machine has no CJK font would see boxes where the glossary gives its Chinese
-terms; the site therefore carries its own. The source is Debian's `fonts-noto-cjk` (SIL Open
-Font License 1.1); the subsets are WOFF2 files of a few tens of KB, renamed as the licence asks
-of a modified version, with the licence beside them. `book/_static/course.css` declares them for
-the code points in UNICODE_RANGES only, so the browser fetches them only for a page with Chinese.
+A reader whose machine has no CJK font would see boxes where the pages give Chinese; the site
+therefore carries its own. The source is Debian's `fonts-noto-cjk` (SIL Open Font License 1.1); the
+subsets are WOFF2 files of about 360 KB for the Chinese edition's 1,100 or so distinct characters,
+renamed as the licence asks of a modified version, with the licence beside them.
+`book/_static/course.css` declares them for the code points in UNICODE_RANGES only, so the browser
+fetches them only for a page with Chinese.
 Run this again after adding Chinese to a page (the test of the font says which characters are
 missing).
 """
@@ -16,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from course.layout import BOOK, REPO
+from course.layout import BOOK, REPO, ZH
 
 #: Debian's fonts-noto-cjk; each .ttc holds the Japanese, Korean, Simplified and Traditional
 #: Chinese fonts, told apart by their family name.
@@ -42,8 +43,13 @@ def subset_path(weight: str) -> Path:
 
 
 def page_sources(root: Path = REPO) -> list[Path]:
-    """Every file whose text reaches the site: the pages, their table of contents, the config."""
-    return sorted((root / BOOK).glob("*.md")) + [root / "_toc.yml", root / "_config.yml"]
+    """Every file whose text reaches the site: the pages of both editions, their table of contents, the
+    config, the extension and the edition builder, which write Chinese into every Chinese page, and the
+    site's scripts (the attention widget speaks the page's language)."""
+    tools = root / "course" / "tools"
+    return (sorted((root / BOOK).glob("*.md")) + sorted((root / ZH / BOOK).glob("*.md"))
+            + [root / "_toc.yml", root / "_config.yml", tools / "sphinx_site.py", tools / "editions.py"]
+            + sorted((tools / "site_static").glob("*.js")))
 
 
 def cjk_characters(texts) -> set[str]:

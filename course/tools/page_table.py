@@ -5,10 +5,15 @@ comes out as one paragraph of bars and dashes. A page therefore displays `html_t
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from html import escape
 
 from IPython.display import HTML
+
+#: a number and the unit after it (25.10 %, 3.2 MiB, 40 ms) are joined by a no-break space, so that a
+#: narrow column never sends the unit to a line of its own
+_UNIT = re.compile(r"(?<=\d) (?=%|[KMGT]i?B\b|ms\b|s\b|x\b)")
 
 
 def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, align: str = "",
@@ -28,7 +33,7 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, align
     side = ["left" if a == "l" else "right" for a in align]
 
     def cell(tag: str, column: int, value: object) -> str:
-        text = escape(str(value))
+        text = escape(_UNIT.sub("\u00a0", str(value)))
         if tag == "td" and column in code:
             text = f'<code class="symbols">{text}</code>'
         return f'<{tag} style="text-align:{side[column]}">{text}</{tag}>'
@@ -38,4 +43,4 @@ def html_table(header: Sequence[str], rows: Sequence[Sequence[object]], *, align
         return start + "".join(cell(tag, i, v) for i, v in enumerate(row)) + "</tr>"
 
     body = "".join(row_html("td", row, total and i == len(rows) - 1) for i, row in enumerate(rows))
-    return HTML(f"<table><thead>{row_html('th', header)}</thead><tbody>{body}</tbody></table>")
+    return HTML(f"<table class=\"course-table\"><thead>{row_html('th', header)}</thead><tbody>{body}</tbody></table>")

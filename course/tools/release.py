@@ -1,4 +1,5 @@
-"""Make everything that is generated from solutions/: nbgrader notebooks, exercises/, reference/.
+"""Make everything that is generated from solutions/: nbgrader notebooks, exercises/, reference/, and the
+Chinese release zh/exercises/ from the instructor notebooks' Chinese twins in zh/solutions/.
 
     python -m course.tools release           remake them in the repository
     python -m course.tools release --check   fail if what is committed is stale
@@ -18,7 +19,7 @@ import jupytext
 import nbformat
 from tqdm import tqdm
 
-from course.layout import EXERCISES, REFERENCE, REPO, SOLUTIONS, chapters, sources
+from course.layout import EXERCISES, REFERENCE, REPO, SOLUTIONS, ZH, chapters, sources
 from course.notebook_format import cell_role, strip_solution_markers, to_nbgrader, write_notebook
 
 REFERENCE_HEADER = '''"""Reference implementation: {title}
@@ -147,6 +148,48 @@ def build(root: Path, only: list[str] | None = None) -> None:
                 old.unlink()
     for c in chosen:
         c.reference_path.write_text(reference_source(c.source), encoding="utf-8")
+        if c.zh_source.is_file():
+            write_notebook(zh_release(c), c.zh_release)
+
+
+class TwinError(ValueError):
+    """An instructor notebook's Chinese twin does not pair with it cell for cell."""
+
+
+def zh_release(chapter) -> nbformat.NotebookNode:
+    """The Chinese release: the English release, whose cells nbgrader made, with the twin's markdown in
+    place of each markdown cell (its checksum computed again); its code, grade ids and tests are the English
+    release's, so the same checks grade it."""
+    from nbgrader.utils import compute_checksum
+
+    problems = notebook_twin_problems(chapter)
+    if problems:
+        raise TwinError("\n".join(problems))
+    release_nb = nbformat.read(chapter.release, as_version=4)
+    chinese = [c.source for c in jupytext.read(chapter.zh_source).cells if c.cell_type == "markdown"]
+    places = [i for i, c in enumerate(release_nb.cells) if c.cell_type == "markdown"]
+    if len(places) != len(chinese):
+        raise TwinError(f"{chapter.release} has {len(places)} markdown cells where its twin has {len(chinese)}")
+    for index, text in zip(places, chinese):
+        cell = release_nb.cells[index]
+        cell.source = text
+        if "checksum" in cell.metadata.get("nbgrader", {}):
+            cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
+    return release_nb
+
+
+def notebook_twin_problems(chapter) -> list[str]:
+    """How an instructor notebook's Chinese twin departs from it: other cells, other code, other tags."""
+    if not chapter.zh_source.is_file():
+        return [f"{chapter.assignment} has no Chinese instructor notebook {chapter.zh_source.relative_to(chapter.root)}"]
+    english, chinese = jupytext.read(chapter.source).cells, jupytext.read(chapter.zh_source).cells
+    where = chapter.zh_source.relative_to(chapter.root)
+    if [c.cell_type for c in english] != [c.cell_type for c in chinese]:
+        return [f"{where} has other cells than {chapter.source.relative_to(chapter.root)} "
+                f"({len(chinese)} against {len(english)}, or in another order)"]
+    return [f"{where}: code cell {n} differs from the English notebook's"
+            for n, (en, zh) in enumerate(zip(english, chinese), 1)
+            if en.cell_type == "code" and (en.source != zh.source or en.metadata != zh.metadata)]
 
 
 def _stage(root: Path) -> Path:
@@ -158,6 +201,10 @@ def _stage(root: Path) -> Path:
         dest = tmp / SOLUTIONS / src.parent.name / src.name
         dest.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, dest)
+        twin = root / ZH / SOLUTIONS / src.parent.name / src.name
+        if twin.is_file():
+            (tmp / ZH / SOLUTIONS / src.parent.name).mkdir(parents=True, exist_ok=True)
+            shutil.copy(twin, tmp / ZH / SOLUTIONS / src.parent.name / src.name)
     return tmp
 
 
@@ -186,7 +233,7 @@ def fresh_build(root: Path = REPO) -> Path:
 def differences(fresh_root: Path, root: Path = REPO) -> list[str]:
     """What differs between the generated files committed in `root` and those of a fresh build."""
     problems = []
-    for folder in (EXERCISES, REFERENCE):
+    for folder in (EXERCISES, REFERENCE, f"{ZH}/{EXERCISES}"):
         fresh, committed = _tree(fresh_root / folder), _tree(root / folder)
         for name in sorted(fresh.keys() | committed.keys()):
             where = f"{folder}/{name}"

@@ -8,6 +8,7 @@ It writes, for the chapter ``chNN_topic`` and its notebook ``topic``:
                                      (autograder/framework.py) and stating its rules in STATED
     tests/mistakes/topic.py          the example's catalogue of mistakes
     book/chNN_topic.md               the page, with two figures made by code
+    zh/book/chNN_topic.md            its Chinese twin, the same page until its prose is written in Chinese
     _toc.yml                         the page's entry, in chapter order
 
 then generates the chapter's release and reference module and updates the chapter tables.
@@ -58,7 +59,8 @@ NOTEBOOK = '''# %% [markdown]
 # tells you what is wrong and where to look. Graded work is also run against more cases than the
 # ones you see here, so aim for code that is right, not code that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/__ASSIGNMENT__/__STEM__.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/__ASSIGNMENT__/__STEM__.ipynb`.
 
 # %% tags=["export"]
 import torch
@@ -348,8 +350,10 @@ All figures below are produced by the code on this page, with fixed random seeds
 import matplotlib.pyplot as plt
 import torch
 
-# At 92 dpi a figure 7 inches wide fits the column unscaled.
-plt.rcParams.update({"figure.dpi": 92})
+from course.tools.page_setup import page_setup
+
+# figures at the site's resolution; a long cell is reported in the build's log
+page_setup()
 ```
 
 ## A padded batch
@@ -463,6 +467,7 @@ def new_chapter(name: str, title: str | None = None, root: Path = REPO) -> list[
         chapter.checks: CHECKS,
         chapter.mistakes: MISTAKES,
         chapter.page: PAGE,
+        chapter.zh_page: PAGE,  # the same code cells; its prose is to be written in Chinese
     }
     for path, template in files.items():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -476,7 +481,7 @@ def unfinished(root: Path = REPO) -> list[str]:
     """The files of every chapter that still hold the scaffold's example."""
     left = []
     for chapter in chapters(root):
-        for path in (chapter.source, chapter.checks, chapter.mistakes, chapter.page):
+        for path in (chapter.source, chapter.checks, chapter.mistakes, chapter.page, chapter.zh_page):
             if path.is_file() and MARKER + ":" in path.read_text(encoding="utf-8"):
                 left.append(f"{path.relative_to(root)} is still the scaffold of {chapter.assignment}: write the chapter")
     return left

@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import html
 import json
+import os
 import re
 import shutil
 from importlib import metadata
@@ -38,7 +39,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
-from course.layout import GLOSSARY, SITE_STATIC, chapters
+from course.layout import GLOSSARY, SITE_STATIC, ZH, chapters
 
 logger = logging.getLogger(__name__)
 
@@ -130,11 +131,26 @@ REPOSITORY_UNSET = ("the repository's address is unset (`repository: url:` in _c
                     "shows no repository button, and the exercise boxes give the download and the commands only")
 
 
+def course_root(app: Sphinx) -> Path:
+    """The course's repository: the Sphinx project's own folder, or for the Chinese edition (rooted at zh/) the
+    folder above it (`course_root`, relative to the project)."""
+    return (Path(app.srcdir) / app.config.course_root).resolve()
+
+
+def chinese(app: Sphinx) -> bool:
+    return str(app.config.language or "").startswith("zh")
+
+
 def exercise_pages(app: Sphinx) -> dict[str, list[str]]:
-    """page (docname) -> the released notebooks it sends the reader to, as paths from the root."""
-    root = Path(app.srcdir)
-    pages = {c.toc_entry: [c.release.relative_to(root).as_posix()] for c in chapters(root)}
-    by_assignment = {c.assignment: c.release.relative_to(root).as_posix() for c in chapters(root)}
+    """page (docname) -> the released notebooks it sends the reader to, as paths from the course's root."""
+    root = course_root(app)
+
+    def release(c) -> str:  # the Chinese edition sends its readers to the Chinese release
+        notebook = c.zh_release if chinese(app) and c.zh_release.is_file() else c.release
+        return notebook.relative_to(root).as_posix()
+
+    pages = {c.toc_entry: [release(c)] for c in chapters(root)}
+    by_assignment = {c.assignment: release(c) for c in chapters(root)}
     for page, assignments in (app.config.course_exercise_pages or {}).items():
         unknown = [a for a in assignments if a not in by_assignment]
         if unknown:
@@ -143,9 +159,10 @@ def exercise_pages(app: Sphinx) -> dict[str, list[str]]:
     return pages
 
 
-def _download(docname: str, notebook: str) -> addnodes.download_reference:
+def _download(docname: str, notebook: str, up: str = "") -> addnodes.download_reference:
+    """A download of the notebook (a path from the course's root; ``up`` leads there from the project's)."""
     link = addnodes.download_reference(
-        "", "", refdoc=docname, reftarget="/" + notebook, refexplicit=True, refdomain="", reftype="download",
+        "", "", refdoc=docname, reftarget="/" + up + notebook, refexplicit=True, refdomain="", reftype="download",
     )
     link += nodes.literal("", PurePosixPath(notebook).name)
     return link
@@ -158,26 +175,49 @@ def _paragraph(*parts: nodes.Node | str) -> nodes.paragraph:
     return para
 
 
-def exercise_box(docname: str, notebooks: list[str], repository: str) -> nodes.admonition:
+#: the exercise box's words in each edition; a list is the sentence's pieces around what the box puts in
+BOX_TEXT = {
+    "en": {
+        "one": "The exercise", "several": "The exercises", "comma": ", ",
+        "own": ["Download the notebook ", ", or find it in the repository as ", "."],
+        "parts": ["This page has no exercise of its own: the model is built from the parts you write in ", "."],
+        "setup": [", run ", " once, and open the notebook in Jupyter (", "). To check a whole notebook the way it is graded:"],
+        "clone": "Its tests need the course's code: clone ",
+        "copy": "Its tests need the course's code: in a copy of the course's repository",
+    },
+    "zh": {
+        "one": "练习", "several": "练习", "comma": "、",
+        "own": ["下载练习笔记本 ", "，或在仓库中找到它：", "。"],
+        "parts": ["本页没有自己的练习：这里的模型由你在这些笔记本中写出的部件组装而成：", "。"],
+        "setup": ["，运行一次 ", "，再用 Jupyter 打开笔记本（", "）。要像评分时那样检查整本笔记本："],
+        "clone": "练习的测试需要课程的代码：克隆 ",
+        "copy": "练习的测试需要课程的代码：在课程仓库的副本中",
+    },
+}
+
+
+def exercise_box(docname: str, notebooks: list[str], repository: str, language: str = "en",
+                 up: str = "") -> nodes.admonition:
+    words = BOX_TEXT[language]
     box = nodes.admonition(classes=["exercise-box"])
     own = len(notebooks) == 1
-    box += nodes.title("", "The exercise" if own else "The exercises")
+    box += nodes.title("", words["one"] if own else words["several"])
     links: list[nodes.Node | str] = []
     for i, notebook in enumerate(notebooks):
-        links += [", " if i else "", _download(docname, notebook)]
+        links += [words["comma"] if i else "", _download(docname, notebook, up)]
     if own:
-        box += _paragraph("Download the notebook ", *links, ", or find it in the repository as ",
-                          nodes.literal("", notebook), ".")
+        before, middle, after = words["own"]
+        box += _paragraph(before, *links, middle, nodes.literal("", notebook), after)
     else:
-        box += _paragraph("This page has no exercise of its own: the model is built from the parts you write in ",
-                          *links, ".")
-    setup = [", run ", nodes.literal("", "make setup"), " once, and open the notebook in Jupyter (",
-             nodes.literal("", ".venv/bin/jupyter lab " + notebooks[0]), "). To check a whole notebook the way it is graded:"]
+        before, after = words["parts"]
+        box += _paragraph(before, *links, after)
+    run, open_it, check = words["setup"]
+    setup = [run, nodes.literal("", "make setup"), open_it,
+             nodes.literal("", ".venv/bin/jupyter lab " + notebooks[0]), check]
     if repository:
-        box += _paragraph("Its tests need the course's code: clone ",
-                          nodes.reference("", repository, refuri=repository, internal=False), *setup)
+        box += _paragraph(words["clone"], nodes.reference("", repository, refuri=repository, internal=False), *setup)
     else:
-        box += _paragraph("Its tests need the course's code: in a copy of the course's repository", *setup)
+        box += _paragraph(words["copy"], *setup)
     commands = "\n".join(f".venv/bin/python -m autograder check {notebook}" for notebook in notebooks)
     box += nodes.literal_block(commands, commands, language="bash")
     return box
@@ -209,7 +249,36 @@ def insert_exercise_box(app: Sphinx, doctree: nodes.document) -> None:
     section = next(iter(doctree.findall(nodes.section)), None)
     if section is None:
         raise ExtensionError(f"{docname} has no title to put its exercise box under")
-    section.insert(box_position(section), exercise_box(docname, notebooks, repository_url(app.config)))
+    up = os.path.relpath(course_root(app), app.srcdir)
+    up = "" if up == "." else up + "/"
+    section.insert(box_position(section), exercise_box(docname, notebooks, repository_url(app.config),
+                                                       "zh" if chinese(app) else "en", up))
+
+
+# ---------------------------------------------------------------- the other edition of each page
+
+
+def twin_link(app: Sphinx, docname: str) -> str | None:
+    """The address of a page's twin in the other edition, from the page; None where it has none."""
+    depth = "../" * docname.count("/")
+    if chinese(app):
+        return f"../{depth}{docname}.html"
+    twin = Path(app.srcdir) / ZH / f"{docname}.md"
+    return f"{depth}{ZH}/{docname}.html" if twin.is_file() else None
+
+
+def insert_language_switch(app: Sphinx, doctree: nodes.document) -> None:
+    """Under each page's title, a link to the same page in the other language."""
+    docname = app.env.docname
+    target = twin_link(app, docname)
+    section = next(iter(doctree.findall(nodes.section)), None)
+    if target is None or section is None:
+        return
+    label, language = ("English", "en") if chinese(app) else ("中文版", "zh-CN")
+    switch = nodes.paragraph(classes=["language-switch"])
+    switch += nodes.raw("", f'<a class="language-switch-link" href="{target}" hreflang="{language}" lang="{language}">'
+                            f'{label}</a>', format="html")
+    section.insert(1, switch)
 
 
 # ---------------------------------------------------------------- what a search finds
@@ -262,6 +331,36 @@ def add_search_keywords(app: Sphinx, doctree: nodes.document) -> None:
         doctree.insert(0, nodes.meta("", name="keywords", content=", ".join(sorted(words))))
 
 
+# ---------------------------------------------------------------- a page's run found by its code
+
+
+def find_runs_by_code() -> None:
+    """Let the execution cache know a page's run by its code cells and their tags alone, and give back each
+    cell with the page's own options: a Chinese twin, whose figure captions are Chinese, then shows the run
+    of its English page instead of executing the same code again.
+
+    jupyter-cache hashes every option of a code cell into a page's key (captions included) and, on a match,
+    replaces each cell by the cached one, options and all. Its two defaults are changed here, in the build
+    that loads this extension; tags stay in the key since some (raises-exception, skip-execution) change
+    what runs.
+    """
+    from jupyter_cache.cache.main import JupyterCacheBase
+
+    if getattr(JupyterCacheBase, "_course_by_code", False):
+        return
+    hashed, merged = JupyterCacheBase.create_hashed_notebook, JupyterCacheBase.merge_match_into_notebook
+
+    def create_hashed_notebook(self, nb, nb_metadata=("kernelspec",), cell_metadata=("tags",)):
+        return hashed(self, nb, nb_metadata, cell_metadata)
+
+    def merge_match_into_notebook(self, nb, nb_meta=("kernelspec", "language_info", "widgets"), cell_meta=()):
+        return merged(self, nb, nb_meta, cell_meta)
+
+    JupyterCacheBase.create_hashed_notebook = create_hashed_notebook
+    JupyterCacheBase.merge_match_into_notebook = merge_match_into_notebook
+    JupyterCacheBase._course_by_code = True
+
+
 # ---------------------------------------------------------------- re-execution when the code changes
 
 
@@ -290,7 +389,7 @@ def check_sources(app: Sphinx) -> None:
     cache = _cache(app)
     if cache is None:
         return
-    app.env.course_sources = source_digest(Path(app.srcdir), app.config.course_execution_inputs)
+    app.env.course_sources = source_digest(course_root(app), app.config.course_execution_inputs)
     stamp = cache / STAMP
     old = json.loads(stamp.read_text()) if stamp.is_file() else None
     app.env.course_sources_changed = old != app.env.course_sources
@@ -355,20 +454,26 @@ def add_static_path(app: Sphinx, config) -> None:
 
 
 def setup(app: Sphinx) -> dict[str, Any]:
+    find_runs_by_code()
     app.setup_extension("sphinx.ext.mathjax")
     app.setup_extension("myst_nb")
     app.add_config_value("course_execution_inputs", [], "env", [list])
     app.add_config_value("course_exercise_pages", {}, "env", [dict])
+    app.add_config_value("course_root", ".", "env", [str])
     # MathJax on every page, not only pages with equations: search results show formulas too.
     app.set_html_assets_policy("always")
     app.connect("config-inited", add_static_path)
     app.connect("config-inited", configure_repository)
     app.add_js_file("search-math.js", defer="defer")
+    app.add_js_file("attention-widget.js", defer="defer")
+    app.add_js_file("fit-math.js", defer="defer")  # a display equation too wide for a phone is scaled to fit
+    app.add_js_file("open-figure.js", defer="defer")  # a tap on a figure opens it at full size
     app.connect("builder-inited", check_mathjax)
     app.connect("builder-inited", check_sources, priority=900)  # after myst-nb has set its cache path
     app.connect("env-get-outdated", outdated_pages)
     app.connect("doctree-read", insert_exercise_box, priority=400)  # before Sphinx collects download links
     app.connect("doctree-read", add_search_keywords)
+    app.connect("doctree-read", insert_language_switch, priority=450)  # after the exercise box: above it
     app.connect("html-page-context", drop_duplicate_scripts, priority=900)  # after MathJax adds its scripts
     app.connect("build-finished", copy_mathjax)
     app.connect("build-finished", write_stamp)

@@ -16,7 +16,8 @@
 # Graded work is also run against more cases than the ones you see here, so aim for a function
 # that is right, not one that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch01_prerequisites/prerequisites.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch01_prerequisites/prerequisites.ipynb`.
 #
 # Do not use `torch.nn.RNN` in your answer to part 2: the point is to see the loop.
 

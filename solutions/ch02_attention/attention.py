@@ -14,7 +14,8 @@
 # functions on random inputs of several shapes and dtypes. Graded work is also run against more
 # cases than the ones you see here, so aim for a function that is right, not one that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch02_attention/attention.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch02_attention/attention.ipynb`.
 #
 # Do not use `torch.softmax` or `torch.nn.functional.scaled_dot_product_attention` in your answers:
 # the point is to build them.

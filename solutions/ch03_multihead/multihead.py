@@ -18,7 +18,8 @@
 # `torch.nn.MultiheadAttention`, loaded with the same weights, on self-attention, cross-attention,
 # masks, padding, both dtypes, with and without bias. Graded work also runs cases you do not see here.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch03_multihead/multihead.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch03_multihead/multihead.ipynb`.
 #
 # Do not use `torch.nn.MultiheadAttention`, `torch.nn.functional.multi_head_attention_forward` or
 # `torch.nn.functional.scaled_dot_product_attention` in your answers. The attention inside every head

@@ -23,7 +23,8 @@
 # Graded work is also run against more cases than the ones you see here, so aim for a module that
 # is right, not one that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch04_encoder/encoder.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch04_encoder/encoder.ipynb`.
 #
 # Do not use `nn.LayerNorm`, `torch.nn.functional.layer_norm`, `nn.TransformerEncoderLayer` or
 # `nn.TransformerEncoder` in your answers: they are what your code is checked against.

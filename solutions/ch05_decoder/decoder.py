@@ -24,7 +24,8 @@
 # and padding never changes a real one. Graded work is also run against more cases than the ones
 # you see here, so aim for code that is right, not code that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch05_decoder/decoder.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch05_decoder/decoder.ipynb`.
 #
 # Do not use `nn.TransformerDecoderLayer`, `nn.TransformerDecoder` or `nn.MultiheadAttention` in
 # your answers: they are what your code is checked against. `MultiHeadAttention` (chapter 3),

@@ -17,7 +17,8 @@
 # training mode. Graded work is also run against more cases than the ones you see here, so aim for
 # code that is right, not code that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch06_positional/positional.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch06_positional/positional.ipynb`.
 
 # %% tags=["export"]
 import math

@@ -30,7 +30,8 @@
 # Graded work is also run against more cases than the ones you see here, so aim for a function that
 # is right, not one that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch07_bert_gpt/bert_gpt.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch07_bert_gpt/bert_gpt.ipynb`.
 #
 # **Randomness.** `mask_tokens` and `sample_next` draw at random, and they must draw only from the
 # `torch.Generator` they are given (`torch.rand(shape, generator=generator)`,

@@ -20,7 +20,8 @@
 # against more cases than the ones you see here, so aim for a function that is right, not one
 # that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch08_capstone/capstone.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch08_capstone/capstone.ipynb`.
 #
 # Do not use `F.cross_entropy` or `nn.CrossEntropyLoss` in part 2: the point is to see what
 # label smoothing does to the target distribution.

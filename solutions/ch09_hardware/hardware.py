@@ -19,7 +19,8 @@
 # what is wrong and where to look. Graded work is also run against more cases than the ones you see
 # here, so aim for code that is right, not code that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch09_hardware/hardware.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch09_hardware/hardware.ipynb`.
 #
 # Do not use `torch.nn.functional.scaled_dot_product_attention`, `torch.nn.MultiheadAttention` or
 # their relatives in your answers: the point is to build what they do. Chapter 2's

@@ -21,7 +21,8 @@
 # what is wrong and where to look. Graded work is also run against more cases than the ones you see
 # here, so aim for code that is right, not code that passes.
 #
-# To check the whole notebook from a terminal: `python -m autograder check exercises/ch10_one_block/one_block.ipynb`.
+# To check the whole notebook from a terminal, in the course's folder:
+# `.venv/bin/python -m autograder check exercises/ch10_one_block/one_block.ipynb`.
 #
 # Do not use `torch.nn.functional.unfold`, `torch.stft` or `torchaudio` in your answers: the point is
 # to build what they do. Chapter 4's `PositionwiseFeedForward`, imported below, is each expert.

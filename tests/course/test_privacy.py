@@ -4,20 +4,22 @@ from __future__ import annotations
 import os
 import stat
 
-from course.layout import COURSE_SECRET, GRADEBOOK, SOLUTIONS, SUBMITTED
+from course.layout import COURSE_SECRET, GRADEBOOK, SOLUTIONS, SUBMITTED, ZH
 from course.privacy import make_private, open_homes, private_files, said
 
 
 def test_the_course_directory_and_its_instructor_parts_are_made_the_owners_alone(tmp_path):
     root = tmp_path / "course"
     (root / SOLUTIONS).mkdir(parents=True)
+    (root / ZH / SOLUTIONS).mkdir(parents=True)  # the Chinese twins hold the same solutions
     (root / SUBMITTED).mkdir()
     (root / GRADEBOOK).write_text("")
     (root / COURSE_SECRET).write_text("ab" * 32)
     (root / "README.md").write_text("")
     (root / "elsewhere").mkdir()
     (root / "feedback").symlink_to(root / "elsewhere")  # a link's own mode means nothing: left as it is
-    for path in (root, root / SOLUTIONS, root / SUBMITTED, root / GRADEBOOK, root / COURSE_SECRET, root / "elsewhere"):
+    for path in (root, root / SOLUTIONS, root / ZH / SOLUTIONS, root / SUBMITTED, root / GRADEBOOK, root / COURSE_SECRET,
+                 root / "elsewhere"):
         path.chmod(0o755)
     old = os.umask(0o022)
     try:
@@ -27,10 +29,10 @@ def test_the_course_directory_and_its_instructor_parts_are_made_the_owners_alone
         assert os.umask(0o022) == 0o022  # and the caller's umask is back after
     finally:
         os.umask(old)
-    for path in (root, root / SOLUTIONS, root / SUBMITTED, root / GRADEBOOK, root / COURSE_SECRET):
+    for path in (root, root / SOLUTIONS, root / ZH / SOLUTIONS, root / SUBMITTED, root / GRADEBOOK, root / COURSE_SECRET):
         assert stat.S_IMODE(path.stat().st_mode) == 0o700, path
     assert stat.S_IMODE((root / "elsewhere").stat().st_mode) == 0o755
-    assert len(changed) == 5 and f"{root} (mode 755 -> 700)" in said(changed)
+    assert len(changed) == 6 and f"{root} (mode 755 -> 700)" in said(changed)
     assert make_private(root) == [] and said([]) == ""  # nothing left to change: nothing said
 
 

@@ -162,7 +162,15 @@ def test_the_page_s_figures_have_captions_alt_text_and_the_site_s_resolution(cha
     drawn = [cell for cell in jupytext.read(chapter.page).cells if cell.cell_type == "code" and DRAWS.search(cell.source)]
     assert len(drawn) == 2
     assert not [p for cell in drawn for p in problems(chapter.toc_entry, cell)]
-    assert f'"figure.dpi": {DPI}' in chapter.page.read_text(encoding="utf-8")
+    assert "page_setup()" in chapter.page.read_text(encoding="utf-8") and DPI == 92
+
+
+def test_the_page_has_its_chinese_twin_to_be_written(course, chapter):
+    """The twin has the page's code cells (the Chinese build needs it); its prose is the scaffold's until written."""
+    from course.tools import editions
+
+    assert chapter.zh_page.read_text(encoding="utf-8") == chapter.page.read_text(encoding="utf-8")
+    assert editions.twin_problems(course, chapter.toc_entry) == []
 
 
 def test_the_parts_registries_pick_it_up(course):
@@ -189,7 +197,7 @@ def test_the_chapter_tables_pick_it_up(course, chapter):
 
 def test_the_example_is_flagged_until_it_is_replaced(course, chapter):
     left = "\n".join(unfinished(course))
-    for path in (chapter.source, chapter.checks, chapter.mistakes, chapter.page):
+    for path in (chapter.source, chapter.checks, chapter.mistakes, chapter.page, chapter.zh_page):
         assert str(path.relative_to(course)) in left
 
 

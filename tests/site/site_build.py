@@ -1,22 +1,22 @@
 """The website, built once per test run for every test that reads it (the `site` fixture).
 
-The build runs `jupyter-book build .` at the root of a copy of the repository into which
-decoys have been planted where an instructor's class data lives (submitted/, autograded/,
-feedback/, the gradebook) and where nbgrader's generated solution notebooks sit. Nothing of
+The build runs what `python -m course.tools site` runs (the English edition, then the Chinese one) at
+the root of a copy of the repository into which decoys have been planted where an instructor's class
+data lives (submitted/, autograded/, feedback/, the gradebook) and where nbgrader's generated solution
+notebooks sit. Nothing of
 theirs may reach the site (tests/site/test_site.py checks that).
 """
 from __future__ import annotations
 
-import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import nbformat
 
 from course.layout import AUTOGRADED, BUILD, EXECUTION_CACHE, FEEDBACK, GRADEBOOK, REPO, SUBMITTED, feedback_page, sources
 from course.notebook_format import to_nbgrader, write_notebook
+from course.tools import editions
 
 DECOY = "DECOY-4b1d9e"
 BUILD_LOG = "build-output.txt"
@@ -53,16 +53,13 @@ def build_site(root: Path) -> Path:
     cache = REPO / EXECUTION_CACHE
     if cache.is_dir():
         shutil.copytree(cache, root / EXECUTION_CACHE)
-    env = dict(os.environ, PATH=str(Path(sys.executable).parent) + os.pathsep + os.environ.get("PATH", ""))
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "jupyter-book"), "build", "."],
-        cwd=root, env=env, capture_output=True, text=True, timeout=1500,
-    )
-    assert done.returncode == 0, f"jupyter-book build failed:\n{done.stdout[-6000:]}\n{done.stderr[-4000:]}"
-    assert "Traceback" not in done.stdout, done.stdout[-6000:]
-    # What the build printed, beside the published site (tests read its warnings).
-    (root / BUILD / BUILD_LOG).write_text(done.stdout + done.stderr, encoding="utf-8")
-    return root / BUILD / "html"
+    try:
+        site, printed = editions.build(root)
+    except editions.EditionError as exc:
+        raise AssertionError(str(exc)) from None
+    # What the builds printed, beside the published site (tests read its warnings).
+    (root / BUILD / BUILD_LOG).write_text(printed, encoding="utf-8")
+    return site
 
 
 def build_log(site: Path) -> str:

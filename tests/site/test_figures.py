@@ -7,12 +7,14 @@ screen reader announces a file name. No build is needed.
 """
 from __future__ import annotations
 
+import json
 import re
 
 import jupytext
 import pytest
 
 from course.layout import REPO, toc_pages
+from course.tools import page_figures
 
 # Matplotlib figures are drawn at 92 dpi; at most this wide (644 px), a figure fits the page's
 # column (660 px in a 1280 px window, measured in Chromium) without being scaled down.
@@ -97,10 +99,39 @@ def test_figure_names_are_unique_across_the_site():
 
 
 def test_the_pages_draw_at_the_resolution_the_width_limit_assumes():
+    """page_setup() sets the dpi (course.tools.page_figures) and makes each figure's image record its smallest
+    text and its overlapping texts, which the browser test reads."""
+    assert page_figures.DPI == DPI
     for page in _pages():
         if any(True for _ in figure_cells(page)):
-            text = (REPO / f"{page}.md").read_text()
-            assert re.search(rf'"figure\.dpi":\s*{DPI}\b', text), f"{page} does not set figure.dpi to {DPI}"
+            first = jupytext.read(REPO / f"{page}.md").cells
+            setup = next(c.source for c in first if c.cell_type == "code")
+            assert "page_setup(" in setup, f"{page}'s first code cell does not call page_setup()"
+            assert "figure.dpi" not in (REPO / f"{page}.md").read_text(), f"{page} sets its own dpi"
+
+
+def test_a_figures_image_records_its_smallest_text_and_its_overlapping_texts():
+    import base64
+
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(3, 2), dpi=DPI)
+    left.set_title("a long title for the left panel")
+    right.set_title("another long title on the right")
+    left.text(0.5, 0.5, "small", fontsize=6)
+    left.set_xlim(0, 1)
+    found = page_figures.png_text(base64.b64decode(page_figures.figure_png(fig)))
+    assert float(found[page_figures.TEXT_PX]) == pytest.approx(6 * DPI / 72, abs=0.01)
+    assert json.loads(found[page_figures.OVERLAPS]) == [["a long title for the left panel",
+                                                         "another long title on the right"]]
+    right.set_title("")
+    left.set_title("short")
+    found = page_figures.png_text(base64.b64decode(page_figures.figure_png(fig)))
+    assert json.loads(found[page_figures.OVERLAPS]) == []
+    plt.close(fig)
 
 
 def test_a_bare_figure_cell_is_caught():

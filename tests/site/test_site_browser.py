@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import re
 import threading
 import time
@@ -79,6 +80,13 @@ def _requests(driver) -> list[str]:
     return urls
 
 
+#: Each display equation: the width its formula needs, the width of its box, the scale fit-math.js
+#: drew it at to fit (1 where it fits at its own size), and its text as the assistive MathML gives it.
+EQUATIONS = r"""[...document.querySelectorAll('main mjx-container[display="true"]')].map(c => {
+      const math = c.querySelector('mjx-math'), text = c.querySelector('mjx-assistive-mml');
+      return {need: math ? math.getBoundingClientRect().width : 0, room: c.clientWidth,
+              scale: parseFloat(c.dataset.courseScale || '1'), text: text ? text.textContent.trim().slice(0, 60) : ''}; })"""
+
 PAGE_STATE = r"""
 return {
   math: document.querySelectorAll('span.math, div.math').length,
@@ -100,8 +108,10 @@ return {
       return c.textContent; }).filter(t => /\|\s*:?[-–—]+:?\s*\|/.test(t))  // the |---|---:| row
       .map(t => t.trim().slice(0, 80)),
   figures: [...document.querySelectorAll('main figure')].filter(f => f.querySelector('img')).map(f => {
-      const img = f.querySelector('img'), box = img.getBoundingClientRect();
-      return {id: f.id, natural: img.naturalWidth, shown: box.width, right: box.right}; }),
+      const img = f.querySelector('img'), box = img.getBoundingClientRect(), link = img.closest('a');
+      return {id: f.id, natural: img.naturalWidth, shown: box.width, right: box.right, src: img.src,
+              opens: !!link && link.href === img.src}; }),
+  equations: EQUATIONS,
   // phonemes and other symbols in a table cell: each one line box
   symbols: [...document.querySelectorAll('main td code.symbols')].filter(c => c.getClientRects().length > 1)
       .map(c => c.textContent.slice(0, 40)),
@@ -119,7 +129,7 @@ return {
       return [...t.querySelectorAll('th, td')].some(c => c.getBoundingClientRect().right > edge + 1); })
       .map(t => t.textContent.trim().slice(0, 40)),
 };
-"""
+""".replace("EQUATIONS", EQUATIONS)
 
 
 @pytest.fixture(scope="module")
@@ -227,6 +237,77 @@ def test_figures_read_on_a_phone(visits):
     assert not problems, "\n".join(problems)
 
 
+@pytest.fixture(scope="module")
+def desktop_equations(site, server, browser):
+    """Every page's display equations as a 1280 px window shows them."""
+    base, _ = server
+    browser.set_window_size(DESKTOP, 900)
+    seen = {}
+    try:
+        for page in _pages(site):
+            browser.get(f"{base}/{page}")
+            _wait_for_mathjax(browser)
+            time.sleep(0.2)
+            seen[page] = browser.execute_script(f"return {EQUATIONS}")
+    finally:
+        browser.set_window_size(PHONE, 900)
+    return seen
+
+
+def _too_wide(equation: dict) -> bool:
+    return equation["need"] > equation["room"] + 1
+
+
+def test_every_display_equation_fits_a_desktop_column_at_its_own_size(desktop_equations):
+    problems = [f"{page}: {e['need']:.0f} px in a {e['room']} px column at scale {e['scale']}: {e['text']!r}"
+                for page, found in desktop_equations.items() for e in found if _too_wide(e) or e["scale"] < 1]
+    assert sum(len(found) for found in desktop_equations.values()) > 100, "the pages show almost no equations"
+    assert not problems, f"display equations too wide for a {DESKTOP} px window (break them at an operator):\n" + \
+        "\n".join(problems)
+
+
+def test_every_display_equation_fits_a_phone(visits):
+    """fit-math.js scales what is too wide for a phone, down to its MIN_SCALE; what needs less is broken."""
+    problems = [f"{page}: {e['need']:.0f} px in a {e['room']} px column at scale {e['scale']}: {e['text']!r}"
+                for page, state in visits.items() for e in state["equations"] if _too_wide(e)]
+    assert any(e["scale"] < 1 for state in visits.values() for e in state["equations"]), "nothing was scaled"
+    assert not problems, f"display equations too wide for a {PHONE} px phone even scaled (break them):\n" + \
+        "\n".join(problems)
+
+
+#: The smallest text a figure may show, in CSS pixels: on a phone's screen, or, for a figure shrunk
+#: below it there, at full size, which a tap on the figure opens.
+MIN_TEXT_PX = 8
+
+
+def test_figure_text_reads_on_a_phone_and_no_labels_overlap(visits, site):
+    """The size of a figure's smallest text and its overlapping texts are measured where it is drawn
+    (course/tools/page_figures.py writes them into the image); the scale it is shown at, here."""
+    from course.tools.page_figures import OVERLAPS, TEXT_PX, png_text
+
+    measured, by_tap, problems = 0, 0, []
+    for page, state in visits.items():
+        for figure in state["figures"]:
+            if not figure["opens"]:
+                problems.append(f"{page} {figure['id']}: a tap does not open it at full size")
+            found = png_text((site / urlparse(figure["src"]).path.lstrip("/")).read_bytes())
+            if TEXT_PX not in found:
+                continue  # an image that was not drawn by a page's code, or a figure without text
+            measured += 1
+            drawn = float(found[TEXT_PX])
+            on_screen = drawn * figure["shown"] / figure["natural"]
+            if drawn < MIN_TEXT_PX:
+                problems.append(f"{page} {figure['id']}: its smallest text is {drawn:.1f} px even at full size")
+            by_tap += on_screen < MIN_TEXT_PX
+            overlapping = json.loads(found.get(OVERLAPS, "[]"))
+            if overlapping:
+                problems.append(f"{page} {figure['id']}: texts overlap: {overlapping[:3]}")
+    assert measured > 40, f"only {measured} figures carry their text's size: does every page call page_figures()?"
+    assert not problems, "\n".join(problems)
+    print(f"{by_tap} of {measured} figures show text under {MIN_TEXT_PX} px on a {PHONE} px phone and are read "
+          "at full size, a tap away")
+
+
 def test_what_is_too_wide_for_a_phone_scrolls_visibly(visits):
     problems = [f"{page}: scrolls without a cue: {s['uncued']}" for page, s in visits.items() if s["uncued"]]
     problems += [f"{page}: a table's columns are cut off: {s['clipped']}" for page, s in visits.items() if s["clipped"]]
@@ -311,8 +392,8 @@ def test_the_navigation_opens_on_a_click(browser, server):
     browser.save_screenshot(str(SCREENSHOTS / f"navigation-{DESKTOP}.png"))
 
 
-def _search(browser, base: str, query: str) -> dict:
-    browser.get(f"{base}/search.html?q={quote(query)}")
+def _search(browser, base: str, query: str, edition: str = "") -> dict:
+    browser.get(f"{base}/{edition}search.html?q={quote(query)}")
     deadline, state = time.time() + 60, {}
     while time.time() < deadline:
         state = browser.execute_script(
@@ -367,4 +448,163 @@ def test_a_learners_searches_find_the_chapter_that_explains_them(browser, server
         links = _search(browser, base, query)["links"]
         if not any(f"{page}.html" in link for link in links):
             missed.append(f"{query!r} finds {[urlparse(link).path.rsplit('/', 1)[-1] for link in links][:6]}, not {page}")
+    assert not missed, "\n".join(missed)
+
+
+WIDGET_STATE = r"""
+const w = document.querySelector('.attention-widget.aw-ready');
+if (!w) return null;
+const texts = [...w.querySelectorAll('*')].filter(e => e.offsetParent !== null
+    && [...e.childNodes].some(n => n.nodeType === Node.TEXT_NODE && n.textContent.trim()));
+return {
+  keys: JSON.parse(w.dataset.keys), values: JSON.parse(w.dataset.values),
+  query: [...w.querySelectorAll('input.aw-query')].map(i => Number(i.value)),
+  divisor: Number(w.querySelector('input.aw-divisor').value),
+  weights: [...w.querySelectorAll('.aw-weight')].map(e => Number(e.textContent)),
+  output: [...w.querySelectorAll('.aw-out')].map(e => Number(e.textContent)),
+  unlabelled: [...w.querySelectorAll('input[type=range]')].filter(i => !i.labels.length
+      || !i.labels[0].textContent.trim()).map(i => i.id),
+  small: texts.filter(e => parseFloat(getComputedStyle(e).fontSize) < 12)
+      .map(e => e.textContent.trim().slice(0, 20) + ' ' + getComputedStyle(e).fontSize),
+  right: w.getBoundingClientRect().right, viewport: window.innerWidth,
+  page: document.documentElement.scrollWidth,
+};
+"""
+
+MOVE_SLIDER = r"""
+const [selector, value] = arguments;
+const input = document.querySelector('.attention-widget.aw-ready ' + selector);
+input.value = value;
+input.dispatchEvent(new Event('input'));
+"""
+
+
+def _attention(keys, values, query, divisor):
+    """The softmax weights of q . k_j / divisor over the keys, and the weighted sum of the values."""
+    scores = [sum(q * k for q, k in zip(query, key)) / divisor for key in keys]
+    exps = [math.exp(s - max(scores)) for s in scores]
+    weights = [e / sum(exps) for e in exps]
+    return weights, [sum(w * v[i] for w, v in zip(weights, values)) for i in range(len(values[0]))]
+
+
+def _widget_state(browser, moved: str) -> dict:
+    state = browser.execute_script(WIDGET_STATE)
+    assert state, "no attention widget was drawn: is attention-widget.js loaded, are its data attributes valid?"
+    weights, output = _attention(state["keys"], state["values"], state["query"], state["divisor"])
+    assert len(state["weights"]) == len(state["keys"]), f"{moved}: one weight per key expected: {state['weights']}"
+    assert abs(sum(state["weights"]) - 1) <= 0.01, f"{moved}: the weights shown sum to {sum(state['weights'])}"
+    assert all(abs(a - b) <= 0.01 for a, b in zip(state["weights"], weights)), (
+        f"{moved}: the widget shows weights {state['weights']}; the softmax of q . k_j / {state['divisor']} "
+        f"for q = {state['query']} is {[round(w, 3) for w in weights]}")
+    assert len(state["output"]) == len(output) and all(abs(a - b) <= 0.01 for a, b in zip(state["output"], output)), (
+        f"{moved}: the widget's output is {state['output']}, the weighted sum of the values {output}")
+    return state
+
+
+def check_attention_widget(browser) -> None:
+    """The checks of the attention widget on the page the browser shows: on each move of a slider
+    (by script, and by the keyboard) its weights redraw, sum to 1 and are the softmax of the scores
+    computed here from its data attributes and sliders; its sliders are labelled, its text is at
+    least 12 px, and at phone width it is no wider than the window. Also run on a standalone page."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.set_window_size(DESKTOP, 900)
+    state = _widget_state(browser, "as drawn")
+    assert not state["unlabelled"], f"sliders without a label: {state['unlabelled']}"
+    assert not state["small"], f"widget text under 12 px: {state['small'][:3]}"
+    before = state["weights"]
+    for selector, value in [(".aw-divisor", "0.5"), ('.aw-query[data-index="0"]', "-2")]:
+        browser.execute_script(MOVE_SLIDER, selector, value)
+        state = _widget_state(browser, f"{selector} set to {value}")
+        assert max(abs(a - b) for a, b in zip(state["weights"], before)) > 0.05, \
+            f"setting {selector} to {value} and dispatching 'input' did not redraw the weights: {before}"
+        before = state["weights"]
+    divisor = browser.find_element(By.CSS_SELECTOR, ".attention-widget.aw-ready .aw-divisor")
+    divisor.send_keys(Keys.ARROW_RIGHT)  # a keyboard step (0.1) sharpens or flattens the weights a little
+    state = _widget_state(browser, "the divisor moved by the keyboard")
+    assert abs(state["divisor"] - 0.6) < 1e-6 and state["weights"] != before, "the divisor does not move by the keyboard"
+    browser.set_window_size(PHONE, 900)
+    state = _widget_state(browser, f"at {PHONE} px")
+    assert state["right"] <= state["viewport"] + 1 and state["page"] <= state["viewport"], (
+        f"at {PHONE} px the widget ends at {state['right']} px and the page is {state['page']} px wide")
+    assert not state["small"], f"widget text under 12 px at {PHONE} px: {state['small'][:3]}"
+
+
+#: The worked example's table: its weights, one row per key, and in its last row the output.
+WALK_TABLE = r"""
+for (const table of document.querySelectorAll('main table')) {
+  const column = [...table.querySelectorAll('thead th')].map(th => th.textContent.trim()).indexOf('softmax weight');
+  if (column < 0) continue;
+  const rows = [...table.querySelectorAll('tbody tr')];
+  return {weights: rows.slice(0, -1).map(tr => tr.children[column].textContent.trim()),
+          output: rows[rows.length - 1].lastElementChild.textContent};
+}
+return null;
+"""
+
+
+def test_the_attention_widget_redraws_offline(browser, server):
+    base, _ = server
+    browser.set_window_size(DESKTOP, 900)
+    browser.get_log("browser"), browser.get_log("performance")  # what the previous page left
+    browser.get(f"{base}/book/ch02_attention.html")
+    _wait_for_mathjax(browser)
+    time.sleep(0.3)
+    # The widget starts from the worked example: the weights and output of the table above it.
+    walk = browser.execute_script(WALK_TABLE)
+    assert walk, "the worked example's table (a column 'softmax weight') is not on the page"
+    start = browser.execute_script(WIDGET_STATE)
+    assert start, "no attention widget was drawn on the page"
+    shown = {"weights": [float(w) for w in walk["weights"]],
+             "output": [float(x) for x in re.findall(r"-?\d+\.\d+", walk["output"])]}
+    for name in ("weights", "output"):
+        assert shown[name] == pytest.approx(start[name], abs=0.0015), \
+            f"the widget starts from {name} {start[name]}, the worked example shows {shown[name]}"
+    check_attention_widget(browser)
+    outside = [u for u in _requests(browser) if not u.startswith((base + "/", "data:", "blob:", "about:"))]
+    assert not outside, f"the page with the widget reaches the network: {outside[:3]}"
+    errors = [e["message"] for e in browser.get_log("browser") if e["level"] == "SEVERE"]
+    assert not errors, errors
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    browser.save_screenshot(str(SCREENSHOTS / f"attention-widget-{PHONE}.png"))
+
+
+def test_a_questions_answer_is_folded_until_the_reader_opens_it(browser, server):
+    from selenium.webdriver.common.by import By
+
+    base, _ = server
+    browser.set_window_size(PHONE, 900)
+    browser.get(f"{base}/book/ch04_encoder.html")
+    time.sleep(0.5)  # sphinx-togglebutton folds the dropdowns once the page has loaded
+    shown = "return [...arguments[0].children].slice(1).some(e => e.offsetParent !== null && e.offsetHeight > 0)"
+    questions = browser.find_elements(By.CSS_SELECTOR, "section#check-yourself div.dropdown.admonition")
+    assert 3 <= len(questions) <= 5, f"{len(questions)} questions at the end of chapter 4"
+    first = questions[0]
+    assert not browser.execute_script(shown, first), "an answer shows before the reader asks for it"
+    # sphinx-togglebutton puts its button over the question's title: the reader's click lands on it
+    toggle = first.find_element(By.CSS_SELECTOR, "button.toggle-button")
+    browser.execute_script("arguments[0].scrollIntoView({block: 'center', behavior: 'instant'})", toggle)
+    time.sleep(0.3)
+    toggle.click()
+    time.sleep(0.5)
+    assert browser.execute_script(shown, first), "clicking the question does not show its answer"
+
+
+#: What a reader of the Chinese edition types, and the page that explains it.
+ZH_QUERIES = [("注意力", "ch02_attention"), ("多头注意力", "ch03_multihead"), ("层归一化", "ch04_encoder"),
+              ("位置编码", "ch06_positional"), ("束搜索", "ch08_capstone"), ("键值缓存", "ch07_bert_gpt"),
+              ("分块注意力", "ch09_hardware"),
+              ("专家", "ch10_one_block")]
+
+
+def test_the_chinese_editions_search_finds_its_own_pages(browser, server):
+    base, _ = server
+    browser.set_window_size(PHONE, 900)
+    missed = []
+    for query, page in ZH_QUERIES:
+        links = _search(browser, base, query, edition="zh/")["links"]
+        if not any(f"/zh/book/{page}.html" in link for link in links):
+            missed.append(f"{query!r} finds {[urlparse(link).path for link in links][:6]}, not zh/book/{page}")
+    browser.save_screenshot(str(SCREENSHOTS / f"search-zh-{PHONE}.png"))
     assert not missed, "\n".join(missed)

@@ -1,0 +1,62 @@
+"""The checks' messages in Chinese (autograder/messages.py, catalogues made by course/tools/messages.py)."""
+from __future__ import annotations
+
+import subprocess
+
+import pytest
+
+from autograder import messages
+from autograder.checks import get
+from autograder.framework import CheckFailed, run_check
+from course.layout import REPO, chapters
+from course.tools import messages as catalogues
+from tests.conftest import PYTHON
+
+
+def test_every_message_has_its_chinese_with_the_same_placeholders_and_the_catalogues_are_current():
+    assert len([m for m in catalogues.template() if m.id]) >= 14, "the shared messages are not marked"
+    assert catalogues.stale() == [], "run `python -m course.tools messages` and translate what it lists"
+
+
+def test_the_placeholder_rule_sees_a_translation_that_loses_one():
+    catalog = catalogues.Catalog(locale="zh_CN")
+    catalog.add("{name} raised {error}", string="{name} 引发了错误")
+    catalog.add("{count} values", string="")
+    assert catalogues.problems("zh_CN", catalog) == [
+        "zh_CN: the translation of '{name} raised {error}' has the placeholders ['name'], not ['error', 'name']",
+        "zh_CN: no translation of '{count} values'"]
+
+
+@pytest.mark.parametrize("name, expected", [("zh", "zh_CN"), ("zh_CN.UTF-8", "zh_CN"), ("zh-CN", "zh_CN"),
+                                            ("en_US.UTF-8", None), ("C.UTF-8", None), ("", None), ("fr", None)])
+def test_a_language_is_found_by_any_of_its_names(name, expected):
+    assert messages.language_code(name) == expected
+
+
+def test_a_check_speaks_the_chosen_language_and_english_by_default(monkeypatch):
+    def stub(x, dim=-1):
+        raise NotImplementedError()
+
+    def message() -> str:
+        with pytest.raises(CheckFailed) as failed:
+            run_check(get("attention.softmax"), stub)
+        return str(failed.value)
+
+    assert message().endswith("is not implemented yet: replace `raise NotImplementedError()` with your code.")
+    monkeypatch.setenv("COURSE_LANG", "zh_CN.UTF-8")
+    assert message() == "`softmax` 尚未实现：请把 `raise NotImplementedError()` 换成你的代码。"
+    messages.set_language("en")
+    try:
+        assert "not implemented yet" in message()  # what is chosen outranks the environment
+    finally:
+        messages.set_language(None)
+
+
+def test_check_lang_zh_reports_in_chinese(tmp_path):
+    chapter = next(c for c in chapters(REPO) if c.assignment == "ch06_positional")
+    done = subprocess.run([PYTHON, "-m", "autograder", "check", "--lang", "zh", str(chapter.zh_release)],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 1 and "尚未实现：请把 `raise NotImplementedError()` 换成你的代码" in done.stdout, done.stdout
+    refused = subprocess.run([PYTHON, "-m", "autograder", "check", "--lang", "fr", str(chapter.zh_release)],
+                             cwd=tmp_path, capture_output=True, text=True, timeout=60)
+    assert refused.returncode == 2 and "no messages in 'fr'" in refused.stderr
