@@ -223,7 +223,7 @@ def exercise_box(docname: str, notebooks: list[str], repository: str, language: 
     return box
 
 
-SENTENCE_END = re.compile(r"[.!?][)\]\"'”’*_]*$")
+SENTENCE_END = re.compile(r"[.!?。！？][)\]\"'”’*_）」]*$")  # English or Chinese
 
 
 def box_position(section: nodes.section) -> int:

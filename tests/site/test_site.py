@@ -207,17 +207,19 @@ def test_the_repository_is_linked_only_when_its_address_is_set(site):
         assert "repository's address is unset" in build_log(site), "the build does not say that the address is unset"
 
 
-def test_the_exercise_box_never_cuts_a_sentence(site):
+@pytest.mark.parametrize("edition", ["", f"{ZH}/"])
+def test_the_exercise_box_never_cuts_a_sentence(site, edition):
     """The box comes after a paragraph that ends a sentence, never between a sentence and the
-    formula or list that completes it (chapter 2's opening sentence once ended with a comma)."""
-    pages = [p for p in toc_pages() if "exercise-box" in (site / f"{p}.html").read_text(encoding="utf-8")]
+    formula or list that completes it (chapter 2's opening sentence once ended with a comma), in
+    English or in Chinese (whose sentences end in 。)."""
+    pages = [p for p in toc_pages() if "exercise-box" in (site / f"{edition}{p}.html").read_text(encoding="utf-8")]
     assert len(pages) >= 8, pages
     for page in pages:
-        html = (site / f"{page}.html").read_text(encoding="utf-8")
+        html = (site / f"{edition}{page}.html").read_text(encoding="utf-8")
         before = html[: re.search(r'<div class="[^"]*\bexercise-box\b', html).start()]
         last = re.findall(r"<p>(.*?)</p>", before, re.S)
         text = re.sub(r"<[^>]+>", "", last[-1]).strip() if last else ""
-        assert re.search(r"[.!?][)\]\"'”’]*$", text), f"{page}: the exercise box follows {text[-80:]!r}"
+        assert re.search(r"[.!?。！？][)\]\"'”’）」]*$", text), f"{edition}{page}: the exercise box follows {text[-80:]!r}"
 
 
 def test_every_chinese_character_on_the_site_is_in_its_font(site):
