@@ -398,7 +398,9 @@ def _search(browser, base: str, query: str, edition: str = "") -> dict:
     while time.time() < deadline:
         state = browser.execute_script(
             "const r = document.getElementById('search-results');"
-            "return {done: !!r && /finished|did not match/i.test(r.querySelector('p.search-summary')?.textContent || ''),"
+            # the summary Sphinx writes when the search is done, in English or in the Chinese edition's words
+            "return {done: !!r && /finished|did not match|搜索完成|没有匹配/i.test("
+            "r.querySelector('p.search-summary')?.textContent || ''),"
             " links: [...document.querySelectorAll('#search-results ul.search > li > a')].map(a => a.href),"
             " summaries: document.querySelectorAll('#search-results p.context').length,"
             " text: r ? r.innerText : '', errors: document.querySelectorAll('#search-results mjx-merror').length}")
