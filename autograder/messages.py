@@ -18,8 +18,9 @@ the environment's ``COURSE_LANG``, then gettext's own ``LANGUAGE``, ``LC_ALL``, 
 without a catalogue is English.
 
 What is translated so far: the messages every check shares (an unwritten function, an exception, a
-result that is missing, of the wrong type, shape or dtype, or not finite, and the line a passing check
-prints). The chapters' own diagnoses, the cases' descriptions and the located lines are still English.
+result that is missing, of the wrong type, shape or dtype, or not finite, the line a passing check
+prints, and the ``check`` command's report). The chapters' own diagnoses, the cases' descriptions and
+the located lines are still English.
 """
 from __future__ import annotations
 

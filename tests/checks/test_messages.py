@@ -57,6 +57,7 @@ def test_check_lang_zh_reports_in_chinese(tmp_path):
     done = subprocess.run([PYTHON, "-m", "autograder", "check", "--lang", "zh", str(chapter.zh_release)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert done.returncode == 1 and "尚未实现：请把 `raise NotImplementedError()` 换成你的代码" in done.stdout, done.stdout
+    assert "可见测试的得分：0 / " in done.stdout
     refused = subprocess.run([PYTHON, "-m", "autograder", "check", "--lang", "fr", str(chapter.zh_release)],
                              cwd=tmp_path, capture_output=True, text=True, timeout=60)
     assert refused.returncode == 2 and "no messages in 'fr'" in refused.stderr
