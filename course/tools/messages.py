@@ -50,7 +50,8 @@ def _read(path: Path, code: str) -> Catalog:
 
 def _po_bytes(catalog: Catalog) -> bytes:
     out = io.BytesIO()
-    write_po(out, catalog, width=110, omit_header=False, sort_output=False)
+    # sorted, without line numbers: the catalogue changes only when the messages do
+    write_po(out, catalog, width=110, omit_header=False, sort_output=True, no_location=True)
     return out.getvalue()
 
 
