@@ -263,7 +263,7 @@ def _too_wide(equation: dict) -> bool:
 def test_every_display_equation_fits_a_desktop_column_at_its_own_size(desktop_equations):
     problems = [f"{page}: {e['need']:.0f} px in a {e['room']} px column at scale {e['scale']}: {e['text']!r}"
                 for page, found in desktop_equations.items() for e in found if _too_wide(e) or e["scale"] < 1]
-    assert sum(len(found) for found in desktop_equations.values()) > 100, "the pages show almost no equations"
+    assert sum(len(found) for found in desktop_equations.values()) > 50, "the pages show almost no equations"
     assert not problems, f"display equations too wide for a {DESKTOP} px window (break them at an operator):\n" + \
         "\n".join(problems)
 
