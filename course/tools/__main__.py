@@ -8,7 +8,7 @@ from course.layout import REPO, LayoutError, chapters, toc_pages
 from course.notebook_format import NotebookSourceError
 
 from .editions import EditionError
-from .release import TwinError, release, stale
+from .release import release, stale
 
 
 def _release(args) -> int:
@@ -93,12 +93,11 @@ def _site(args) -> int:
 
 def _zh_sync(args) -> int:
     from . import editions
-    from .release import notebook_twin_problems
 
     for twin in [*editions.sync(REPO), *editions.sync_notebooks(REPO)]:
         print(f"wrote the English code cells into {twin.relative_to(REPO)}")
     problems = [p for page in toc_pages(REPO) for p in editions.twin_problems(REPO, page)]
-    problems += [p for chapter in chapters(REPO) for p in notebook_twin_problems(chapter)]
+    problems += [p for chapter in chapters(REPO) for p in editions.notebook_twin_problems(chapter)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0
@@ -144,7 +143,7 @@ def main(argv=None) -> int:
                "messages": _messages}[args.command]
     try:
         return command(args)
-    except (LayoutError, NotebookSourceError, EditionError, TwinError) as exc:  # a ScaffoldError is a LayoutError
+    except (LayoutError, NotebookSourceError, EditionError) as exc:  # a ScaffoldError is a LayoutError
         print(f"error: {exc}", file=sys.stderr)
         return 2
 

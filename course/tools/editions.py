@@ -153,6 +153,38 @@ def sync(root: Path = REPO) -> list[Path]:
     return changed
 
 
+def _differs(en, zh) -> bool:
+    """Whether an instructor notebook's cell and its twin's differ where they must not: a code cell's source
+    or tags (a markdown cell is the twin's own)."""
+    return en.cell_type == "code" and (en.source != zh.source or en.metadata != zh.metadata)
+
+
+def _paired(chapter):
+    """An instructor notebook and its twin, read, or the sentence that says why their cells do not pair."""
+    import jupytext
+
+    english, chinese = jupytext.read(chapter.source), jupytext.read(chapter.zh_source)
+    if [c.cell_type for c in english.cells] != [c.cell_type for c in chinese.cells]:
+        return (f"{chapter.zh_source.relative_to(chapter.root)} does not have the cells of "
+                f"{chapter.source.relative_to(chapter.root)} in the same order ({len(chinese.cells)} against "
+                f"{len(english.cells)}, or in another order)")
+    return english, chinese
+
+
+def notebook_twin_problems(chapter) -> list[str]:
+    """How an instructor notebook's Chinese twin departs from it: missing, other cells, other code, other tags."""
+    where = chapter.zh_source.relative_to(chapter.root)
+    if not chapter.zh_source.is_file():
+        return [f"{chapter.assignment} has no Chinese instructor notebook {where}"]
+    paired = _paired(chapter)
+    if isinstance(paired, str):
+        return [paired]
+    english, chinese = paired
+    code = [(en, zh) for en, zh in zip(english.cells, chinese.cells) if en.cell_type == "code"]
+    return [f"{where}: code cell {n} differs from the English notebook's"
+            for n, (en, zh) in enumerate(code, 1) if _differs(en, zh)]
+
+
 def sync_notebooks(root: Path = REPO) -> list[Path]:
     """Copy each instructor notebook's code cells (source and tags) into its Chinese twin; the twins changed."""
     import jupytext
@@ -163,16 +195,14 @@ def sync_notebooks(root: Path = REPO) -> list[Path]:
     for chapter in chapters(root):
         if not chapter.zh_source.is_file():
             continue
-        english, chinese = jupytext.read(chapter.source), jupytext.read(chapter.zh_source)
-        if [c.cell_type for c in english.cells] != [c.cell_type for c in chinese.cells]:
-            raise EditionError(f"{chapter.zh_source.relative_to(root)} does not have the cells of "
-                               f"{chapter.source.relative_to(root)} in the same order: add or remove the cell in "
-                               "the twin by hand, then sync again")
-        differs = False
-        for en, zh in zip(english.cells, chinese.cells):
-            if en.cell_type == "code" and (en.source != zh.source or en.metadata != zh.metadata):
-                zh.source, zh.metadata, differs = en.source, copy.deepcopy(en.metadata), True
-        if differs:
+        paired = _paired(chapter)
+        if isinstance(paired, str):
+            raise EditionError(f"{paired}: add or remove the cell in the twin by hand, then sync again")
+        english, chinese = paired
+        differing = [(en, zh) for en, zh in zip(english.cells, chinese.cells) if _differs(en, zh)]
+        for en, zh in differing:
+            zh.source, zh.metadata = en.source, copy.deepcopy(en.metadata)
+        if differing:
             jupytext.write(chinese, chapter.zh_source, fmt="py:percent")
             changed.append(chapter.zh_source)
     return changed

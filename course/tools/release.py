@@ -152,44 +152,28 @@ def build(root: Path, only: list[str] | None = None) -> None:
             write_notebook(zh_release(c), c.zh_release)
 
 
-class TwinError(ValueError):
-    """An instructor notebook's Chinese twin does not pair with it cell for cell."""
-
-
 def zh_release(chapter) -> nbformat.NotebookNode:
     """The Chinese release: the English release, whose cells nbgrader made, with the twin's markdown in
     place of each markdown cell (its checksum computed again); its code, grade ids and tests are the English
     release's, so the same checks grade it."""
     from nbgrader.utils import compute_checksum
 
+    from .editions import EditionError, notebook_twin_problems
+
     problems = notebook_twin_problems(chapter)
     if problems:
-        raise TwinError("\n".join(problems))
+        raise EditionError("\n".join(problems))
     release_nb = nbformat.read(chapter.release, as_version=4)
     chinese = [c.source for c in jupytext.read(chapter.zh_source).cells if c.cell_type == "markdown"]
     places = [i for i, c in enumerate(release_nb.cells) if c.cell_type == "markdown"]
     if len(places) != len(chinese):
-        raise TwinError(f"{chapter.release} has {len(places)} markdown cells where its twin has {len(chinese)}")
+        raise EditionError(f"{chapter.release} has {len(places)} markdown cells where its twin has {len(chinese)}")
     for index, text in zip(places, chinese):
         cell = release_nb.cells[index]
         cell.source = text
         if "checksum" in cell.metadata.get("nbgrader", {}):
             cell.metadata["nbgrader"]["checksum"] = compute_checksum(cell)
     return release_nb
-
-
-def notebook_twin_problems(chapter) -> list[str]:
-    """How an instructor notebook's Chinese twin departs from it: other cells, other code, other tags."""
-    if not chapter.zh_source.is_file():
-        return [f"{chapter.assignment} has no Chinese instructor notebook {chapter.zh_source.relative_to(chapter.root)}"]
-    english, chinese = jupytext.read(chapter.source).cells, jupytext.read(chapter.zh_source).cells
-    where = chapter.zh_source.relative_to(chapter.root)
-    if [c.cell_type for c in english] != [c.cell_type for c in chinese]:
-        return [f"{where} has other cells than {chapter.source.relative_to(chapter.root)} "
-                f"({len(chinese)} against {len(english)}, or in another order)"]
-    return [f"{where}: code cell {n} differs from the English notebook's"
-            for n, (en, zh) in enumerate(zip(english, chinese), 1)
-            if en.cell_type == "code" and (en.source != zh.source or en.metadata != zh.metadata)]
 
 
 def _stage(root: Path) -> Path:

@@ -12,7 +12,8 @@ import pytest
 
 from course.layout import REPO, chapters
 from course.notebook_format import complete, secret_lines, to_nbgrader, write_notebook
-from course.tools.release import TwinError, notebook_twin_problems, zh_release
+from course.tools.editions import EditionError, notebook_twin_problems, sync_notebooks
+from course.tools.release import zh_release
 from tests.conftest import PYTHON
 
 CHAPTERS = {c.assignment: c for c in chapters(REPO)}
@@ -54,8 +55,8 @@ def test_the_chinese_release_has_the_english_releases_cells_and_its_own_words(as
 def test_a_twin_that_does_not_pair_with_its_notebook_is_refused(tmp_path):
     chapter = CHAPTERS["ch06_positional"]
     twin = jupytext.read(chapter.zh_source)
-    number, code = next((n, c) for n, c in enumerate(twin.cells, 1) if c.cell_type == "code")
-    code.source += "\nprint('only in Chinese')"
+    code = next(c for c in twin.cells if c.cell_type == "code")
+    code.source += "\nprint('only in Chinese')"  # the first code cell: counted among the code cells
     root = tmp_path / "course"
     for path in (chapter.source, chapter.release):
         target = root / path.relative_to(REPO)
@@ -64,10 +65,15 @@ def test_a_twin_that_does_not_pair_with_its_notebook_is_refused(tmp_path):
     (root / chapter.zh_source.relative_to(REPO)).parent.mkdir(parents=True, exist_ok=True)
     jupytext.write(twin, root / chapter.zh_source.relative_to(REPO), fmt="py:percent")
     in_copy = [c for c in chapters(root) if c.assignment == chapter.assignment][0]
-    assert notebook_twin_problems(in_copy) == [f"{in_copy.zh_source.relative_to(root)}: code cell {number} differs "
+    assert notebook_twin_problems(in_copy) == [f"{in_copy.zh_source.relative_to(root)}: code cell 1 differs "
                                                "from the English notebook's"]
-    with pytest.raises(TwinError, match=f"code cell {number} differs"):
+    with pytest.raises(EditionError, match="code cell 1 differs"):
         zh_release(in_copy)
+    # zh-sync puts the English code back, and leaves the twin's Chinese as it was
+    markdown = [c.source for c in twin.cells if c.cell_type == "markdown"]
+    assert sync_notebooks(root) == [in_copy.zh_source]
+    assert notebook_twin_problems(in_copy) == [] and sync_notebooks(root) == []
+    assert [c.source for c in jupytext.read(in_copy.zh_source).cells if c.cell_type == "markdown"] == markdown
 
 
 def test_a_solved_chinese_notebook_gets_full_marks_and_the_stub_none(tmp_path, source_nb):
