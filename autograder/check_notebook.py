@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from course.layout import REPO, SOLUTIONS, ZH
+from course.layout import REPO, SOLUTIONS, ZH_SOLUTIONS
 
 from .assignment import Assignment
 from .engine import grade_cells
@@ -40,7 +40,7 @@ def report(path: Path, limits: Limits = Limits()) -> int:
         print(tr("{path} is not graded: {error}").format(path=path, error=exc))
         return 2
     notes += cell_notes
-    outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS, REPO / ZH / SOLUTIONS],
+    outcomes, run_notes = grade_cells(assignment, cells, limits, [REPO / SOLUTIONS, REPO / ZH_SOLUTIONS],
                                        include_hidden=False)
     for note in notes + run_notes:
         print(tr("note: {note}").format(note=note))

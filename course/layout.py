@@ -119,6 +119,10 @@ EXECUTION_CACHE = f"{BUILD}/.jupyter_cache"
 #: the Chinese edition: zh/book/<page>.md is the twin of book/<page>.md (the same code cells), built
 #: from zh/ (its own Sphinx project, the English table of contents) into _build/html/zh/
 ZH = "zh"
+ZH_BOOK = f"{ZH}/{BOOK}"
+#: the instructor notebooks' Chinese twins, and the Chinese learner release made from them
+ZH_SOLUTIONS = f"{ZH}/{SOLUTIONS}"
+ZH_EXERCISES = f"{ZH}/{EXERCISES}"
 #: where the Chinese edition's build keeps its doctrees and its output before it is placed in the site
 ZH_BUILD = f"{BUILD}/zh-edition"
 
@@ -201,12 +205,12 @@ class Chapter:
     @property
     def zh_source(self) -> Path:
         """The instructor notebook's Chinese twin: its markdown in Chinese, its code cells the same."""
-        return self.root / ZH / SOLUTIONS / self.assignment / f"{self.stem}.py"
+        return self.root / ZH_SOLUTIONS / self.assignment / f"{self.stem}.py"
 
     @property
     def zh_release(self) -> Path:
         """The Chinese learner release: the release with the twin's markdown, graded by the same checks."""
-        return self.root / ZH / EXERCISES / self.assignment / f"{self.stem}.ipynb"
+        return self.root / ZH_EXERCISES / self.assignment / f"{self.stem}.ipynb"
 
 
 def reference_module(stem: str) -> str:

@@ -20,11 +20,11 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-from course.layout import CLASS_DATA, COURSE_SECRET, REFERENCE, SOLUTIONS, ZH
+from course.layout import CLASS_DATA, COURSE_SECRET, REFERENCE, SOLUTIONS, ZH_SOLUTIONS
 
 #: the parts of the course directory that only the instructor may read (the instructor notebooks' Chinese
 #: twins hold the same solutions)
-INSTRUCTOR_ONLY = (SOLUTIONS, f"{ZH}/{SOLUTIONS}", REFERENCE, COURSE_SECRET, *CLASS_DATA)
+INSTRUCTOR_ONLY = (SOLUTIONS, ZH_SOLUTIONS, REFERENCE, COURSE_SECRET, *CLASS_DATA)
 
 
 def open_to_others(path: Path) -> bool:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from course.layout import BOOK, REPO, ZH
+from course.layout import BOOK, REPO, ZH_BOOK
 
 #: Debian's fonts-noto-cjk; each .ttc holds the Japanese, Korean, Simplified and Traditional
 #: Chinese fonts, told apart by their family name.
@@ -47,7 +47,7 @@ def page_sources(root: Path = REPO) -> list[Path]:
     config, the extension and the edition builder, which write Chinese into every Chinese page, and the
     site's scripts (the attention widget speaks the page's language)."""
     tools = root / "course" / "tools"
-    return (sorted((root / BOOK).glob("*.md")) + sorted((root / ZH / BOOK).glob("*.md"))
+    return (sorted((root / BOOK).glob("*.md")) + sorted((root / ZH_BOOK).glob("*.md"))
             + [root / "_toc.yml", root / "_config.yml", tools / "sphinx_site.py", tools / "editions.py"]
             + sorted((tools / "site_static").glob("*.js")))
 

@@ -19,7 +19,7 @@ import jupytext
 import nbformat
 from tqdm import tqdm
 
-from course.layout import EXERCISES, REFERENCE, REPO, SOLUTIONS, ZH, chapters, sources
+from course.layout import EXERCISES, REFERENCE, REPO, ZH_EXERCISES, chapters
 from course.notebook_format import cell_role, strip_solution_markers, to_nbgrader, write_notebook
 
 REFERENCE_HEADER = '''"""Reference implementation: {title}
@@ -181,14 +181,12 @@ def _stage(root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix="course-release-"))
     shutil.copy(root / "nbgrader_config.py", tmp / "nbgrader_config.py")
     shutil.copy(root / "_config.yml", tmp / "_config.yml")  # the repository the notebooks install from
-    for src in sources(root):
-        dest = tmp / SOLUTIONS / src.parent.name / src.name
-        dest.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(src, dest)
-        twin = root / ZH / SOLUTIONS / src.parent.name / src.name
-        if twin.is_file():
-            (tmp / ZH / SOLUTIONS / src.parent.name).mkdir(parents=True, exist_ok=True)
-            shutil.copy(twin, tmp / ZH / SOLUTIONS / src.parent.name / src.name)
+    for chapter in chapters(root):
+        for src in (chapter.source, chapter.zh_source):  # the instructor notebook and its Chinese twin
+            if src.is_file():
+                dest = tmp / src.relative_to(root)
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(src, dest)
     return tmp
 
 
@@ -217,7 +215,7 @@ def fresh_build(root: Path = REPO) -> Path:
 def differences(fresh_root: Path, root: Path = REPO) -> list[str]:
     """What differs between the generated files committed in `root` and those of a fresh build."""
     problems = []
-    for folder in (EXERCISES, REFERENCE, f"{ZH}/{EXERCISES}"):
+    for folder in (EXERCISES, REFERENCE, ZH_EXERCISES):
         fresh, committed = _tree(fresh_root / folder), _tree(root / folder)
         for name in sorted(fresh.keys() | committed.keys()):
             where = f"{folder}/{name}"

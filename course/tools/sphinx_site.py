@@ -39,7 +39,7 @@ from sphinx.application import Sphinx
 from sphinx.errors import ExtensionError
 from sphinx.util import logging
 
-from course.layout import GLOSSARY, SITE_STATIC, ZH, chapters
+from course.layout import GLOSSARY, SITE_STATIC, ZH, chapters, zh_twin
 
 logger = logging.getLogger(__name__)
 
@@ -263,8 +263,7 @@ def twin_link(app: Sphinx, docname: str) -> str | None:
     depth = "../" * docname.count("/")
     if chinese(app):
         return f"../{depth}{docname}.html"
-    twin = Path(app.srcdir) / ZH / f"{docname}.md"
-    return f"{depth}{ZH}/{docname}.html" if twin.is_file() else None
+    return f"{depth}{ZH}/{docname}.html" if zh_twin(app.srcdir, docname).is_file() else None
 
 
 def insert_language_switch(app: Sphinx, doctree: nodes.document) -> None:
