@@ -273,26 +273,29 @@ def _jupyter_book(root: Path, *args: str, echo: bool) -> tuple[int, str]:
     return build.returncode, "".join(printed)
 
 
+def _edition(root: Path, label: str, args: tuple[str, ...], echo: bool) -> str:
+    """Build one edition; what the build printed."""
+    if echo:
+        print(f"building the {label} edition: jupyter-book build {' '.join(args)}", flush=True)
+    code, printed = _jupyter_book(root, *args, echo=echo)
+    if code != 0 or "Traceback" in printed:
+        raise EditionError(f"the {label} edition's build failed:\n{printed[-10000:]}")
+    return printed
+
+
 def build(root: Path = REPO, *, echo: bool = False) -> tuple[Path, str]:
     """Build the English edition, then the Chinese one into its folder of the site; the site and the builds' output."""
     root = Path(root).resolve()
-    outputs = []
-    for label, args in (("English", (".",)), ("Chinese", None)):
-        if args is None:
-            work = root / ZH_BUILD
-            work.mkdir(parents=True, exist_ok=True)
-            (work / "_config.yml").write_text(yaml.safe_dump(zh_config(root), allow_unicode=True, sort_keys=False))
-            (work / TOC).write_text(yaml.safe_dump(zh_toc(root), allow_unicode=True, sort_keys=False))
-            args = (ZH, "--config", str(work / "_config.yml"), "--toc", str(work / TOC), "--path-output", str(work))
-        if echo:
-            print(f"building the {label} edition: jupyter-book build {' '.join(args)}", flush=True)
-        code, printed = _jupyter_book(root, *args, echo=echo)
-        outputs.append(printed)
-        if code != 0 or "Traceback" in printed:
-            raise EditionError(f"the {label} edition's build failed:\n{printed[-10000:]}")
+    english = _edition(root, "English", (".",), echo)
+    work = root / ZH_BUILD
+    work.mkdir(parents=True, exist_ok=True)
+    (work / "_config.yml").write_text(yaml.safe_dump(zh_config(root), allow_unicode=True, sort_keys=False))
+    (work / TOC).write_text(yaml.safe_dump(zh_toc(root), allow_unicode=True, sort_keys=False))
+    chinese = _edition(root, "Chinese", (ZH, "--config", str(work / "_config.yml"), "--toc", str(work / TOC),
+                                         "--path-output", str(work)), echo)
     site = root / BUILD / "html"
     placed = site / ZH
     if placed.exists():
         shutil.rmtree(placed)
-    shutil.copytree(root / ZH_BUILD / BUILD / "html", placed)
-    return site, "\n".join(outputs)
+    shutil.copytree(work / BUILD / "html", placed)
+    return site, f"{english}\n{chinese}"

@@ -33,10 +33,10 @@ def report_progress(every: float = EVERY_S) -> None:
 
     def before(info) -> None:
         with lock:
-            lines = [line.strip() for line in (info.raw_cell or "").splitlines() if line.strip()]
-            code = [line for line in lines if not line.startswith(("#", "---", "tags", "-", "mystnb"))]
-            running.update(since=time.monotonic(), told=0.0,
-                           first=(code[0] if code else "")[:60])
+            # the cell's first line of code names it (its options are not part of what the kernel runs)
+            code = [line.strip() for line in (info.raw_cell or "").splitlines()
+                    if line.strip() and not line.lstrip().startswith("#")]
+            running.update(since=time.monotonic(), told=0.0, first=(code[0] if code else "")[:60])
 
     def after(result) -> None:
         with lock:
