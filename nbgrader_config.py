@@ -25,6 +25,11 @@ c.CourseDirectory.db_url = os.environ.get("GRADEBOOK_URL") or "sqlite:///gradebo
 # The percent-script sources stay with the instructor; only the notebooks are released.
 c.CourseDirectory.ignore = [".ipynb_checkpoints", "*.pyc", "__pycache__", "feedback", "*.py", "*.md"]
 
+# Stock `nbgrader autograde` stops a cell after 30 s. Chapter 9's tiled-attention test cell checks sequences of
+# 24,576 keys and, hidden, of 23,200 to 25,600: about 10 s on two idle cores, and past 30 s on a busy machine,
+# where the solution then lost its 5 points. A cell that runs this long is the course's own test, not a learner's
+# loop: the course's grader (`python -m autograder grade`) limits each call and each learner cell by itself.
+c.Execute.timeout = 180
 c.ClearSolutions.code_stub = {"python": "# YOUR CODE HERE\nraise NotImplementedError()"}
 c.ClearSolutions.text_stub = "YOUR ANSWER HERE"
 # Learners get the visible checks; hidden ones are graded but never released.

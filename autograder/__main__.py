@@ -108,9 +108,10 @@ def parser() -> argparse.ArgumentParser:
     s.add_argument("--root", type=Path, default=Path.cwd(), help="the course directory (default: here)")
     c = sub.add_parser("check", help="run an exercise notebook's visible tests and show the score")
     c.add_argument("notebook", type=Path)
-    for p in (g, c):
-        p.add_argument("--lang", metavar="LANG", help="the language of the checks' messages: en, or zh for Chinese "
-                                                       "(default: as COURSE_LANG or LANG say; see autograder/messages.py)")
+    for p in (g, c, e):  # export writes the feedback pages again, around the messages grading wrote
+        p.add_argument("--lang", metavar="LANG", help="the language of what learners read (the checks' messages, the "
+                                                       "feedback page): en, or zh for Chinese (default: as COURSE_LANG "
+                                                       "or LANG say; see autograder/messages.py)")
     defaults = Limits()
     for p in (g, c):
         for option, field, kind, what in LIMIT_OPTIONS:

@@ -21,6 +21,7 @@ from typing import Any
 from .assignment import Assignment
 from .checks import get
 from .framework import Check, CheckFailed, called_and_judged
+from .messages import tr
 from .sandbox import Limits, WorkerBroken
 from .session import Failure, Session
 from .source.helpers import substitution_notes
@@ -84,7 +85,8 @@ def _run_check(session: Session, check: Check, function: str, hidden: bool, own:
     except CheckFailed as failure:
         return str(failure)
     except Exception as exc:  # a result so odd that a judge tripped over it is still a wrong result
-        return f"`{function}` returned results the checks could not interpret ({type(exc).__name__}: {exc})."
+        return tr("`{function}` returned results the checks could not interpret ({error}: {message}).").format(
+            function=function, error=type(exc).__name__, message=exc)
     return None
 
 
@@ -101,8 +103,8 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
         shortcuts = scan(cells, {f: (assignment.forbidden(f), assignment.forbidden_ops(f)) for f in assignment.functions},
                          assignment.given, deadline=deadline)
     except OutOfTime:
-        message = (f"the grading time for this submission ({limits.submission_seconds:g} s) ran out while the grader "
-                   "read its source, before any test")
+        message = tr("the grading time for this submission ({seconds} s) ran out while the grader "
+                     "read its source, before any test").format(seconds=f"{limits.submission_seconds:g}")
         return [TestOutcome(t.grade_id, 0.0, t.points, False, message) for t in assignment.tests], notes
     if flags is not None:
         flags += shortcuts.flags()
@@ -121,7 +123,8 @@ def grade_cells(assignment: Assignment, cells: list[str], limits: Limits, hidden
                         message = "" if hidden else problem
                         break
             except TimeoutError:
-                message = f"the grading time for this submission ({limits.submission_seconds:g} s) ran out before this test"
+                message = tr("the grading time for this submission ({seconds} s) ran out before this test").format(
+                    seconds=f"{limits.submission_seconds:g}")
                 hidden_failed = False
             passed = not message and not hidden_failed
             points = test.points if passed else 0.0
@@ -151,12 +154,14 @@ def grade_submission(assignment: Assignment, submission: Submission, limits: Lim
         except Unreadable as exc:
             result.error = str(exc)
         except WorkerBroken as exc:
-            result.error = f"the grader's worker failed: {exc}"
+            result.error = tr("the grader's worker failed: {error}").format(error=exc)
         except Exception as exc:  # one submission's failure must not stop the class: report it as its own
             traceback.print_exc()
-            result.error = f"the grader failed on this submission ({type(exc).__name__}: {str(exc)[:300]})"
+            result.error = tr("the grader failed on this submission ({error}: {message})").format(
+                error=type(exc).__name__, message=str(exc)[:300])
     if result.error:
-        result.outcomes = [TestOutcome(t.grade_id, 0.0, t.points, False, "not graded: " + result.error) for t in assignment.tests]
+        why = tr("not graded: {error}").format(error=result.error)
+        result.outcomes = [TestOutcome(t.grade_id, 0.0, t.points, False, why) for t in assignment.tests]
     result.seconds = time.monotonic() - start
     return result
 
@@ -174,15 +179,15 @@ def self_check(assignment: Assignment, source_nb, limits: Limits, hidden_paths: 
     try:
         outcomes, notes = grade_cells(assignment, cells, limits, hidden_paths, output=session_output)
     except WorkerBroken as exc:
-        return str(exc) + (f"; the worker printed:\n{exc.printed}" if exc.printed.strip() else "")
+        return str(exc) + (f"; the worker printed:\n{exc.printed}" if exc.printed.strip() else "")  # english: the instructor's
     failed = [o for o in outcomes if not o.passed]
     if not failed:
         return None
     score = sum(o.points for o in outcomes)
-    lines = [f"the instructor's solution scores {score:g} / {assignment.max_score:g} through the grader:"]
-    lines += [f"  {o.grade_id}: {o.message or 'it fails the hidden tests'}" for o in failed]
+    lines = [f"the instructor's solution scores {score:g} / {assignment.max_score:g} through the grader:"]  # english: instructor
+    lines += [f"  {o.grade_id}: {o.message or 'it fails the hidden tests'}" for o in failed]  # english: the instructor's
     lines += [f"  note: {n}" for n in notes]
     output = "\n".join("".join(session_output).strip().splitlines()[-15:])
     if output:
-        lines.append(f"the sandboxed worker printed:\n{output}")
+        lines.append(f"the sandboxed worker printed:\n{output}")  # english: the instructor's
     return "\n".join(lines)

@@ -73,15 +73,16 @@ import inspect
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import torch
 
 # What the learner's side is made of, for the checks that build cases and read results.
-from autograder.messages import tr
+from autograder.messages import N_, tr
 from harness.calls import (  # noqa: F401
+    DEEPLY_NESTED,
     Case,
     ModuleResult,
     Opaque,
@@ -99,6 +100,7 @@ from harness.calls import (  # noqa: F401
 from harness.observe import Observed, Observer, tensors_in
 from harness.probes import PROBE_SECONDS, probe
 from harness.providers import PROVIDERS, Provided, provider, seeded  # noqa: F401
+from harness.wire import OPAQUE_DTYPE
 
 from . import course_secret
 from .locate import Stage, locate, locate_crash
@@ -140,7 +142,7 @@ class CheckFailed(AssertionError):
     def _render_traceback_(self) -> list[str]:
         lines = [f"{type(self).__name__}: {self}"]
         if self.learner_frames:
-            lines += ["", "Where it happened in your code (most recent call last):", *self.learner_frames]
+            lines += ["", tr("Where it happened in your code (most recent call last):"), *self.learner_frames]
         return lines
 
 
@@ -176,7 +178,7 @@ class Hint:
             return ""
         if self.when is not None and not self.when(case, result):
             return ""
-        text = self.text(name, case, result) if callable(self.text) else self.text
+        text = self.text(name, case, result) if callable(self.text) else tr(self.text)
         if not text or self.whole:
             return text
         return raised_message(name, case, result) + "\n" + text
@@ -184,13 +186,76 @@ class Hint:
 
 def mismatched(name: str, case: Case, result: Raised, advice: str) -> str:
     """"`f`'s parameters do not match on the case ...: <which>", then ``advice``: a StateMismatch's report."""
-    return f"{name}'s parameters do not match on the case {case.label}: {result.message} {advice}"
+    return tr("{name}'s parameters do not match on the case {case}: {message} {advice}").format(
+        name=name, case=case.label, message=raised_text(result), advice=tr(advice))
+
+
+def mismatch_text(details: Mapping[str, tuple]) -> str:
+    """What a StateMismatch's ``details`` say, in the learner's language: the submodules one object serves under
+    two names, the parameters missing and those the exercise does not ask for, where the learner's class makes
+    the first of those or a parameter of the wrong shape, and what to do."""
+    missing, unexpected = details.get("missing", ()), details.get("unexpected", ())
+    shared = [tuple(pair) for pair in details.get("shared", ()) if len(pair) == 2]
+    aliases = [alias for alias, _ in shared]
+    really_missing = [n for n in missing if not any(n == a or n.startswith(f"{a}.") for a in aliases)]
+    parts = [tr("{alias} and {original} are one and the same object, so they share their weights (PyTorch lists "
+                "them once, under {original}): give {alias} weights of its own by creating a new object for it "
+                "instead of reusing {original}").format(alias=alias, original=original)
+             for alias, original in shared[:3] if any(n == alias or n.startswith(f"{alias}.") for n in missing)]
+    if really_missing:
+        parts.append(tr("it has no parameter named {names}").format(names=", ".join(really_missing[:6])))
+    if unexpected:
+        parts.append(tr("it has parameters the exercise does not ask for: {names}").format(
+            names=", ".join(unexpected[:6])))
+    made, shape = details.get("made", ()), details.get("shape", ())
+    made_at = tr("{attribute} is made on line {line} of your `{method}`, `{text}`").format(
+        attribute=made[0], line=made[1], method=made[2], text=made[3]) if len(made) == 4 else ""
+    detail = made_at
+    if len(shape) == 3:
+        detail = tr("{name} has shape {shape}, expected {expected}").format(
+            name=shape[0], shape=shape[1], expected=shape[2]) + (tr(" ({note})").format(note=made_at) if made_at else "")
+    if detail:
+        parts.append(detail)
+    said = functools.reduce(lambda earlier, later: tr("{earlier}; {later}").format(earlier=earlier, later=later),
+                            parts) if parts else ""
+    if really_missing or unexpected or detail:
+        return tr("{said}. Use exactly the submodule names and shapes the exercise gives.").format(said=said)
+    return tr("{said}.").format(said=said)
+
+
+def raised_text(result: Raised) -> str:
+    """The message of what ``result`` raised, for a report of it: what the learner's code raised, as it said it;
+    what the course's code in the learner's process raised (a StateMismatch, the toys' EncodedAgain and
+    Recomputed), worded here from the facts it sent, in the learner's language."""
+    details = result.details or {}
+    if result.type == "StateMismatch":
+        return mismatch_text(details)
+    if result.type == "EncodedAgain" and len(details.get("encoded", ())) == 1:
+        return tr("model.encode was called {count} times in one decoding: the memory does not change from step to "
+                  "step, so encode the source once, before the loop, and pass that memory to every model.decode "
+                  "(model(src, ys) encodes too).").format(count=details["encoded"][0])
+    if result.type == "Recomputed" and len(details.get("read", ())) == 3:
+        name, count, budget = details["read"]
+        return tr("the model's `{name}` has now read {count} positions, more than the {budget} that the prompt and "
+                  "the generated tokens hold together: positions already in the cache were computed again").format(
+                      name=name, count=count, budget=budget)
+    return result.message
+
+
+def opaque_kind(value: Opaque) -> str:
+    """What a value that is not plain data is, in the learner's language: its type's name, or what the
+    learner's side said of it (a value nested too deeply, a tensor of a dtype that cannot travel)."""
+    if value.type == DEEPLY_NESTED:
+        return tr("deeply nested value")
+    if value.type.startswith(OPAQUE_DTYPE):
+        return tr("tensor of dtype {dtype}").format(dtype=value.type.removeprefix(OPAQUE_DTYPE))
+    return value.type
 
 
 def describe(value: Any) -> str:
     """A returned value as a learner would recognise it: a tensor by its shape, anything else by repr."""
     if isinstance(value, torch.Tensor):
-        return f"a tensor of shape {tuple(value.shape)}"
+        return tr("a tensor of shape {shape}").format(shape=tuple(value.shape))
     return repr(value)
 
 
@@ -264,7 +329,7 @@ ACROSS_CASES = "across cases"
 def module_output(result: Any, function: str, case: Case) -> torch.Tensor:
     """The tensor a module's forward returned (a :class:`ModuleResult`'s output), as "`function`'s output"."""
     out = result.output if isinstance(result, ModuleResult) else result
-    return expect_tensor(out, f"`{function}`'s output", case)
+    return expect_tensor(out, tr("`{function}`'s output").format(function=function), case)
 
 
 def tagged_pair(cases: Sequence[Case], results: Sequence[Any], first: str = "pair-a",
@@ -300,7 +365,7 @@ class Check:
     #: the name of the learner's function, as written in the exercise
     function: ClassVar[str]
     #: what the function is compared with, for the success line
-    oracle: ClassVar[str] = "the reference computation"
+    oracle: ClassVar[str] = N_("the reference computation")
     #: functions or layers the learner must not call, because the exercise is to build them
     forbidden: ClassVar[tuple[str, ...]] = ()
     #: further fragments of the names of torch functions and ATen operators that compute the same
@@ -313,9 +378,9 @@ class Check:
     #: the exception that cases tagged "invalid" must raise
     invalid_raises: ClassVar[str] = "ValueError"
     #: for such a case: what to tell a learner who raised another exception instead
-    invalid_hint: ClassVar[str] = "raise ValueError with a message that says what is wrong."
+    invalid_hint: ClassVar[str] = N_("raise ValueError with a message that says what is wrong.")
     #: for such a case: what to tell a learner whose function returned ({name}, {label}, {got}, {argument})
-    invalid_returned: ClassVar[str] = "{name} returned {got} on the case {label}: raise ValueError instead."
+    invalid_returned: ClassVar[str] = N_("{name} returned {got} on the case {label}: raise ValueError instead.")
     #: the argument the invalid cases get wrong, which the refusal's message must name ("": any message will do)
     invalid_argument: ClassVar[str] = ""
     #: judge every returned value before reporting an exception another case raised: a wrong value names
@@ -372,7 +437,7 @@ class Check:
                 each(self, case, result)
             except CheckFailed as failure:
                 return str(failure), failure.rule
-        return f"`{self.function}`'s result is wrong on the case {case.label}.", ""
+        return tr("`{function}`'s result is wrong on the case {case}.").format(function=self.function, case=case.label), ""
 
     def worked_out(self, case: Case, what: Callable[[Case], Any]) -> Any:
         """``what(case)`` (the oracle's value, say), worked out once for the case being judged however many
@@ -412,8 +477,8 @@ class Check:
         spellings = {argument, argument.replace("_", "-"), argument.replace("_", " ")}
         if not argument or any(name in message.lower() for name in spellings):
             return ""
-        return ("right, but say which argument is wrong and why, for instance "
-                f"ValueError(f\"{argument} must be ..., got {{{argument}}}\").")
+        return tr('right, but say which argument is wrong and why, for instance '
+                  'ValueError(f"{argument} must be ..., got {{{argument}}}").').format(argument=argument)
 
     def stages(self, case: Case) -> list[Stage]:
         """The stages of the course's computation of ``case``, in order, the last being the result
@@ -473,7 +538,7 @@ class Check:
                 self._reject(case, result)
                 self._judge_refusal(case, result, seen_)
         return tr("✓ {function}: all {count} cases agree with {oracle}").format(
-            function=self.function, count=len(cases), oracle=self.oracle)
+            function=self.function, count=len(cases), oracle=tr(self.oracle))
 
     def _judge_each(self, triples: Sequence[tuple[Case, Any, Observed | None]]) -> None:
         """``judge`` on each case in turn. A message that names a catalogued mistake is kept only when
@@ -537,7 +602,8 @@ class Check:
             return ""
         returned = next((s.line for s in reversed(seen.steps) if s.made_by == "return" and s.function == self.function),
                         None)
-        return made_on(seen.code, self.function, *failure.returns, returned_on=returned)
+        part, what = failure.returns  # what: the value's name in words, a check's constant marked N_()
+        return made_on(seen.code, self.function, part, tr(what), returned_on=returned)
 
     def _reference_function(self) -> Callable | None:
         """The course's own version of the graded function, whose signature is the exercise's."""
@@ -598,27 +664,29 @@ class Check:
 
     @rule("dtype")
     def _dtype(self, case: Case, result: Any) -> None:
-        expected, source = self.result_dtype, "the exercise asks for"
+        expected, from_inputs = self.result_dtype, False
         if expected == "arguments":
             values = case_tensors(case)
             dtypes = [t.dtype for t in values if t.is_floating_point()]
             if not dtypes:
                 return
             # float64 inputs to a float32 module give float64, as PyTorch's own arithmetic does
-            expected, source = functools.reduce(torch.promote_types, dtypes), "the inputs were"
+            expected, from_inputs = functools.reduce(torch.promote_types, dtypes), True
         if expected is None:
             return
         output = result.output if isinstance(result, ModuleResult) else result
         found = [(i, t) for i, t in enumerate(tensors_in(output)) if t.is_floating_point() and t.dtype != expected]
         if found:
             i, t = found[0]
-            what = f"`{self.function}`'s result" if isinstance(output, torch.Tensor) else \
-                f"value {i + 1} of what `{self.function}` returned"
-            raise CheckFailed(
-                f"{what} has dtype {t.dtype} but {source} {expected} on the case {case.label}: keep the input's dtype "
-                "(a tensor made with a fixed dtype, such as torch.tensor(1.0) or dtype=torch.float32, or a .float(), "
-                "changes it)."
-            )
+            what = (tr("`{function}`'s result") if isinstance(output, torch.Tensor)
+                    else tr("value {index} of what `{function}` returned")).format(function=self.function, index=i + 1)
+            message = (tr("{what} has dtype {dtype} but the inputs were {expected} on the case {case}: keep the input's "
+                          "dtype (a tensor made with a fixed dtype, such as torch.tensor(1.0) or dtype=torch.float32, or "
+                          "a .float(), changes it).") if from_inputs else
+                       tr("{what} has dtype {dtype} but the exercise asks for {expected} on the case {case}: keep the "
+                          "input's dtype (a tensor made with a fixed dtype, such as torch.tensor(1.0) or "
+                          "dtype=torch.float32, or a .float(), changes it)."))
+            raise CheckFailed(message.format(what=what, dtype=t.dtype, expected=expected, case=case.label))
 
     #: the result follows the arguments to their device (probed on one visible case, :mod:`harness.probes`);
     #: off for functions that draw from a generator the caller holds on the CPU
@@ -665,33 +733,33 @@ class Check:
         if seen.written:
             args = ", ".join(f"`{a}`" for a in seen.written)
             line = next((s for s in seen.steps if _writes_in_place(s.made_by)), None)
-            raise CheckFailed(
-                f"`{self.function}` changed the caller's {args} in place on the case {case.label}"
-                + (f" (line {line.line}: `{line.source}`)" if line else "")
-                + ": a function must leave its arguments as they were, or the caller's tensor silently changes. "
-                "An operation ending in `_` (`sub_`, `masked_fill_`), `x -= ...` or `x[...] = ...` writes into "
-                "the tensor you were given; compute a new one instead (`x = x - m`)."
-            )
+            raise CheckFailed(tr(
+                "`{function}` changed the caller's {args} in place on the case {case}{line}: a function must leave its "
+                "arguments as they were, or the caller's tensor silently changes. An operation ending in `_` (`sub_`, "
+                "`masked_fill_`), `x -= ...` or `x[...] = ...` writes into the tensor you were given; compute a new one "
+                "instead (`x = x - m`)."
+            ).format(function=self.function, args=args, case=case.label,
+                     line=tr(" (line {line}: `{source}`)").format(line=line.line, source=line.source) if line else ""))
 
     @rule("no view")
     def _no_view(self, case: Case, seen: Observed) -> None:
         if seen.aliased and not self.may_return_view:
             args = ", ".join(f"`{a}`" for a in seen.aliased)
-            raise CheckFailed(
-                f"`{self.function}` returned a view of its argument {args} on the case {case.label} (the two share "
-                "memory): a caller who then changes one changes the other. Return a new tensor (an arithmetic result, "
-                "or `.clone()`)."
-            )
+            raise CheckFailed(tr(
+                "`{function}` returned a view of its argument {args} on the case {case} (the two share memory): a "
+                "caller who then changes one changes the other. Return a new tensor (an arithmetic result, or "
+                "`.clone()`)."
+            ).format(function=self.function, args=args, case=case.label))
 
     @rule("detached")
     def _detached(self, case: Case, seen: Observed) -> None:
         stored = [a for a in seen.attached if a in self.detached_attributes]
         if stored:
-            raise CheckFailed(
-                f"`{self.function}` stores `{stored[0]}` still attached to the autograd graph on the case {case.label}: "
-                f"the exercise says to store it detached (`self.{stored[0]} = weights.detach()`), so that keeping it "
-                "for a plot does not keep the whole graph of the step alive."
-            )
+            raise CheckFailed(tr(
+                "`{function}` stores `{name}` still attached to the autograd graph on the case {case}: the exercise "
+                "says to store it detached (`self.{name} = weights.detach()`), so that keeping it for a plot does not "
+                "keep the whole graph of the step alive."
+            ).format(function=self.function, name=stored[0], case=case.label))
 
     @rule("device")
     def _device(self, case: Case, seen: Observed) -> None:
@@ -714,10 +782,11 @@ class Check:
             if isinstance(result, Raised):
                 guard = result.details.get("guard")
                 if guard and case.tag != INVALID:
-                    failure = _failure(
-                        f"{failure}\nThis case is valid, so the condition that sent your function to that raise, "
-                        f"line {guard[0]}, `{guard[1]}`, should not hold on it.", unexplained=failure.unexplained,
-                        rule=failure.rule)
+                    failure = _failure(tr(
+                        "{failure}\nThis case is valid, so the condition that sent your function to that raise, "
+                        "line {line}, `{source}`, should not hold on it.").format(
+                            failure=failure, line=guard[0], source=guard[1]),
+                        unexplained=failure.unexplained, rule=failure.rule)
                 at = result.line_at()
                 if guard and case.tag != INVALID and at is not None and guard[0].isdigit():
                     at = (int(guard[0]), at[1])  # a guard sent a valid case to a raise: what its condition depends on
@@ -743,14 +812,15 @@ class Check:
     @rule("refusal")
     def _refuses(self, case: Case, result: Any) -> None:
         if not isinstance(result, Raised):
-            raise CheckFailed(self.invalid_returned.format(
+            raise CheckFailed(tr(self.invalid_returned).format(
                 name=f"`{self.function}`", label=case.label, got=describe(result), argument=self.wrong_argument(case)))
 
     @rule("refusal names the argument")
     def _refusal_names(self, case: Case, result: Raised) -> None:
         lacks = self.refusal_lacks(case, result.message)
         if lacks:
-            raise CheckFailed(f"`{self.function}` raised {result.type}({result.message!r}) on the case {case.label}: {lacks}")
+            raise CheckFailed(tr("`{function}` raised {error}({message}) on the case {case}: {lacks}").format(
+                function=self.function, error=result.type, message=repr(result.message), case=case.label, lacks=lacks))
 
     def reject_non_results(self, case: Case, result: Any) -> None:
         """Fail on what is not a result: a forbidden call, an exception (on a valid case, or the wrong one on an
@@ -765,7 +835,7 @@ class Check:
                 "`{function}` calls {names}, which this exercise asks you to build yourself{note}; write it with "
                 "basic tensor operations instead."
             ).format(function=self.function, names=", ".join(result.names),
-                     note=f" ({self.forbidden_note})" if self.forbidden_note else ""))
+                     note=tr(" ({note})").format(note=tr(self.forbidden_note)) if self.forbidden_note else ""))
 
     @rule("implemented")
     def _implemented(self, case: Case, result: Any) -> None:
@@ -786,8 +856,10 @@ class Check:
         """On an invalid case, raising ``invalid_raises`` is the right answer; any other exception is not."""
         if isinstance(result, Raised) and case.tag == INVALID and result.type not in (self.invalid_raises, "StateMismatch"):
             raise CheckFailed(
-                f"`{self.function}` raised {result.type} ({result.message}) on the case {case.label}; {self.invalid_hint}"
-                + (f"\n  ({result.where.strip()})" if result.where else "")
+                tr("`{function}` raised {error} ({message}) on the case {case}; {hint}").format(
+                    function=self.function, error=result.type, message=raised_text(result), case=case.label,
+                    hint=tr(self.invalid_hint))
+                + raised_where(result)
             )
 
     def _hinted(self, case: Case, result: Raised) -> None:
@@ -801,7 +873,7 @@ class Check:
         if isinstance(result, Raised) and result.type == "StateMismatch":
             self._hinted(case, result)
             raise CheckFailed(tr("`{function}`'s parameters do not match the exercise on the case {case}: {message}")
-                              .format(function=self.function, case=case.label, message=result.message))
+                              .format(function=self.function, case=case.label, message=raised_text(result)))
 
     @rule("raises nothing")
     def _raises_nothing(self, case: Case, result: Any) -> None:
@@ -837,7 +909,7 @@ class LossCheck(Check):
 
     @rule("a scalar loss, NaN when every target is padding")
     def _loss(self, case: Case, result: Any) -> None:
-        expect_loss(result, self.what, case, case.args[0].dtype, self.mean_of, self.stable_hint,
+        expect_loss(result, tr(self.what), case, case.args[0].dtype, tr(self.mean_of), tr(self.stable_hint),
                     nothing_to_average=self.nothing_to_average(case))
 
 
@@ -846,7 +918,7 @@ class LossCheck(Check):
 BASE_RULES: tuple[Rule, ...] = (*Check._NON_RESULTS, Check._dtype, *Check._EFFECTS, Check._refuses, Check._refusal_names)
 #: the names a failure can carry besides its rules': a whole judge or judge_all of a check's own, and the
 #: learner's function not callable or not ending in time
-OTHER_RULE_NAMES = (WHOLE_JUDGE, ACROSS_CASES, "callable", "ends in time")
+OTHER_RULE_NAMES = (WHOLE_JUDGE, ACROSS_CASES, "callable", "ends in time")  # english: rule names
 
 
 def rule_names(check: Check) -> tuple[str, ...]:
@@ -856,41 +928,59 @@ def rule_names(check: Check) -> tuple[str, ...]:
 
 def device_message(name: str, case: Case, finding: tuple[str, ...]) -> str:
     """What the device probe's ``finding`` (:mod:`harness.probes`) tells the learner."""
-    moved = (f"on the case {case.label}, run again with its arguments moved to another device (PyTorch's `meta` "
-             "device, standing in for a GPU)")
-    create = ("create each tensor beside the arguments: `torch.zeros(..., device=x.device)`, "
-              "`torch.arange(T, device=x.device)`, or `x.new_zeros(...)`.")
+    moved = tr("on the case {case}, run again with its arguments moved to another device (PyTorch's `meta` device, "
+               "standing in for a GPU)").format(case=case.label)
+    create = tr("create each tensor beside the arguments: `torch.zeros(..., device=x.device)`, "
+                "`torch.arange(T, device=x.device)`, or `x.new_zeros(...)`.")
     if finding[0] == "raised":
-        where = f" ({finding[1].strip()})" if len(finding) > 1 and finding[1] else ""
-        attributes = [a for a in finding[2:] if a]
-        kept = (f" `{attributes[0]}` is a plain tensor attribute, which `.to(device)` leaves on the CPU: keep it with "
-                f"`self.register_buffer(\"{attributes[0].removeprefix('self.')}\", ...)` instead." if attributes else "")
-        return (f"{name} mixes a tensor made on the CPU with its arguments {moved}, and that raised a device "
-                f"mismatch{where}: on a GPU it would fail the same way.{kept} " + create[0].upper() + create[1:])
-    which = finding[1] if len(finding) > 1 else "the result"
+        # the five parts of where it raised (harness.probes), then the plain tensor attributes
+        where = where_text(finding[1:6]) if len(finding) >= 6 else ""
+        where = tr(" ({where})").format(where=where) if where else ""
+        attributes = [a for a in finding[6:] if a]
+        kept = tr(" `{attribute}` is a plain tensor attribute, which `.to(device)` leaves on the CPU: keep it with "
+                  "`self.register_buffer(\"{buffer}\", ...)` instead.").format(
+                      attribute=attributes[0], buffer=attributes[0].removeprefix("self.")) if attributes else ""
+        return tr("{name} mixes a tensor made on the CPU with its arguments {moved}, and that raised a device "
+                  "mismatch{where}: on a GPU it would fail the same way.{kept} ").format(
+                      name=name, moved=moved, where=where, kept=kept) + create[0].upper() + create[1:]
+    part = (finding[1] if len(finding) > 1 else "the result").removeprefix("the ")
     on = finding[2] if len(finding) > 2 else "CPU"
-    return f"{name}'s {which.removeprefix('the ')} stays on the {on} {moved}: " + create
+    # the probe names a value of the result by its path, "result" or "result[0]" ("the result" less "the ")
+    index = part.removeprefix("result") if part.startswith("result") else None
+    stays = (tr("{name}'s result stays on the {device} {moved}: ") if part == "result"
+             else tr("{name}'s result{index} stays on the {device} {moved}: ") if index is not None
+             else tr("{name}'s {part} stays on the {device} {moved}: "))
+    return stays.format(name=name, part=part, index=index, device=on, moved=moved) + create
 
 
 def gradient_message(name: str, case: Case, finding: tuple[str, ...]) -> str:
     """What the gradient probe's ``finding`` (:mod:`harness.probes`) tells the learner."""
-    cut = ("`.detach()`, `.data`, `.item()` or `.tolist()` and back, `torch.no_grad()`, or a tensor rebuilt with "
-           "`torch.tensor(...)`")
+    cut = tr("`.detach()`, `.data`, `.item()` or `.tolist()` and back, `torch.no_grad()`, or a tensor rebuilt with "
+             "`torch.tensor(...)`")
     if finding[0] == "detached":
         names = [n for n in finding[1:] if n]
-        what = ("its parameters" if names and all(n.startswith("self.") for n in names)
-                else " and ".join(f"`{n}`" for n in names[:4]) or "its inputs")
-        return (f"{name}'s result on the case {case.label} does not require a gradient although {what} "
-                f"{'does' if len(names) == 1 and not names[0].startswith('self.') else 'do'}: "
-                f"it is cut off from the autograd graph, so `loss.backward()` could never train what made it. "
-                f"Look for {cut} on the way to the result.")
+        if names and all(n.startswith("self.") for n in names):
+            what = tr("its parameters")
+        elif names:
+            what = functools.reduce(lambda earlier, later: tr("{earlier} and {later}").format(
+                earlier=earlier, later=later), [f"`{n}`" for n in names[:4]])
+        else:
+            what = tr("its inputs")
+        one = len(names) == 1 and not names[0].startswith("self.")
+        return (tr("{name}'s result on the case {case} does not require a gradient although {what} does: it is cut "
+                   "off from the autograd graph, so `loss.backward()` could never train what made it. Look for {cut} "
+                   "on the way to the result.") if one else
+                tr("{name}'s result on the case {case} does not require a gradient although {what} do: it is cut off "
+                   "from the autograd graph, so `loss.backward()` could never train what made it. Look for {cut} on "
+                   "the way to the result.")).format(name=name, case=case.label, what=what, cut=cut)
     leaf, autograd, change = (list(finding[1:4]) + ["", "", ""])[:3]
-    reaching = f"the gradient reaching `{leaf}`" if leaf else "its gradient"
-    numbers = (f": along a random direction autograd gives {autograd}, while the result itself changes by {change}"
-               if autograd and change else "")
-    return (f"{name}'s values are right but {reaching} is wrong on the case {case.label}{numbers}. Part of the "
-            f"computation that depends on {f'`{leaf}`' if leaf else 'its inputs'} is cut off from the autograd graph: "
-            f"look for {cut}.")
+    reaching = tr("the gradient reaching `{leaf}`").format(leaf=leaf) if leaf else tr("its gradient")
+    numbers = (tr(": along a random direction autograd gives {autograd}, while the result itself changes by {change}")
+               .format(autograd=autograd, change=change) if autograd and change else "")
+    return tr("{name}'s values are right but {reaching} is wrong on the case {case}{numbers}. Part of the computation "
+              "that depends on {depends} is cut off from the autograd graph: look for {cut}.").format(
+                  name=name, reaching=reaching, case=case.label, numbers=numbers,
+                  depends=f"`{leaf}`" if leaf else tr("its inputs"), cut=cut)
 
 
 def _mistake_key(advice: str) -> str:
@@ -926,8 +1016,40 @@ def _writes_in_place(made_by: str) -> bool:
 def raised_message(name: str, case: Case, result: Raised) -> str:
     """"`f` raised X on the case ...: message", with the learner's line that raised it."""
     return tr("{name} raised {error} on the case {case}: {message}").format(
-        name=name, error=result.type, case=case.label, message=result.message) + (
-        f"\n  ({result.where.strip()})" if result.where else "")
+        name=name, error=result.type, case=case.label, message=raised_text(result)) + raised_where(result)
+
+
+def raised_where(result: Raised) -> str:
+    """The line under a report of what ``result`` raised: where it happened ("in your `f`, line 3 of its
+    cell: ..."), in the learner's language, from the parts the harness sends (its own words otherwise)."""
+    if not result.where:
+        return ""
+    parts = result.details.get("where")
+    if not parts or len(parts) != 5:
+        return f"\n  ({result.where.strip()})"
+    return f"\n  ({where_text(parts)})"
+
+
+def where_text(parts: Sequence[str]) -> str:
+    """Where the learner's code raised, from the five parts the harness sends (``Raised.details["where"]``: the
+    course's function it raised inside, the learner's function, the line's number, its place and its text), in
+    the learner's language; "" where they name neither function."""
+    inside, function, line, place, source = parts
+    if not function and not inside:
+        return ""
+    if not function:
+        where = tr("raised inside the course's `{inside}`").format(inside=inside)
+    else:
+        source = tr(": {source}").format(source=source) if source else ""
+        # a cell and a file are named apart: in Chinese the line's number follows a cell without a space
+        if place == "its cell":
+            where = (tr("raised inside the course's `{inside}`, called from your `{function}`, line {line} of its "
+                        "cell{source}") if inside else tr("in your `{function}`, line {line} of its cell{source}"))
+        else:
+            where = (tr("raised inside the course's `{inside}`, called from your `{function}`, line {line} of "
+                        "{place}{source}") if inside else tr("in your `{function}`, line {line} of {place}{source}"))
+        where = where.format(inside=inside, function=function, line=line, place=place, source=source)
+    return where[:500].strip()
 
 
 def called_and_judged(check: Check, cases: Sequence[Case], call: Callable[[int], tuple[Any, Any]]) -> str:
@@ -952,7 +1074,8 @@ def run_check(check: Check, fn: Callable, hidden: bool = False, call_seconds: fl
     from .time_limit import call_seconds_default, case_seconds, endless_loop_message, stopped_message, timed_out
 
     if not callable(fn):
-        raise _failure(f"expected the function `{check.function}`, got {type(fn).__name__}", rule="callable")
+        raise _failure(tr("expected the function `{function}`, got {kind}").format(
+            function=check.function, kind=type(fn).__name__), rule="callable")
     limit = call_seconds_default() if call_seconds is None else call_seconds
     cases = check.cases(hidden)
     wires = Tripwires(check.forbidden, check.forbidden_ops)
@@ -995,10 +1118,16 @@ def tolerance(dtype: torch.dtype) -> tuple[float, float]:
     return TOLERANCES.get(dtype, TOLERANCES[torch.float32])
 
 
+def then(sentence: str, more: str) -> str:
+    """``more`` after the sentence ``sentence``, joined as the learner's language joins them (English: a space)."""
+    return tr("{sentence} {more}").format(sentence=sentence, more=more)
+
+
 def expect_tensor(value: Any, what: str, case: Case) -> torch.Tensor:
+    what = tr(what)
     if isinstance(value, Opaque):
         raise CheckFailed(tr("{what} on the case {case} is a {kind}, not a torch.Tensor.").format(
-            what=what, case=case.label, kind=value.type))
+            what=what, case=case.label, kind=opaque_kind(value)))
     if not isinstance(value, torch.Tensor):
         raise CheckFailed(tr("{what} on the case {case} is a {kind}, not a torch.Tensor.").format(
             what=what, case=case.label, kind=type(value).__name__))
@@ -1007,6 +1136,7 @@ def expect_tensor(value: Any, what: str, case: Case) -> torch.Tensor:
 
 def expect_tuple(value: Any, length: int, what: str, case: Case, names: str) -> tuple:
     if not isinstance(value, (tuple, list)) or len(value) != length:
+        what = tr(what)
         got = (tr("a {kind}").format(kind=type(value).__name__) if not isinstance(value, (tuple, list))
                else tr("{count} values").format(count=len(value)))
         raise CheckFailed(tr("{what} should return {length} values ({names}) but returned {got} on the case {case}.")
@@ -1016,11 +1146,9 @@ def expect_tuple(value: Any, length: int, what: str, case: Case, names: str) -> 
 
 def expect_shape(t: torch.Tensor, shape: Sequence[int], what: str, case: Case, hint: str = "") -> None:
     if tuple(t.shape) != tuple(shape):
-        raise CheckFailed(
-            tr("{what} has shape {shape} but should have shape {expected} on the case {case}.").format(
-                what=what, shape=tuple(t.shape), expected=tuple(shape), case=case.label)
-            + (f" {hint}" if hint else "")
-        )
+        message = tr("{what} has shape {shape} but should have shape {expected} on the case {case}.").format(
+            what=tr(what), shape=tuple(t.shape), expected=tuple(shape), case=case.label)
+        raise CheckFailed(then(message, tr(hint)) if hint else message)
 
 
 def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str, case: Case) -> None:
@@ -1028,15 +1156,15 @@ def expect_dtype(t: torch.Tensor, dtype: torch.dtype, what: str, case: Case) -> 
         raise CheckFailed(tr(
             "{what} has dtype {dtype} but the inputs were {expected} on the case {case}: keep the input's dtype "
             "(avoid creating tensors with a fixed dtype such as torch.tensor(1.0))."
-        ).format(what=what, dtype=t.dtype, expected=dtype, case=case.label))
+        ).format(what=tr(what), dtype=t.dtype, expected=dtype, case=case.label))
 
 
 def expect_finite(t: torch.Tensor, what: str, case: Case, hint: str) -> None:
     if not torch.isfinite(t).all():
         bad = (~torch.isfinite(t)).nonzero()[0].tolist()
         value = t[tuple(bad)].item()
-        raise CheckFailed(tr("{what} contains {value} (first at index {index}) on the case {case}.").format(
-            what=what, value=value, index=tuple(bad), case=case.label) + f" {hint}")
+        raise CheckFailed(then(tr("{what} contains {value} (first at index {index}) on the case {case}.").format(
+            what=tr(what), value=value, index=tuple(bad), case=case.label), tr(hint)))
 
 
 def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of: str, stable_hint: str,
@@ -1045,27 +1173,28 @@ def expect_loss(result: Any, what: str, case: Case, dtype: torch.dtype, mean_of:
     backward() cannot reach). ``mean_of`` says what it averages; ``stable_hint`` how to avoid log(0).
     Where every target is padding (``nothing_to_average``) the mean is 0 / 0: NaN, as F.cross_entropy
     gives and the exercises state."""
+    what, mean_of, stable_hint = tr(what), tr(mean_of), tr(stable_hint)
     if isinstance(result, (float, int)) and not isinstance(result, bool):
-        raise CheckFailed(
-            f"{what} is a Python {type(result).__name__} on the case {case.label}: return the 0-dimensional tensor "
-            "itself (no .item()), so that loss.backward() can reach the model."
-        )
+        raise CheckFailed(tr(
+            "{what} is a Python {kind} on the case {case}: return the 0-dimensional tensor itself (no .item()), so "
+            "that loss.backward() can reach the model."
+        ).format(what=what, kind=type(result).__name__, case=case.label))
     loss = expect_tensor(result, what, case)
     if loss.dim() != 0:
-        raise CheckFailed(
-            f"{what} has shape {tuple(loss.shape)} on the case {case.label}: return one number, {mean_of}, as a "
-            "0-dimensional tensor."
-        )
+        raise CheckFailed(tr("{what} has shape {shape} on the case {case}: return one number, {mean_of}, as a "
+                             "0-dimensional tensor.").format(
+                                 what=what, shape=tuple(loss.shape), case=case.label, mean_of=mean_of))
     expect_dtype(loss, dtype, what, case)
     if nothing_to_average:
         if not torch.isnan(loss):
-            raise CheckFailed(
-                f"{what} is {loss.item():.6g} on the case {case.label}, where every target is padding: there is "
-                "nothing to average, so the mean is 0 / 0, NaN, as F.cross_entropy gives and as the instructions say. "
-                "Any number here would hide from the caller a batch with no real target."
-            )
+            raise CheckFailed(tr(
+                "{what} is {value} on the case {case}, where every target is padding: there is nothing to average, "
+                "so the mean is 0 / 0, NaN, as F.cross_entropy gives and as the instructions say. Any number here "
+                "would hide from the caller a batch with no real target."
+            ).format(what=what, value=f"{loss.item():.6g}", case=case.label))
         return loss
-    expect_finite(loss, what, case, f"log(softmax(x)) underflows to log(0) = -inf for large logits: {stable_hint}")
+    expect_finite(loss, what, case, tr("log(softmax(x)) underflows to log(0) = -inf for large logits: {hint}").format(
+        hint=stable_hint))
     return loss
 
 
@@ -1101,10 +1230,9 @@ def where_it_differs(actual: torch.Tensor, expected: torch.Tensor) -> str:
     a, e = actual.double(), expected.double()
     diff = (a - e).abs().nan_to_num(nan=math.inf)
     index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape)) if diff.dim() else ()
-    return (
-        f"the largest difference is {diff.max().item():.3g} at index {index}: "
-        f"you returned {a[index].item():.6g} where {e[index].item():.6g} was expected"
-    )
+    return tr("the largest difference is {difference} at index {index}: you returned {got} where {expected} was "
+              "expected").format(difference=f"{diff.max().item():.3g}", index=index, got=f"{a[index].item():.6g}",
+                                 expected=f"{e[index].item():.6g}")
 
 
 def expect_close(
@@ -1125,7 +1253,10 @@ def expect_close(
     """
     if matches(actual, expected, dtype, scale):
         return
-    plain = f"{what} is wrong on the case {case.label}: {where_it_differs(actual, expected)}." + (f" {hint}" if hint else "")
+    what, hint = tr(what), tr(hint)
+    plain = tr("{what} is wrong on the case {case}: {where}.").format(
+        what=what, case=case.label, where=where_it_differs(actual, expected))
+    plain = then(plain, hint) if hint else plain
     explaining = []
     for mistaken, message in diagnoses:
         try:
@@ -1134,7 +1265,7 @@ def expect_close(
             continue
         if reproduces(actual, candidate, dtype):
             explaining.append(message)
-    raise named_failure(f"{what} is wrong on the case {case.label}: ", explaining, plain)
+    raise named_failure(tr("{what} is wrong on the case {case}: ").format(what=what, case=case.label), explaining, plain)
 
 
 def named_failure(what: str, explaining: Sequence[str], plain: str | None) -> CheckFailed:
@@ -1147,6 +1278,8 @@ def named_failure(what: str, explaining: Sequence[str], plain: str | None) -> Ch
     holds one): :meth:`Check.judge` then takes the later rules' message as the plain one."""
     if not explaining:
         return _failure(plain or "", unexplained=True)
+    # a check's constants, marked N_(), in the learner's language (tr leaves a translated or unmarked text as it is)
+    what, explaining = tr(what), [tr(m) for m in explaining]
     failure = CheckFailed(what + explaining[0])
     failure.names = tuple(dict.fromkeys(_mistake_key(m) for m in explaining))
     failure.plain, failure.advice, failure.what = plain, dict(zip(map(_mistake_key, explaining), explaining)), what
@@ -1159,7 +1292,11 @@ def named_failure(what: str, explaining: Sequence[str], plain: str | None) -> Ch
 class Stated:
     """A rule or an edge case that an exercise's instructions state, and the visible case that holds a
     learner to it: ``case`` is a fragment of that case's label or of its tag, and ``message`` a phrase of
-    what a learner who breaks the rule is told. A check module lists them in ``STATED``, by function."""
+    what a learner who breaks the rule is told. A check module lists them in ``STATED``, by function.
+
+    No learner reads these texts: only tests/checks/test_stated_rules.py does, which runs in English and
+    finds ``case`` in the English label and ``message`` in the English message. So they stay English and
+    unmarked (course.tools.messages exempts ``Stated``), whatever language the messages are read in."""
 
     rule: str
     case: str

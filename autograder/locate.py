@@ -15,7 +15,8 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from autograder.unchecked import Code, Held, never_ran, unchecked
+from autograder.messages import N_, tr
+from autograder.unchecked import Code, Held, in_turn, joined, never_ran, quoted_line, unchecked
 from harness.observe import RAISED, Step
 
 
@@ -30,6 +31,11 @@ class Stage:
     @staticmethod
     def of(name: str, *values: torch.Tensor) -> Stage:
         return Stage(name, tuple(values))
+
+    @property
+    def said(self) -> str:
+        """The name in the learner's language: a check may mark its names with ``N_`` (or translate them itself)."""
+        return tr(self.name) if self.name else ""
 
 
 #: whether a learner's value equals a stage's within the check's tolerance
@@ -132,8 +138,14 @@ def _numeric(step: Step) -> bool:
 
 
 def _where(step: Step) -> str:
-    return f"line {step.line} of your `{step.function}`" + (f", `{step.source}`" if step.source else "")
+    if step.source:
+        return tr("line {line} of your `{function}`, `{source}`").format(line=step.line, function=step.function,
+                                                                        source=step.source)
+    return tr("line {line} of your `{function}`").format(line=step.line, function=step.function)
 
+
+#: what the tensors a function was given are called, among the computation's steps
+_INPUTS = N_("your inputs")
 
 #: operators as a learner writes them
 _SYMBOLS = {"add": "+", "radd": "+", "sub": "-", "rsub": "-", "mul": "*", "rmul": "*", "truediv": "/", "div": "/",
@@ -142,27 +154,46 @@ _SYMBOLS = {"add": "+", "radd": "+", "sub": "-", "rsub": "-", "mul": "*", "rmul"
             "setitem": "[...] ="}
 
 
-def _maker(step: Step) -> str:
+def _maker(step: Step, place: str | None) -> str:
+    """The value a step is, made on (or, a Python variable's, after) ``place``: a line, or None for the same line
+    as the last value that agrees."""
     if step.made_by.startswith("return"):
-        return "the value it returns"
+        if place is None:
+            return tr("the value it returns on the same line")
+        return tr("the value it returns on {place}").format(place=place)
     if step.made_by.startswith("="):  # a Python variable, as that line left it
-        return f"the value of `{step.made_by[1:]}`"
-    return f"what `{_SYMBOLS.get(step.made_by, step.made_by)}` gives"
+        if place is None:
+            return tr("the value of `{name}` after the same line").format(name=step.made_by[1:])
+        return tr("the value of `{name}` after {place}").format(name=step.made_by[1:], place=place)
+    operation = _SYMBOLS.get(step.made_by, step.made_by)
+    if place is None:
+        return tr("what `{operation}` gives on the same line").format(operation=operation)
+    return tr("what `{operation}` gives on {place}").format(operation=operation, place=place)
+
+
+def _either(items: Sequence[str]) -> str:
+    """``a or b or c``, in the learner's language."""
+    out = items[0] if items else ""
+    for item in items[1:]:
+        out = tr("{earlier} or {last}").format(earlier=out, last=item)
+    return out
 
 
 def _parting(value: torch.Tensor, expected: torch.Tensor, agree: Agree) -> str:
     """Where two values of one shape part: how many positions, and the first."""
     a, e = value.double(), expected.double()
     if a.dim() == 0:  # one number: its size sets the scale, so say both
-        return "" if agree(value, expected) else f" (you have {a.item():.6g}, the computation {e.item():.6g})"
+        return "" if agree(value, expected) else tr(" (you have {mine}, the computation {theirs})").format(
+            mine=f"{a.item():.6g}", theirs=f"{e.item():.6g}")
     close = torch.isclose(a, e, atol=1e-6, rtol=1e-5) | (torch.isnan(a) & torch.isnan(e))
     differing = (~close).nonzero()
     if not len(differing):
         return ""
     index = tuple(int(i) for i in differing[0])
-    where = f"first at index {index}" if index else ""
-    return (f": they part at {len(differing)} of {a.numel()} positions, {where} "
-            f"(you have {a[index].item():.6g}, the computation {e[index].item():.6g})")
+    where = tr("first at index {index}").format(index=index) if index else ""
+    return tr(": they part at {count} of {total} positions, {where} (you have {mine}, the computation {theirs})").format(
+        count=len(differing), total=a.numel(), where=where, mine=f"{a[index].item():.6g}",
+        theirs=f"{e[index].item():.6g}")
 
 
 def _agreeing(found: Sequence[int | None], furthest: int) -> set[int]:
@@ -301,8 +332,12 @@ def _unmatched_sources(steps: Sequence[Step], found: Sequence[int | None], culpr
 
 def _made_from(sources: Sequence[Step]) -> str:
     """The sentence that points at the earlier lines a wrong value was made from (:func:`_unmatched_sources`)."""
-    return (" It is made from what " + ", ".join(f"line {s.line}, `{s.source}`" for s in sources)
-            + (" gives" if len(sources) == 1 else " give") + ", which is none of the computation's steps: look there too.")
+    lines = joined([quoted_line(s.line, s.source) for s in sources])
+    if len(sources) == 1:
+        return tr(" It is made from what {lines} gives, which is none of the computation's steps: look there too."
+                  ).format(lines=lines)
+    return tr(" It is made from what {lines} give, which is none of the computation's steps: look there too."
+              ).format(lines=lines)
 
 
 def _by_line(steps: Iterator[Step]) -> list[Step]:
@@ -325,8 +360,9 @@ def _became_float(steps: Sequence[Step]) -> str:
         if _a_count(s):
             counted.add(s.made_by)
         elif s.made_by in counted and s.value.is_floating_point():
-            return (f"Your values agree with the computation's, but `{s.made_by[1:]}` held an int until {_where(s)}, "
-                    "made it a float: `/` gives a float even where it divides exactly (`//` keeps an int).")
+            return tr("Your values agree with the computation's, but `{name}` held an int until {where}, "
+                      "made it a float: `/` gives a float even where it divides exactly (`//` keeps an int)."
+                      ).format(name=s.made_by[1:], where=_where(s))
     return ""
 
 
@@ -351,8 +387,10 @@ def _scaled(step: Step, expected: torch.Tensor, made_from: Sequence[Step], name:
             continue
         mine, theirs = _factor(step.value, base.value), _factor(expected, base.value)
         if mine is not None and theirs is not None and not math.isclose(mine, theirs, rel_tol=1e-4):
-            return (f" Your value is {mine:.6g} (1/{1 / mine:.6g}) times {name}; the computation's is {theirs:.6g} "
-                    f"(1/{1 / theirs:.6g}) times it: the number your line scales by is the one to check.")
+            return tr(" Your value is {mine} (1/{mine_inverse}) times {stage}; the computation's is {theirs} "
+                      "(1/{theirs_inverse}) times it: the number your line scales by is the one to check.").format(
+                mine=f"{mine:.6g}", mine_inverse=f"{1 / mine:.6g}", stage=name, theirs=f"{theirs:.6g}",
+                theirs_inverse=f"{1 / theirs:.6g}")
     return ""
 
 
@@ -393,17 +431,19 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         if step.made_by.startswith("return") and step.function == steps[-1].function:  # "return[1]" of a tuple too
             return _became_float(recorded)  # it returns the right value: what is wrong is not a value (its type, say)
         where = _where(step)
-        return (f"{where[0].upper()}{where[1:]}, computes {stages[final].name} correctly, but that value is not what "
-                "your function returns: look at what happens to it after that line.")
+        return tr("{where}, computes {stage} correctly, but that value is not what your function returns: look at what "
+                  "happens to it after that line.").format(where=f"{where[0].upper()}{where[1:]}",
+                                                           stage=stages[final].said)
     skipped = _skipped(steps, found, stages, furthest)
     if skipped is not None:
         j, wrong = skipped
         step = steps[wrong]
         expected = next(v for v in stages[j].values if tuple(v.shape) == tuple(step.value.shape))
-        on = "after" if step.made_by.startswith("=") else "on"
-        text = (f"Your values agree with the computation as far as {stages[furthest].name}, but not on the way there: "
-                f"none of them is {stages[j].name}. The value of that shape is {_maker(step)} {on} {_where(step)}"
-                f"{_parting(step.value, expected, agree)}, and nothing made from it agrees with the computation.")
+        text = tr("Your values agree with the computation as far as {reached}, but not on the way there: none of them "
+                  "is {stage}. The value of that shape is {maker}{parting}, and nothing made from it agrees with the "
+                  "computation.").format(reached=stages[furthest].said, stage=stages[j].said,
+                                         maker=_maker(step, _where(step)),
+                                         parting=_parting(step.value, expected, agree))
         sources = _unmatched_sources(steps, found, wrong)
         return text + (_made_from(sources) if sources else
                        _depends(steps, found, step.line, step.function, code, held, step.made_by))
@@ -420,23 +460,27 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
         if earlier is not None and earlier < last and steps[earlier].value is not None \
                 and tuple(steps[earlier].value.shape) in {tuple(v.shape) for v in following.values}:
             culprit, last = earlier, first_agreeing
-    head = (f"Up to {_where(steps[last])}, your values agree with the computation ({stages[furthest].name})"
-            if last >= 0 else "Beyond your inputs, none of your values agrees with a step of the computation")
+    head = (tr("Up to {where}, your values agree with the computation ({stage})").format(
+        where=_where(steps[last]), stage=stages[furthest].said)
+            if last >= 0 else tr("Beyond your inputs, none of your values agrees with a step of the computation"))
     if culprit is None:
         returned = next((s for s in reversed(steps) if s.made_by.startswith("return")), None)
         if returned is None or furthest < 0:
             return ""
         said = never_ran(code, steps[-1].function, dict(ran).get(steps[-1].function, ())) if not truncated else ""
-        return (f"{head}, and your function returns that value: none of your values after it is {following.name} "
-                "or a later step (they are missing, or they leave that value as it was)." + (f" {said}" if said else ""))
+        return tr("{head}, and your function returns that value: none of your values after it is {stage} or a later "
+                  "step (they are missing, or they leave that value as it was).").format(
+            head=head, stage=following.said) + (f" {said}" if said else "")
     step = steps[culprit]
     is_result = step.made_by == "return" and culprit == len(steps) - 1
     if is_result:  # nothing before it stands for the next step (a line that does all the work): it is the result
         following = stages[final]
     same = last >= 0 and (steps[last].line, steps[last].function) == (step.line, step.function)
-    first = "the first value after that which does not is" if last >= 0 else "the first that should is"
-    on = "after" if step.made_by.startswith("=") else "on"
-    text = f"{head}; {first} {_maker(step)} " + (f"{on} the same line" if same else f"{on} {_where(step)}")
+    maker = _maker(step, None if same else _where(step))
+    if last >= 0:
+        text = tr("{head}; the first value after that which does not is {maker}").format(head=head, maker=maker)
+    else:
+        text = tr("{head}; the first that should is {maker}").format(head=head, maker=maker)
     shapes = {tuple(v.shape) for v in following.values}
     agreed = {tuple(v.shape): v for v in stages[furthest].values} if furthest >= 0 else {}
     # a number made before it that may be a later step's (the terms computed before the scale): the learner's steps
@@ -445,36 +489,42 @@ def locate(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequence[torc
              if k is not None]
     if ahead and step.value is not None and step.value.dim() == 0:
         candidates = stages[furthest + 1:max(ahead) + 2]
-        text += (f", which is {step.value.item():.6g}. Your steps come in another order than the computation's, so "
-                 "which of its steps that value stands for is not known; those that may come next are "
-                 + "; ".join(f"{c.name}, {' or '.join(dict.fromkeys(f'{v.item():.6g}' for v in c.values if v.dim() == 0))}"
-                             for c in candidates) + ".")
+        listed = [tr("{stage}, {values}").format(
+            stage=c.said, values=_either(list(dict.fromkeys(f"{v.item():.6g}" for v in c.values if v.dim() == 0))))
+            for c in candidates]
+        text += tr(", which is {value}. Your steps come in another order than the computation's, so which of its steps "
+                   "that value stands for is not known; those that may come next are {candidates}.").format(
+            value=f"{step.value.item():.6g}", candidates=in_turn(listed))
     elif is_result and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
-        text += f". The computation's result is {following.name}{_parting(step.value, expected, agree)}."
+        text += tr(". The computation's result is {stage}{parting}.").format(
+            stage=following.said, parting=_parting(step.value, expected, agree))
     elif step.value is not None and tuple(step.value.shape) not in shapes and tuple(step.value.shape) in agreed \
             and not step.made_by.startswith("="):  # a Python list of the same length as before is no sign of that
-        text += (f": it changes {stages[furthest].name}, which the computation's next step, {following.name}, "
-                 f"takes as it is{_parting(step.value, agreed[tuple(step.value.shape)], agree)}.")
+        text += tr(": it changes {reached}, which the computation's next step, {stage}, takes as it is{parting}."
+                   ).format(reached=stages[furthest].said, stage=following.said,
+                            parting=_parting(step.value, agreed[tuple(step.value.shape)], agree))
     elif step.value is not None and tuple(step.value.shape) in shapes:
         expected = next(v for v in following.values if tuple(v.shape) == tuple(step.value.shape))
-        text += f". The computation's next step is {following.name}{_parting(step.value, expected, agree)}."
+        text += tr(". The computation's next step is {stage}{parting}.").format(
+            stage=following.said, parting=_parting(step.value, expected, agree))
         agreeing = _agreeing(found, furthest)
         text += _scaled(step, expected, [steps[i] for i in step.uses if i in agreeing],
-                        stages[furthest].name if furthest >= 0 else "")
+                        stages[furthest].said if furthest >= 0 else "")
     elif step.made_by.startswith("=") and len(step.shape) == 1 and all(len(s) == 1 for s in shapes):
-        text += (f". The computation's next step is {following.name}, of length "
-                 f"{' or '.join(str(s[0]) for s in sorted(shapes))}; that list has length {step.shape[0]}.")
+        text += tr(". The computation's next step is {stage}, of length {lengths}; that list has length {length}."
+                   ).format(stage=following.said, lengths=_either([str(s[0]) for s in sorted(shapes)]),
+                            length=step.shape[0])
     else:
-        text += (f". The computation's next step is {following.name}, of shape "
-                 f"{' or '.join(str(s) for s in sorted(shapes))}; that value has shape {step.shape}.")
+        text += tr(". The computation's next step is {stage}, of shape {shapes}; that value has shape {shape}."
+                   ).format(stage=following.said, shapes=_either([str(s) for s in sorted(shapes)]), shape=step.shape)
     sources = _unmatched_sources(steps, found, culprit) or _unmatched_lists(steps, found, culprit, stages)
     if sources:
         text += _made_from(sources)
     else:
         text += _depends(steps, found, step.line, step.function, code, held, step.made_by)
     if truncated:
-        text += " (Only the first part of your function's work was recorded.)"
+        text += tr(" (Only the first part of your function's work was recorded.)")
     return text
 
 
@@ -528,19 +578,31 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     # each tensor it was given (one at least) is a step's, an argument or a parameter
     known = len(steps[crash].shape) == 2 and steps[crash].shape[0] == 0 < steps[crash].shape[1]
     if known and all(found[i] is not None and found[i] != _LATER for i in given):
-        named = sorted({"your inputs" if found[i] < 0 else stages[found[i]].name for i in given}) or ["your inputs"]
-        return (f"The tensors {operation} was given on that line are right ({', '.join(named)}, as the computation "
-                "has them): what goes wrong is what the line asks of them, its sizes, dimensions or arguments."
-                + depends())
+        named = sorted({_INPUTS if found[i] < 0 else stages[found[i]].name for i in given}) or [_INPUTS]
+        return tr("The tensors {operation} was given on that line are right ({named}, as the computation has them): "
+                  "what goes wrong is what the line asks of them, its sizes, dimensions or arguments.").format(
+            operation=operation, named=joined([tr(n) if n else n for n in named])) + depends()
     shapes = {tuple(v.shape) for stage in stages for v in stage.values}
     roots = _crash_roots(steps, found, crash, shapes) if follow_back else []
     if not roots:
         return depends().strip()
-    lines = ", ".join(f"line {s.line}, `{s.source}` (shape {s.shape})" for _, s in roots)
+    lines = joined([tr("line {line}, `{source}` (shape {shape})").format(line=s.line, source=s.source, shape=s.shape)
+                    for _, s in roots])
     several = len(roots) > 1
     made_from = all(first.uses for first, _ in roots)
-    return (f"What {operation} was given there comes from {lines}: {'their values are' if several else 'its value is'} "
-            "none of the computation's"
-            + (f", though what {'they were' if several else 'it was'} made from agrees with it" if made_from else "")
-            + ". Look there first: a crash shows where a wrong value was used, not where it was made."
+    if several and made_from:
+        said = tr("What {operation} was given there comes from {lines}: their values are none of the computation's, "
+                  "though what they were made from agrees with it. Look there first: a crash shows where a wrong value "
+                  "was used, not where it was made.")
+    elif several:
+        said = tr("What {operation} was given there comes from {lines}: their values are none of the computation's. "
+                  "Look there first: a crash shows where a wrong value was used, not where it was made.")
+    elif made_from:
+        said = tr("What {operation} was given there comes from {lines}: its value is none of the computation's, "
+                  "though what it was made from agrees with it. Look there first: a crash shows where a wrong value "
+                  "was used, not where it was made.")
+    else:
+        said = tr("What {operation} was given there comes from {lines}: its value is none of the computation's. "
+                  "Look there first: a crash shows where a wrong value was used, not where it was made.")
+    return (said.format(operation=operation, lines=lines)
             + (_depends(steps, found, roots[0][0].line, roots[0][0].function, code, held) if not several else ""))

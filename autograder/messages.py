@@ -5,6 +5,13 @@ A message is marked where it is written, its variable parts named::
     raise CheckFailed(tr("`{function}` returned None on the case {case}: did you forget `return`?").format(
         function=self.function, case=case.label))
 
+A text defined before any language is chosen (a module's or a class's constant, read when the module is
+imported) is marked with :func:`N_`, which only marks it, and translated where it is used::
+
+    CAUSAL = N_("the causal mask compared the positions within the block")
+    ...
+    found.append((replay, tr(CAUSAL)))
+
 ``python -m course.tools messages`` extracts the marked messages with Babel into
 ``autograder/locale/autograder.pot``, merges them into the Chinese catalogue
 ``autograder/locale/zh_CN/LC_MESSAGES/autograder.po`` (where a translator writes each one) and compiles
@@ -17,10 +24,8 @@ the environment's ``COURSE_LANG``, then gettext's own ``LANGUAGE``, ``LC_ALL``, 
 ``LANG``, so that a learner whose system speaks Chinese reads Chinese in the notebook too. A language
 without a catalogue is English.
 
-What is translated so far: the messages every check shares (an unwritten function, an exception, a
-result that is missing, of the wrong type, shape or dtype, or not finite, the line a passing check
-prints, and the ``check`` command's report). The chapters' own diagnoses, the cases' descriptions and
-the located lines are still English.
+Every text of the modules that write what a learner reads of a check (``course.tools.messages.SPOKEN``)
+is marked: a test fails on an English sentence there that is neither marked nor exempt.
 """
 from __future__ import annotations
 
@@ -73,4 +78,10 @@ def _translations(code: str | None) -> gettext.NullTranslations:
 
 def tr(message: str) -> str:
     """``message`` in the learner's language (the English itself where there is no translation)."""
-    return _translations(current()).gettext(message)
+    # gettext's translation of "" is the catalogue's header
+    return _translations(current()).gettext(message) if message else message
+
+
+def N_(message: str) -> str:  # noqa: N802 (gettext's own name for a marker)
+    """``message`` itself, marked for the catalogue: a constant that :func:`tr` translates where it is used."""
+    return message

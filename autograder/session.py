@@ -22,6 +22,7 @@ from harness import wire
 from harness.probes import PROBE_SECONDS
 
 from .assignment import Assignment
+from .messages import tr
 from .sandbox import Channel, Limits, Worker, WorkerBroken, WorkerGone, WorkerTimeout
 from .source.references import imported_modules, reference_sources
 from .submissions import cell_name
@@ -92,7 +93,8 @@ class Session:
             if self.left(1) <= 0:
                 raise TimeoutError
             if self.worker_starts >= MAX_WORKER_STARTS:
-                raise WorkerBroken(f"the worker stopped {self.worker_starts} times", printed=self.output[-1500:])
+                raise WorkerBroken(f"the worker stopped {self.worker_starts} times",  # english: a grader fault
+                                   printed=self.output[-1500:])
             self.worker_starts += 1
             self.worker = Worker(self.limits, self.hidden_paths, preload=self.assignment.imports)
         return self.worker
@@ -153,10 +155,11 @@ class Session:
         except (WorkerGone, WorkerTimeout, wire.WireError) as exc:
             # No learner code has run in this process yet: this is the grader's set-up failing.
             self._drop_worker()
-            raise WorkerBroken(f"a learner process could not be set up ({type(exc).__name__}: {exc})",
+            raise WorkerBroken(f"a learner process could not be set up ({type(exc).__name__}: {exc})",  # english: a grader fault
                                printed=self.output[-1500:]) from None
         if reply != {"ok": True}:
-            raise WorkerBroken(f"a learner process could not load the course's code: {str(reply)[:1500]}")
+            loaded = str(reply)[:1500]
+            raise WorkerBroken(f"a learner process could not load the course's code: {loaded}")  # english: a grader fault
         for index, source in enumerate(self.cells):
             if index in self.skip:
                 continue
@@ -167,11 +170,13 @@ class Session:
             except WorkerTimeout:
                 if self.left(1) <= 0:
                     raise TimeoutError from None
-                self._skip(index, f"{name} ran longer than {self.limits.cell_seconds:g} s and was skipped")
+                self._skip(index, tr("{cell} ran longer than {seconds} s and was skipped").format(
+                    cell=name, seconds=f"{self.limits.cell_seconds:g}"))
             except WorkerGone:
-                self._skip(index, f"{name} ended the Python process (exit, kill or crash) and was skipped")
+                self._skip(index, tr("{cell} ended the Python process (exit, kill or crash) and was skipped").format(cell=name))
             except wire.WireError as exc:
-                self._skip(index, f"{name} sent the grader something that is not a reply ({exc}) and was skipped")
+                self._skip(index, tr("{cell} sent the grader something that is not a reply ({error}) and was skipped").format(
+                    cell=name, error=exc))
             first = index not in self.ran
             self.ran.add(index)
             # A later run may know what earlier learner processes were sent (hidden cases among
@@ -179,7 +184,8 @@ class Session:
             if error is not None and first and index not in self.noted:
                 self.noted.add(index)
                 kind, message = error
-                self.notes.append(f"{name} raised {kind}" + (f": {message[:300]}" if message else ""))
+                self.notes.append(tr("{cell} raised {error}: {message}").format(cell=name, error=kind, message=message[:300])
+                                  if message else tr("{cell} raised {error}").format(cell=name, error=kind))
 
     def _skip(self, index: int, note: str) -> None:
         self.skip.add(index)
@@ -218,10 +224,10 @@ class Session:
                 continue
             except WorkerGone:
                 self._end_child()
-                return Failure(
-                    f"`{function}` ended the Python process on the case {case.label} (sys.exit, os._exit, "
+                return Failure(tr(
+                    "`{function}` ended the Python process on the case {case} (sys.exit, os._exit, "
                     "a signal, or more than the memory limit): a graded function must return its result."
-                )
+                ).format(function=function, case=case.label))
             except wire.WireError as exc:
                 self._end_child()
                 return Failure(self._unreadable(function, case, exc))
@@ -239,15 +245,16 @@ class Session:
             if observed is not None:
                 observed.append(seen)
             return result
-        raise AssertionError("unreachable: the last attempt returns")
+        raise AssertionError("unreachable: the last attempt returns")  # english: never raised
 
     def _read_reply(self, function: str, case, reply: dict) -> tuple[Any, Any] | Failure:
         """A call's reply as (result, what the call did besides), or the Failure that says why it cannot be read."""
         if reply.get("missing") is True and len(reply) == 1:
-            return Failure(f"there is no `{function}` in the notebook: keep the name the exercise gives it.")
+            return Failure(tr("there is no `{function}` in the notebook: keep the name the exercise gives it.").format(
+                function=function))
         error = reply.get("error")
         if isinstance(error, list) and len(error) == 3 and all(isinstance(e, str) for e in error) and len(reply) == 1:
-            return Failure(f"`{function}` could not be called: {error[1][:1000]}")
+            return Failure(tr("`{function}` could not be called: {error}").format(function=function, error=error[1][:1000]))
         if set(reply) not in ({"result"}, {"result", "observed"}):
             self._end_child()
             return Failure(self._unreadable(function, case, wire.WireError("not a reply to a call")))
@@ -260,9 +267,9 @@ class Session:
 
     @staticmethod
     def _unreadable(function: str, case, exc: Exception) -> str:
-        return (f"`{function}`'s process sent the grader a reply it cannot read on the case {case.label} ({exc}): "
-                "a graded function must return plain results (tensors, numbers, tuples), and nothing in the "
-                "notebook may write to the grader's channel.")
+        return tr("`{function}`'s process sent the grader a reply it cannot read on the case {case} ({error}): "
+                  "a graded function must return plain results (tensors, numbers, tuples), and nothing in the "
+                  "notebook may write to the grader's channel.").format(function=function, case=case.label, error=exc)
 
     def close(self) -> None:
         if self.child is not None:

@@ -17,6 +17,8 @@ import nbformat
 
 from course.layout import SUBMITTED
 
+from .messages import tr
+
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}$")
 
 
@@ -46,14 +48,15 @@ def find_submissions(root: Path, assignment: str, notebook: str) -> list[Submiss
         learner = folder.name
         if folder.is_symlink() or not folder.is_dir():
             if folder.is_symlink():
-                found.append(Submission(learner, None, rejected="the learner's folder is a link; links are not followed"))
+                found.append(Submission(learner, None, rejected=tr("the learner's folder is a link; links are not followed")))
             continue
         if not safe_name(learner):
-            found.append(Submission(learner, None, rejected=f"the learner folder name {learner!r} is not a plain name"))
+            found.append(Submission(learner, None, rejected=tr("the learner folder name {name} is not a plain name").format(
+                name=repr(learner))))
             continue
         work = folder / assignment
         if work.is_symlink():
-            found.append(Submission(learner, None, rejected="the assignment folder is a link; links are not followed"))
+            found.append(Submission(learner, None, rejected=tr("the assignment folder is a link; links are not followed")))
             continue
         if not work.is_dir():
             continue  # this learner handed in other assignments only
@@ -64,19 +67,22 @@ def find_submissions(root: Path, assignment: str, notebook: str) -> list[Submiss
 def _pick_notebook(learner: str, work: Path, notebook: str) -> Submission:
     expected = work / f"{notebook}.ipynb"
     if expected.is_symlink():
-        return Submission(learner, None, rejected=f"{notebook}.ipynb is a link; links are not followed")
+        return Submission(learner, None,
+                          rejected=tr("{notebook}.ipynb is a link; links are not followed").format(notebook=notebook))
     if expected.is_file():
         return Submission(learner, expected)
     candidates = [p for p in sorted(work.glob("*.ipynb")) if p.is_file() and not p.is_symlink()]
     if len(candidates) == 1:
         return Submission(
             learner, candidates[0],
-            notes=[f"graded {candidates[0].name!r} in place of {notebook}.ipynb: keep the notebook's name when you hand it in"],
+            notes=[tr("graded {graded} in place of {notebook}.ipynb: keep the notebook's name when you hand it in").format(
+                graded=repr(candidates[0].name), notebook=notebook)],
         )
     if not candidates:
-        return Submission(learner, None, rejected=f"no {notebook}.ipynb in the submission")
+        return Submission(learner, None, rejected=tr("no {notebook}.ipynb in the submission").format(notebook=notebook))
     names = ", ".join(repr(p.name) for p in candidates)
-    return Submission(learner, None, rejected=f"no {notebook}.ipynb, and several other notebooks ({names}): which one is it?")
+    return Submission(learner, None, rejected=tr(
+        "no {notebook}.ipynb, and several other notebooks ({names}): which one is it?").format(notebook=notebook, names=names))
 
 
 def _without_magics(source: str) -> tuple[str, bool]:
@@ -107,10 +113,10 @@ def check_code_size(sources: list[str], max_bytes: int) -> None:
     # reading, whatever the code's shape.
     size = sum(len(source.encode()) for source in sources)
     if size > max_bytes:
-        raise Unreadable(
-            f"the notebook's code is {size / 1024:.0f} KB, over the {max_bytes / 1024:.0f} KB the grader reads: "
+        raise Unreadable(tr(
+            "the notebook's code is {size} KB, over the {limit} KB the grader reads: "
             "keep long data (pasted output, large literals) out of code cells and hand it in again"
-        )
+        ).format(size=f"{size / 1024:.0f}", limit=f"{max_bytes / 1024:.0f}"))
 
 
 def read_submission(path: Path, max_bytes: int):
@@ -118,39 +124,41 @@ def read_submission(path: Path, max_bytes: int):
     try:
         size = path.stat().st_size
     except OSError as exc:
-        raise Unreadable(f"the notebook cannot be read: {exc.strerror}") from None
+        raise Unreadable(tr("the notebook cannot be read: {error}").format(error=exc.strerror)) from None
     if size == 0:
-        raise Unreadable("the notebook file is empty")
+        raise Unreadable(tr("the notebook file is empty"))
     if size > max_bytes:
-        raise Unreadable(
-            f"the notebook is {size / 2**20:.0f} MB, over the {max_bytes / 2**20:.0f} MB limit: "
+        raise Unreadable(tr(
+            "the notebook is {size} MB, over the {limit} MB limit: "
             "clear its outputs (Kernel, Restart & Clear Output) and hand it in again"
-        )
+        ).format(size=f"{size / 2**20:.0f}", limit=f"{max_bytes / 2**20:.0f}"))
     raw = path.read_bytes()
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise Unreadable(f"the notebook is not valid JSON ({exc}); it may have been truncated or edited by hand") from None
+        raise Unreadable(tr("the notebook is not valid JSON ({error}); it may have been truncated or edited by hand")
+                         .format(error=exc)) from None
     if not isinstance(data, dict) or "cells" not in data and "worksheets" not in data:
-        raise Unreadable("the file is JSON but not a notebook")
+        raise Unreadable(tr("the file is JSON but not a notebook"))
     notes = []
     major = data.get("nbformat")
     if major != 4:
         if major == 3:
-            notes.append("the notebook is in the old nbformat 3; it was converted to read it")
+            notes.append(tr("the notebook is in the old nbformat 3; it was converted to read it"))
         else:
-            raise Unreadable(f"the notebook format version {major!r} is not supported")
+            raise Unreadable(tr("the notebook format version {version} is not supported").format(version=repr(major)))
     try:
         nb = nbformat.reads(raw.decode("utf-8"), as_version=4)
     except Exception as exc:  # nbformat raises several types for a broken structure
-        raise Unreadable(f"the notebook's structure is broken: {exc}") from None
+        raise Unreadable(tr("the notebook's structure is broken: {error}").format(error=exc)) from None
     return nb, notes
 
 
 def cell_name(index: int, source: str) -> str:
     """How a learner finds a cell again: its position and its first line."""
     first = next((line.strip() for line in source.splitlines() if line.strip()), "")
-    return f"code cell {index + 1} (`{first[:60]}{'…' if len(first) > 60 else ''}`)"
+    return tr("code cell {number} (`{first_line}`)").format(number=index + 1,
+                                                           first_line=first[:60] + ("…" if len(first) > 60 else ""))
 
 
 def notebook_cells(nb, tests: Collection[str]) -> tuple[list[str], list[str]]:
@@ -162,9 +170,9 @@ def notebook_cells(nb, tests: Collection[str]) -> tuple[list[str], list[str]]:
     runs (``check`` does nothing in the sandbox).
     """
     if isinstance(tests, str):
-        raise TypeError("tests is a collection of grade ids, not one string")
+        raise TypeError("tests is a collection of grade ids, not one string")  # english: a programming error
     tests = frozenset(tests)
-    sources, notes = [], []
+    sources, notes, magics = [], [], False
     for cell in nb.get("cells", []):
         if not isinstance(cell, dict) or cell.get("cell_type") != "code":
             continue
@@ -178,7 +186,8 @@ def notebook_cells(nb, tests: Collection[str]) -> tuple[list[str], list[str]]:
         if isinstance(meta, dict) and isinstance(meta.get("grade_id"), str) and meta["grade_id"] in tests:
             continue
         source, had_magics = _without_magics(source)
-        if had_magics and not any("magic" in n for n in notes):
-            notes.append("lines starting with % or ! (IPython magics, shell commands) were not run")
+        if had_magics and not magics:
+            magics = True
+            notes.append(tr("lines starting with % or ! (IPython magics, shell commands) were not run"))
         sources.append(source)
     return sources, notes

@@ -14,6 +14,7 @@ from harness.call_limit import TIMED_OUT
 from harness.calls import Raised
 from harness.observe import Observed
 
+from .messages import tr
 from .unchecked import loop_around, unchecked
 
 
@@ -30,8 +31,8 @@ def case_seconds(limit: float, case) -> float:
 
 
 def endless_loop_message(function: str, seconds: float, label: str) -> str:
-    return (f"`{function}` did not finish within {seconds:g} s on the case {label}: "
-            "is there an endless loop, or a loop that never reaches its `break`?")
+    return tr("`{function}` did not finish within {seconds} s on the case {case}: is there an endless loop, or a "
+              "loop that never reaches its `break`?").format(function=function, seconds=f"{seconds:g}", case=label)
 
 
 def stopped_message(function: str, seconds: float, label: str, result: Raised, seen: Observed | None) -> str:
@@ -47,7 +48,8 @@ def stopped_message(function: str, seconds: float, label: str, result: Raised, s
     loop = loop_around(seen.code, at, line)
     if loop is None:
         return message
-    message += f"\n  (stopped in the loop on line {loop[0]} of your `{at}`, `{loop[1]}`)"
+    message += "\n  " + tr("(stopped in the loop on line {line} of your `{function}`, `{source}`)").format(
+        line=loop[0], function=at, source=loop[1])
     depends = unchecked(seen.code, seen.held, at, loop[0])
     return message + ("\n" + depends if depends else "")
 

@@ -18,6 +18,7 @@ import tokenize
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
+from autograder.messages import N_, tr
 from course import source_trees
 
 #: methods that change the object they are called on: ``merged.append(x)`` sets ``merged`` as much as ``=`` does
@@ -263,12 +264,18 @@ def _leaves(statement: ast.stmt) -> bool:
             and isinstance(statement.body[-1], (ast.Return, ast.Continue, ast.Break)))
 
 
-#: how a statement depends on a condition, by what :func:`_condition` says: in words after the condition, and as
+#: how a statement depends on a condition, by what :func:`_condition` says: in words with the condition, and as
 #: the reason a statement that never ran did not
 _HOLDS, _FAILS, _WHILE = "holds", "fails", "while"
-_STEERS = {_HOLDS: "under which it runs", _FAILS: "which must be false for it to run", _WHILE: "while which it runs"}
-_NEVER = {_HOLDS: "when the condition on {} holds", _FAILS: "when the condition on {} does not hold",
-          _WHILE: "while the condition on {} holds"}
+_STEERS = {_HOLDS: N_("the condition on {lines}, under which it runs"),
+           _FAILS: N_("the condition on {lines}, which must be false for it to run"),
+           _WHILE: N_("the condition on {lines}, while which it runs")}
+_NEVER = {_HOLDS: N_("Line {line}, `{source}`, never ran on this case: it runs only when the condition on {condition}, "
+                     "holds and it never did. Look there."),
+          _FAILS: N_("Line {line}, `{source}`, never ran on this case: it runs only when the condition on {condition}, "
+                     "does not hold and it never did. Look there."),
+          _WHILE: N_("Line {line}, `{source}`, never ran on this case: it runs only while the condition on {condition}, "
+                     "holds and it never did. Look there.")}
 
 
 def _condition(fn: _Function, statement: ast.stmt, around: _Ancestry) -> Iterator[tuple[int, str]]:
@@ -306,12 +313,45 @@ def _reaches(setter: tuple[ast.stmt, _Ancestry], reader: tuple[ast.stmt, _Ancest
 
 
 def _listed(items: Sequence[str], last: str = "and") -> str:
-    """``a``, ``a and b``, ``a, b and c``."""
-    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + f" {last} " + items[-1]
+    """``a``, ``a and b``, ``a, b and c`` (``last``: "and" or "or"), in the learner's language."""
+    if len(items) == 1:
+        return items[0]
+    earlier = joined(items[:-1])
+    if last == "or":
+        return tr("{earlier} or {last}").format(earlier=earlier, last=items[-1])
+    return tr("{earlier} and {last}").format(earlier=earlier, last=items[-1])
+
+
+def joined(items: Sequence[str]) -> str:
+    """``a, b, c``, in the learner's language."""
+    out = items[0] if items else ""
+    for item in items[1:]:
+        out = tr("{earlier}, {later}").format(earlier=out, later=item)
+    return out
+
+
+def in_turn(items: Sequence[str]) -> str:
+    """``a; b; c``, in the learner's language."""
+    out = items[0] if items else ""
+    for item in items[1:]:
+        out = tr("{earlier}; {later}").format(earlier=out, later=item)
+    return out
+
+
+def quoted_line(number: int, source: str) -> str:
+    """A learner's line, quoted: ``line 3, `x = y```."""
+    return tr("line {line}, `{source}`").format(line=number, source=source)
+
+
+def _lines_listed(quoted: Sequence[str]) -> str:
+    """Quoted lines (:func:`quoted_line`), ``line 3, `a`, line 5, `b` and line 7, `c```, in the learner's language."""
+    if len(quoted) == 1:
+        return quoted[0]
+    return tr("{lines} and {line}").format(lines=joined(quoted[:-1]), line=quoted[-1])
 
 
 def _quote(fn: _Function, lines: Sequence[int]) -> str:
-    return _listed([f"line {n}, `{fn.line(n)}`" for n in lines])
+    return _lines_listed([quoted_line(n, fn.line(n)) for n in lines])
 
 
 @dataclass(frozen=True)
@@ -327,8 +367,9 @@ class _Part:
     def words(self, fn: _Function, lines: Sequence[int]) -> str:
         fn = self.source or fn
         if self.how:
-            return f"the condition on {_quote(fn, lines)}, {_STEERS[self.how]}"
-        return f"{_listed([f'`{n}`' for n in self.names])}, set on {_quote(fn, lines)}"
+            return tr(_STEERS[self.how]).format(lines=_quote(fn, lines))
+        return tr("{names}, set on {lines}").format(names=_listed([f"`{n}`" for n in self.names]),
+                                                    lines=_quote(fn, lines))
 
 
 def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str] = frozenset(),
@@ -407,8 +448,8 @@ def unchecked(code: Code, held: Held, function: str, line: int, checked: set[str
         said.append(part.words(fn, lines))
     if not said:
         return ""
-    return (f"Line {fn.at(statement)} also depends on what the record of your values cannot check: "
-            + "; ".join(said) + ". Look there too.")
+    return tr("Line {line} also depends on what the record of your values cannot check: {parts}. Look there too."
+              ).format(line=fn.at(statement), parts=in_turn(said))
 
 
 def refusals(code: Code, function: str) -> str:
@@ -423,12 +464,12 @@ def refusals(code: Code, function: str) -> str:
     guards = list({(fn.first, n): (fn, n) for fn, n in guards}.values())[:3]
     if not guards:
         return ""
-    conditions = [f"line {n}, `{fn.line(n)}`" for fn, n in guards]
+    conditions = [quoted_line(n, fn.line(n)) for fn, n in guards]
     if len(conditions) == 1:
-        return (f"Your `raise` did not run on this case: it runs when the condition on {conditions[0]}, holds, and on "
-                "this case it does not. Look there.")
-    return ("None of your `raise` statements ran on this case: they run when one of the conditions on "
-            + _listed(conditions) + " holds, and on this case none does. Look there.")
+        return tr("Your `raise` did not run on this case: it runs when the condition on {condition}, holds, and on "
+                  "this case it does not. Look there.").format(condition=conditions[0])
+    return tr("None of your `raise` statements ran on this case: they run when one of the conditions on "
+              "{conditions} holds, and on this case none does. Look there.").format(conditions=_lines_listed(conditions))
 
 
 def loop_around(code: Code, function: str, line: int) -> tuple[int, str] | None:
@@ -460,7 +501,8 @@ def readers(code: Code, function: str, names: Sequence[str]) -> str:
     lines = list(dict.fromkeys(lines))[:3]
     if not lines:
         return ""
-    return f"Your lines that use {_listed([f'`{n}`' for n in names], 'or')}: {_quote(fn, lines)}. Look there."
+    return tr("Your lines that use {names}: {lines}. Look there.").format(
+        names=_listed([f"`{n}`" for n in names], "or"), lines=_quote(fn, lines))
 
 
 def default_differs(code: Code, function: str, defaults: dict[str, object], given: set[str]) -> str:
@@ -482,8 +524,9 @@ def default_differs(code: Code, function: str, defaults: dict[str, object], give
             continue
         theirs = defaults[name]
         if type(mine) in (int, float, bool, str, type(None)) and mine != theirs:
-            return (f"Your `def` line gives `{name}` the default {mine!r} where the exercise's is {theirs!r}, and this "
-                    f"case leaves `{name}` to its default: keep the defaults the exercise gives.")
+            return tr("Your `def` line gives `{name}` the default {mine} where the exercise's is {theirs}, and this "
+                      "case leaves `{name}` to its default: keep the defaults the exercise gives.").format(
+                name=name, mine=repr(mine), theirs=repr(theirs))
     return ""
 
 
@@ -501,9 +544,8 @@ def never_ran(code: Code, function: str, ran: Sequence[int]) -> str:
         steering = list(_condition(fn, statement, around))[:1]
         if steering:
             number, how = steering[0]
-            when = _NEVER[how].format(f"line {number}, `{fn.line(number)}`,")
-            return (f"Line {fn.at(statement)}, `{fn.line(fn.at(statement))}`, never ran on this case: it runs only "
-                    f"{when} and it never did. Look there.")
+            return tr(_NEVER[how]).format(line=fn.at(statement), source=fn.line(fn.at(statement)),
+                                          condition=quoted_line(number, fn.line(number)))
     return ""
 
 
@@ -548,7 +590,8 @@ def made_on(code: Code, function: str, part: int, what: str, returned_on: int | 
                 inner = _Function(helper, fn.first, fn.lines)
                 for s, _ in _statements(inner):
                     if isinstance(s, ast.Return):
-                        quoted.setdefault(fn.at(s), f"in `{helper.name}`, {_quote(fn, [fn.at(s)])}")
+                        quoted.setdefault(fn.at(s), tr("in `{helper}`, {line}").format(
+                            helper=helper.name, line=_quote(fn, [fn.at(s)])))
     listed = set(helpers)
 
     def setters(reads: Sequence[str], reader: tuple[ast.stmt, _Ancestry]) -> list[list[tuple[ast.stmt, _Ancestry]]]:
@@ -574,4 +617,5 @@ def made_on(code: Code, function: str, part: int, what: str, returned_on: int | 
     if not quoted:
         return ""
     kept = sorted(list(quoted)[:MAX_MAKING])  # the nearest to the value first, then told in the order of the source
-    return f"Your lines that make {what}: " + "; ".join(quoted[n] for n in kept) + ". Look there."
+    return tr("Your lines that make {what}: {lines}. Look there.").format(
+        what=what, lines=in_turn([quoted[n] for n in kept]))

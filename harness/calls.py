@@ -94,7 +94,11 @@ class Raised:
     #: the learner's frames, formatted for a notebook; they stay in the learner's process
     frames: tuple[str, ...] = field(default=(), compare=False)
     #: what a judge may need as data rather than words: for a StateMismatch, the parameter names
-    #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs
+    #: ``missing``, ``unexpected`` and the ``shared`` (alias, original) pairs, and where it applies ``made`` (where
+    #: the learner's class makes the first unexpected one) and ``shape`` (a parameter of the wrong shape);
+    #: otherwise ``where``'s parts (the course's function, the learner's, the line's number, its place and its
+    #: text), and what an exception of the course's toys says (``encoded``, ``read``: :mod:`harness.toys`). The
+    #: grader words all of them in the learner's language; ``message`` is the learner's process's own English
     details: Mapping[str, tuple] = field(default_factory=dict, compare=False, hash=False)
 
     def is_stub(self) -> bool:
@@ -113,6 +117,10 @@ class Opaque:
     """A returned value that is not plain data (a custom object, a function, ...)."""
 
     type: str
+
+
+#: what an Opaque value nested too deeply is called (the grader words it in the learner's language)
+DEEPLY_NESTED = "deeply nested value"
 
 
 def materialize(value: Any) -> Any:
@@ -141,7 +149,7 @@ def to_plain(value: Any, depth: int = 0) -> Any:
     comparison methods); anything that is not data becomes :class:`Opaque`.
     """
     if depth > 8:
-        return Opaque("deeply nested value")
+        return Opaque(DEEPLY_NESTED)
     if isinstance(value, torch.Tensor):
         plain = value.detach().to("cpu")
         if type(plain) is not torch.Tensor:
@@ -196,9 +204,8 @@ def build_module(cls: Callable, case: Case) -> Any:
         for name, value in case.state.items():
             held = own.get(name, buffers.get(name))
             if tuple(held.shape) != tuple(value.shape):
-                made = _made_at(type(module), [name])
-                raise StateMismatch([], [], f"{name} has shape {tuple(held.shape)}, expected {tuple(value.shape)}"
-                                    + (f" ({made})" if made else ""))
+                raise StateMismatch([], [], _made_at(type(module), [name]),
+                                    shape=(name, str(tuple(held.shape)), str(tuple(value.shape))))
         module.load_state_dict({k: v.clone() for k, v in case.state.items() if k in own}, strict=False)
         with torch.no_grad():
             for name in case.state.keys() - own.keys():  # a buffer kept out of the state_dict is filled all the same
@@ -208,10 +215,11 @@ def build_module(cls: Callable, case: Case) -> Any:
     return module
 
 
-def _made_at(cls: type, names: Sequence[str]) -> str:
+def _made_at(cls: type, names: Sequence[str]) -> tuple[str, ...]:
     """Where the learner's class makes the submodule or parameter that holds the first of ``names`` (its
-    first attribute, ``feed_forward`` of ``feed_forward.w_1.weight``): "feed_forward is made on line N of
-    your `C.__init__`, `self.feed_forward = ...`"; "" when no line of the learner's says so."""
+    first attribute, ``feed_forward`` of ``feed_forward.w_1.weight``), as the parts the grader words ("feed_forward
+    is made on line N of your `C.__init__`, `self.feed_forward = ...`"): the attribute, the line's number, the
+    method and the line's text; () when no line of the learner's says so."""
     for name in names:
         attribute = name.split(".")[0]
         assigned = re.compile(rf"\bself\.{re.escape(attribute)}\s*(:[^=]*)?=(?!=)")
@@ -227,9 +235,8 @@ def _made_at(cls: type, names: Sequence[str]) -> str:
                     continue
                 for offset, text in enumerate(lines):
                     if assigned.search(text):
-                        return (f"{attribute} is made on line {start + offset} of your `{method.__qualname__}`, "
-                                f"`{text.strip()[:200]}`")
-    return ""
+                        return attribute, str(start + offset), method.__qualname__, text.strip()[:200]
+    return ()
 
 
 def _call_module(cls: Callable, case: Case, args: tuple, kwargs: dict, observer: Observer | None = None) -> Any:
@@ -280,10 +287,15 @@ class StateMismatch(Exception):
 
     ``shared`` lists (alias, original) pairs: one module or parameter under two names, whose
     parameters PyTorch therefore reports only once; names under an alias are not called missing.
+    ``made`` is where the learner's class makes the first unexpected one (:func:`_made_at`'s parts), ``shape``
+    a parameter of the wrong shape: (its name, its shape, the shape expected). They travel as data
+    (:func:`raised`) and the grader words them in the learner's language; the English here is what the
+    learner's own process shows.
     """
 
-    def __init__(self, missing, unexpected, detail: str = "", shared=()):
+    def __init__(self, missing, unexpected, made: Sequence[str] = (), shared=(), shape: Sequence[str] = ()):
         self.missing, self.unexpected, self.shared = missing, unexpected, list(shared)
+        self.made, self.shape = tuple(made), tuple(shape)
         aliases = [alias for alias, _ in self.shared]
         really_missing = [n for n in missing if not any(n == a or n.startswith(f"{a}.") for a in aliases)]
         parts = [
@@ -297,6 +309,10 @@ class StateMismatch(Exception):
             parts.append("it has no parameter named " + ", ".join(really_missing[:6]))
         if unexpected:
             parts.append("it has parameters the exercise does not ask for: " + ", ".join(unexpected[:6]))
+        made_at = "{} is made on line {} of your `{}`, `{}`".format(*self.made) if self.made else ""
+        detail = made_at
+        if self.shape:
+            detail = "{} has shape {}, expected {}".format(*self.shape) + (f" ({made_at})" if made_at else "")
         if detail:
             parts.append(detail)
         tail = (
@@ -549,7 +565,7 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
         frames.append((frame, lineno, kind))
     mine = [i for i, (_, _, kind) in enumerate(frames) if kind == "learner"]
     inside = next((f for f, _, kind in frames[mine[-1] + 1 if mine else 0:] if kind == "course"), None)
-    where = ""
+    where, parts = "", ()
     if mine:
         frame, lineno, _ = frames[mine[-1]]
         filename = frame.f_code.co_filename
@@ -557,8 +573,10 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
         place = "its cell" if _is_cell(filename) else os.path.basename(filename)
         where = f"your `{qualname(frame)}`, line {lineno} of {place}" + (f": {line}" if line else "")
         where = f"raised inside the course's `{qualname(inside)}`, called from {where}" if inside else f"in {where}"
+        parts = (qualname(inside) if inside else "", qualname(frame), str(lineno), place, line)
     elif inside is not None:
         where = f"raised inside the course's `{qualname(inside)}`"
+        parts = (qualname(inside), "", "", "", "")
     shown = []
     for i in mine:
         frame, lineno, _ = frames[i]
@@ -570,7 +588,7 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     last = next((f for f, _, kind in reversed(frames) if kind != "library"), None)
     if last is not None and fn is not None and last.f_code not in own:
         origin = qualname(last)
-    details = {}
+    details: dict[str, tuple] = {"where": tuple(part[:500] for part in parts)} if parts else {}
     if mine:
         frame, lineno, _ = frames[mine[-1]]
         details["at"] = (str(lineno), qualname(frame)[:200])  # for the lines the grader says the line depends on
@@ -583,6 +601,10 @@ def raised(exc: BaseException, fn: Callable | None = None) -> Raised:
     if isinstance(exc, StateMismatch):
         details = {"missing": tuple(exc.missing), "unexpected": tuple(exc.unexpected),
                    "shared": tuple((str(a), str(o)) for a, o in exc.shared)}
+        details |= {key: parts for key, parts in (("made", exc.made), ("shape", exc.shape)) if parts}
+    facts = getattr(exc, "facts", None)  # what an exception of the course's toys says, as data (harness.toys)
+    if type(exc).__module__ == "harness.toys" and isinstance(facts, dict):
+        details |= facts
     return Raised(type(exc).__name__, str(exc)[:2000], where[:500], origin, tuple(shown), details)
 
 
@@ -623,7 +645,7 @@ def call_learner(fn: Callable, case: Case, wires: Tripwires | None = None, obser
         if observer is not None and observer.recorder is not None:
             observer.recorder.unwound(exc.__traceback__)
         result = raised(exc, fn)  # a call stopped for its time too: where it was running is worth saying
-    exceeded = next((w.exceeded for w in watches if w.exceeded), None)
-    if exceeded:
-        result = Raised("Recomputed", exceeded)
+    over = next((w for w in watches if w.over), None)
+    if over is not None:
+        result = Raised("Recomputed", over.exceeded, details={"read": over.over})
     return UsedForbidden(tuple(dict.fromkeys(used))) if used else result

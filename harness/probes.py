@@ -110,8 +110,10 @@ def _makes_tensors(fn: Callable) -> bool:
 
 
 def _device(fn: Callable, case: Case) -> tuple[str, ...]:
-    """("raised", where, plain attributes...) when an operation mixed a tensor of the CPU with the
-    arguments; ("returned", which value, its device) when the result stayed on the CPU; else ()."""
+    """("raised", where..., plain attributes...) when an operation mixed a tensor of the CPU with the
+    arguments (where: the five parts of ``Raised.details["where"]``, which the grader words, or five empty
+    strings; then at most two attributes); ("returned", which value, its device) when the result stayed on the
+    CPU; else ()."""
     module = build_module(fn, case) if case.init is not None else None
     if not _makes_tensors(fn) and not _plain_attributes(module):
         return ()
@@ -127,7 +129,7 @@ def _device(fn: Callable, case: Case) -> tuple[str, ...]:
             out = fn(*args, **kwargs)
     except Exception as exc:
         if any(m in str(exc) for m in _MISMATCH):
-            return ("raised", raised(exc, fn).where, *left[:4])
+            return ("raised", *(raised(exc, fn).details.get("where") or ("",) * 5), *left[:2])
         return ()
     for path, t in named_tensors(out, "the result"):
         if t.device != meta:

@@ -19,7 +19,18 @@ NEVER = -1.0e4
 
 
 class EncodedAgain(RuntimeError):
-    """A :class:`ToyTranslator` that may encode once was asked to encode again in the same call."""
+    """A :class:`ToyTranslator` that may encode once was asked to encode again in the same call.
+
+    ``facts`` says how many times, as data the grader words in the learner's language (``encoded``); the
+    English is what the learner's own process shows.
+    """
+
+    def __init__(self, times: int) -> None:
+        self.facts = {"encoded": (str(times),)}
+        super().__init__(
+            f"model.encode was called {times} times in one decoding: the memory does not change from step to step, "
+            "so encode the source once, before the loop, and pass that memory to every model.decode (model(src, ys) "
+            "encodes too).")
 
 
 @provider("toy_translator")
@@ -80,10 +91,7 @@ class ToyTranslator(torch.nn.Module):
         """Source ids (B, S) -> memory (B, S, d), exactly zero at padding."""
         self.encoded += 1
         if self.encodes is not None and self.encoded > self.encodes:
-            raise EncodedAgain(
-                f"model.encode was called {self.encoded} times in one decoding: the memory does not change from "
-                "step to step, so encode the source once, before the loop, and pass that memory to every "
-                "model.decode (model(src, ys) encodes too).")
+            raise EncodedAgain(self.encoded)
         keep = (src != self.pad_id).unsqueeze(-1)  # (B, S, 1)
         return torch.tanh(self.src_embed[src] @ self.W_mem) * keep  # (B, S, d)
 
@@ -143,22 +151,29 @@ class _Counted(torch.nn.Module):
 class Reads(ProductCount):
     """Counts, for each linear weight of a :class:`ToyGPT`, the positions multiplied by it
     (:class:`harness.products.ProductCount`). The budget is taken when the count starts, so changing the
-    model's attributes afterwards changes nothing; a read past it is remembered (``exceeded``), not
+    model's attributes afterwards changes nothing; a read past it is remembered (``over``), not
     raised, so that no ``except`` of the learner's can swallow it.
     """
 
     def __init__(self, model: ToyGPT) -> None:
         super().__init__({m.name: m.weight for m in model.modules() if isinstance(m, _Counted)})
         self.budget = model.budget
-        self.exceeded: str | None = None
+        #: the first read past the budget: the weight's name, the positions it has read and the budget, as the
+        #: strings the grader words in the learner's language (``Raised.details["read"]``); None while within it
+        self.over: tuple[str, str, str] | None = None
+
+    @property
+    def exceeded(self) -> str | None:
+        """:attr:`over` in English, as the learner's own process says it."""
+        if self.over is None:
+            return None
+        return ("the model's `{}` has now read {} positions, more than the {} that the prompt and the generated "
+                "tokens hold together: positions already in the cache were computed again").format(*self.over)
 
     def read(self, name: str, inputs: list[torch.Tensor]) -> None:
         super().read(name, inputs)
-        if self.budget is not None and self.rows[name] > self.budget and self.exceeded is None:
-            self.exceeded = (
-                f"the model's `{name}` has now read {self.rows[name]} positions, more than the {self.budget} "
-                "that the prompt and the generated tokens hold together: positions already in the cache were "
-                "computed again")
+        if self.budget is not None and self.rows[name] > self.budget and self.over is None:
+            self.over = (name, str(self.rows[name]), str(self.budget))
 
 
 class _ToyAttention(torch.nn.Module):

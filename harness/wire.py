@@ -41,8 +41,24 @@ DTYPES = {
     )
 }
 _BITS = {torch.bfloat16: torch.int16}  # numpy has no bfloat16: ship its bits as int16
+#: how a tensor of a dtype that does not travel arrives: an Opaque value of this type and its dtype
+#: (the grader words it in the learner's language)
+OPAQUE_DTYPE = "tensor of dtype "
 #: the caps on the text a learner's exception brings back, by field
 _RAISED_TEXT = {"type": 200, "message": 2000, "where": 500, "origin": 200}
+#: a part of an exception's details that is a count or a line's number, given by its digits (at most MAX_DIGITS)
+COUNT = "count"
+MAX_DIGITS = 18
+#: the facts an exception's details may carry as a fixed number of parts, which the grader words in the learner's
+#: language: what each is, and each part's cap (COUNT: a count); what a StateMismatch says besides its names, and
+#: what the course's toys say (harness.toys)
+_RAISED_PARTS = {
+    "where": ("where it was raised", (500,) * 5),  # the course's function, the learner's, the line, its place, its text
+    "made": ("where a submodule is made", (200, COUNT, 500, 200)),  # the attribute, the line, the method, its text
+    "shape": ("a parameter of the wrong shape", (200, 500, 500)),  # its name, its shape, the shape expected
+    "encoded": ("how often the source was encoded", (COUNT,)),
+    "read": ("what the model read again", (200, COUNT, COUNT)),  # the weight, the positions it read, the budget
+}
 
 #: what a reply may carry; a case and a provided object only travel towards the learner
 #: what the learner's side sends the moment a graded function has returned, before the probes that follow
@@ -65,7 +81,7 @@ def encode(value: Any) -> Any:
     if isinstance(value, torch.Tensor):
         t = value.detach().to("cpu").contiguous()
         if t.dtype not in DTYPES.values():
-            return {"$opaque": f"tensor of dtype {t.dtype}"}
+            return {"$opaque": f"{OPAQUE_DTYPE}{t.dtype}"}
         raw = t.view(_BITS[t.dtype]) if t.dtype in _BITS else t
         data = raw.numpy().tobytes() if raw.numel() else b""
         return {"$tensor": [str(t.dtype).removeprefix("torch."), list(t.shape), base64.b64encode(data).decode()]}
@@ -147,6 +163,21 @@ def _names(value: Any, what: str) -> tuple[str, ...]:
     return tuple(_text(n, what, 200) for n in names)
 
 
+def _parts(value: Any, what: str, caps: tuple[int | str, ...]) -> tuple[str, ...]:
+    """A fact of an exception's details: exactly ``len(caps)`` strings, each cut to its cap, or a count's digits."""
+    parts = _list(value, what, len(caps))
+    read = []
+    for part, cap in zip(parts, caps):
+        text = _text(part, what)
+        if cap == COUNT:
+            if not (0 < len(text) <= MAX_DIGITS and text.isascii() and text.isdigit()):
+                raise WireError(f"{what} holds a count that is not a number")
+            read.append(text)
+        else:
+            read.append(text[:cap])
+    return tuple(read)
+
+
 def _tensor(body: Any) -> torch.Tensor:
     dtype_name, shape, data = _list(body, "a tensor", 3)
     if dtype_name not in DTYPES:
@@ -190,6 +221,9 @@ def _raised(body: Any) -> Raised:
             details[key] = _names(given[key], what)
             if len(details[key]) != 2:
                 raise WireError(f"{what} is not a line and its text")
+    for key, (what, caps) in _RAISED_PARTS.items():
+        if key in given:
+            details[key] = _parts(given[key], what, caps)
     if "shared" in given:
         pairs = _list(given["shared"], "the shared names")
         if len(pairs) > MAX_NAMES:

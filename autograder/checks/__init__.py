@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..framework import Check, Raised
+from ..messages import tr
 
 
 def chapter_checks(notebook: str) -> dict[str, Check]:
@@ -20,7 +21,7 @@ def chapter_checks(notebook: str) -> dict[str, Check]:
     except ModuleNotFoundError as exc:
         if exc.name != f"{__name__}.{notebook}":
             raise
-        raise KeyError(f"no checks for a notebook named {notebook!r}") from None
+        raise KeyError(tr("no checks for a notebook named {notebook}").format(notebook=repr(notebook))) from None
     return {cls.function: cls() for cls in module.CHECKS}
 
 
@@ -28,7 +29,8 @@ def get(check_id: str) -> Check:
     notebook, _, function = check_id.partition(".")
     checks = chapter_checks(notebook)
     if function not in checks:
-        raise KeyError(f"no check {check_id!r}; {notebook} has {sorted(checks)}")
+        raise KeyError(tr("no check {check}; {notebook} has {checks}").format(
+            check=repr(check_id), notebook=notebook, checks=sorted(checks)))
     return checks[function]
 
 

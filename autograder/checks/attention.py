@@ -29,6 +29,7 @@ from ..framework import (
     named_failure,
     rule,
 )
+from ..messages import N_, tr
 
 # ----------------------------------------------------------------------------------------
 # softmax
@@ -57,51 +58,53 @@ class SoftmaxCheck(Check):
     oracle = "torch.softmax"
     forbidden = SOFTMAX_BUILTINS
     forbidden_ops = SOFTMAX_OPS
-    hints = (Hint("RuntimeError", "A sum or maximum along `dim` drops that dimension unless you pass keepdim=True; "
-                  "without it, it cannot broadcast against x.", containing="must match the size"),)
+    hints = (Hint("RuntimeError", N_("A sum or maximum along `dim` drops that dimension unless you pass keepdim=True; "
+                                     "without it, it cannot broadcast against x."), containing="must match the size"),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
 
         def case(shape, dim=-1, dtype=torch.float32, scale=1.0, tag="", extra=""):
             x = (torch.randn(shape, generator=g, dtype=torch.float64) * scale).to(dtype)
-            return x, Case(f"x {tuple(shape)} {str(dtype)[6:]}, dim={dim}{extra}", (x,), {"dim": dim}, tag)
+            return x, Case(f"x {tuple(shape)} {str(dtype)[6:]}, dim={dim}" + (f" {extra}" if extra else ""), (x,),
+                           {"dim": dim}, tag)
 
         out = [
             case((3, 5))[1],
             case((2, 3, 4), dtype=torch.float64)[1],
             case((4, 6), dim=0)[1],
-            case((2, 7), scale=1000.0, tag="large", extra=" with entries near ±1000")[1],
+            case((2, 7), scale=1000.0, tag="large", extra=tr("with entries near ±1000"))[1],
         ]
         x, _ = case((3, 6))
         x[0, 1] = x[1, 0] = x[1, 4] = float("-inf")  # masked entries, as attention produces them
-        out.append(Case("x (3, 6) float32 with some -inf entries, dim=-1", (x,), {"dim": -1}, "neg-inf"))
+        out.append(Case(tr("x (3, 6) float32 with some -inf entries, dim=-1"), (x,), {"dim": -1}, "neg-inf"))
         if hidden:
             out += [
                 case((2, 3, 4, 5), dim=1)[1],
                 case((5, 4), dim=-2, dtype=torch.float64)[1],
                 case((9,), dim=0)[1],
                 case((3, 8), dtype=torch.float16)[1],
-                case((2, 4, 6), dtype=torch.float64, scale=1e4, tag="large", extra=" with entries near ±1e4")[1],
+                case((2, 4, 6), dtype=torch.float64, scale=1e4, tag="large", extra=tr("with entries near ±1e4"))[1],
             ]
             y = torch.randn(2, 6, generator=g)
             y[0] += 2000.0
             y[1] -= 2000.0  # a global maximum would make every exp of this row underflow
-            out.append(Case("x (2, 6) whose rows sit near +2000 and -2000, dim=-1", (y,), {"dim": -1}, "scales"))
-            out.append(Case("x (3, 4) with every entry equal, dim=-1", (torch.full((3, 4), float(draw(g, -50, 50))),),
+            out.append(Case(tr("x (2, 6) whose rows sit near +2000 and -2000, dim=-1"), (y,), {"dim": -1}, "scales"))
+            out.append(Case(tr("x (3, 4) with every entry equal, dim=-1"), (torch.full((3, 4), float(draw(g, -50, 50))),),
                             {"dim": -1}))
         return out
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        y = expect_tensor(result, "`softmax`'s result", case)
-        expect_shape(y, case.args[0].shape, "`softmax`'s result", case, "softmax keeps the shape of its input.")
+        what = tr("`{function}`'s result").format(function="softmax")
+        y = expect_tensor(result, what, case)
+        expect_shape(y, case.args[0].shape, what, case, tr("softmax keeps the shape of its input."))
 
     @rule("finite")
     def _finite(self, case: Case, y: torch.Tensor) -> None:
         (x,), dim = case.args, case.kwargs["dim"]
         if case.tag in ("large", "scales"):
-            hint = (
+            hint = tr(
                 "exp overflowed or underflowed: subtract the maximum along `dim` "
                 "(x.max(dim=dim, keepdim=True)) before exponentiating; it cancels in the ratio."
             )
@@ -110,14 +113,15 @@ class SoftmaxCheck(Check):
             if case.tag == "scales" or (
                 not torch.isfinite(global_max).all() and torch.equal(torch.isnan(y), torch.isnan(global_max))
             ):
-                hint = (
+                hint = tr(
                     "some slice became 0/0: subtract the maximum of each slice along `dim` "
                     "(keepdim=True), not one maximum of the whole tensor."
                 )
-            expect_finite(y, "`softmax`'s result", case, hint)
+            expect_finite(y, tr("`{function}`'s result").format(function="softmax"), case, hint)
         else:
             expect_finite(
-                y, "`softmax`'s result", case, "exp of a large number overflows: subtract the maximum along `dim` first."
+                y, tr("`{function}`'s result").format(function="softmax"), case,
+                tr("exp of a large number overflows: subtract the maximum along `dim` first.")
             )
 
     @rule("values")
@@ -128,23 +132,25 @@ class SoftmaxCheck(Check):
         d = dim % x.dim()
         diagnoses = [
             (lambda o=o: torch.softmax(xd, dim=o),
-             f"you normalised along dim={o}, but the sum must run along dim={dim}: use the `dim` argument.")
+             tr("you normalised along dim={other}, but the sum must run along dim={dim}: use the `dim` argument.")
+             .format(other=o, dim=dim))
             for o in range(x.dim())
             if o != d
         ]
         diagnoses += [
             (lambda: torch.exp(xd) / torch.exp(xd).sum(),
-             "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
+             tr("you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True.")),
             (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)) / torch.exp(xd - xd.amax(dim=d, keepdim=True)).sum(),
-             "you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True."),
-            (lambda: torch.exp(xd), "you exponentiated but did not divide by the sum along `dim`."),
+             tr("you divided by the sum of the whole tensor; sum along `dim` only, with keepdim=True.")),
+            (lambda: torch.exp(xd), tr("you exponentiated but did not divide by the sum along `dim`.")),
             (lambda: torch.exp(xd - xd.amax(dim=d, keepdim=True)),
-             "you subtracted the maximum but did not divide by the sum along `dim`."),
-            (lambda: torch.log_softmax(xd, dim=d), "this is log-softmax: softmax is exp(x) / sum(exp(x)), without the log."),
+             tr("you subtracted the maximum but did not divide by the sum along `dim`.")),
+            (lambda: torch.log_softmax(xd, dim=d),
+             tr("this is log-softmax: softmax is exp(x) / sum(exp(x)), without the log.")),
             (lambda: xd / xd.sum(dim=d, keepdim=True),
-             "you divided x by its sum without exponentiating first: softmax uses exp(x)."),
+             tr("you divided x by its sum without exponentiating first: softmax uses exp(x).")),
         ]
-        expect_close(y, expected, "`softmax`'s result", case, diagnoses)
+        expect_close(y, expected, tr("`{function}`'s result").format(function="softmax"), case, diagnoses)
 
     rules = (_shape, _finite, _values)
 
@@ -154,11 +160,12 @@ class SoftmaxCheck(Check):
         shifted = [xd - xd.amax(dim=dim, keepdim=True), xd - xd.max(), xd]  # any shift cancels in the ratio
         exps = [torch.exp(z) for z in shifted]
         return [
-            Stage("x shifted by its maximum", tuple(shifted[:2])),
-            Stage("the exponentials", tuple(exps)),
-            Stage(f"the sums of the exponentials along dim={dim} (keepdim=True)",
+            Stage(tr("x shifted by its maximum"), tuple(shifted[:2])),
+            Stage(tr("the exponentials"), tuple(exps)),
+            Stage(tr("the sums of the exponentials along dim={dim} (keepdim=True)").format(dim=dim),
                   tuple(e.sum(dim=dim, keepdim=True) for e in exps)),
-            Stage.of(f"the softmax, the exponentials divided by their sums along dim={dim}", torch.softmax(xd, dim=dim)),
+            Stage.of(tr("the softmax, the exponentials divided by their sums along dim={dim}").format(dim=dim),
+                     torch.softmax(xd, dim=dim)),
         ]
 
 
@@ -167,8 +174,8 @@ class SoftmaxCheck(Check):
 # attention (scaled dot-product and additive share the masking and the weight properties)
 # ----------------------------------------------------------------------------------------
 
-MASK_HINT = "set the scores of masked keys to -inf before the softmax: scores.masked_fill(~mask, float('-inf'))."
-FULLY_MASKED_HINT = (
+MASK_HINT = N_("set the scores of masked keys to -inf before the softmax: scores.masked_fill(~mask, float('-inf')).")
+FULLY_MASKED_HINT = N_(
     "a query whose keys are all masked must get all-zero weights and a zero output (the course's "
     "convention, and PyTorch's): replace the NaN rows after the softmax, e.g. with torch.nan_to_num or torch.where."
 )
@@ -181,7 +188,7 @@ def masked_softmax(scores: torch.Tensor, mask: torch.Tensor | None) -> torch.Ten
     return torch.softmax(scores, dim=-1).nan_to_num(nan=0.0)
 
 
-RENORMALISED = (
+RENORMALISED = N_(
     "the mask was applied after the softmax and the rows divided by their new sums. In exact arithmetic that gives "
     "the same weights, but not in floating point: here a masked key scores far above the allowed ones, so after "
     "the softmax every allowed weight has underflowed to 0 and the division is 0/0. Mask the scores before the "
@@ -210,9 +217,9 @@ def _renormalised_late(weights: torch.Tensor, scores: torch.Tensor, mask: torch.
 class _AttentionCheck(Check):
     """Shared judging of (output, weights) for attention functions."""
 
-    hints = (Hint("RuntimeError", "Mind the shapes: q is (..., T_q, d_k) and k is (..., T_k, d_k), so the scores are "
-                  "q @ k.transpose(-2, -1), (..., T_q, T_k): swap the last two axes only (k.T reverses every axis "
-                  "of a batched tensor). A mask must broadcast to (..., T_q, T_k)."),)
+    hints = (Hint("RuntimeError", N_("Mind the shapes: q is (..., T_q, d_k) and k is (..., T_k, d_k), so the scores "
+                                     "are q @ k.transpose(-2, -1), (..., T_q, T_k): swap the last two axes only (k.T "
+                                     "reverses every axis of a batched tensor). A mask must broadcast to (..., T_q, T_k).")),)
 
     def scores(self, case: Case) -> torch.Tensor:
         """The oracle's unmasked scores, float64, shape (..., T_q, T_k)."""
@@ -238,10 +245,10 @@ class _AttentionCheck(Check):
         _, v = self.keys_values(case)
         mask = case.kwargs.get("mask")
         scores = self.scores(case)
-        out = [*self.score_stages(case), Stage.of("the scores", scores)]
+        out = [*self.score_stages(case), Stage.of(tr("the scores"), scores)]
         weights = masked_softmax(scores, None if mask is None else mask.expand(scores.shape))
         if mask is None:
-            out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
+            out.append(Stage.of(tr("the weights, softmax of the scores over the keys"), weights))
         else:
             full = mask.expand(scores.shape)
             masked = scores.masked_fill(~full, float("-inf"))
@@ -250,13 +257,13 @@ class _AttentionCheck(Check):
             blind = ~full.any(dim=-1, keepdim=True)  # (..., T_q, 1)
             safe = masked.masked_fill(blind, 0.0)
             # -inf, or a large negative number: both are right wherever a query sees some key
-            out.append(Stage.of("the masked scores, -inf where the mask is False", masked,
+            out.append(Stage.of(tr("the masked scores, -inf where the mask is False"), masked,
                                 scores.masked_fill(~full, -1e9), safe))
             if bool(blind.any()):
-                out.append(Stage.of("the softmax of the masked scores, uniform for a query that sees no key (until "
-                                    "its row is zeroed)", torch.softmax(safe, dim=-1)))
-            out.append(Stage.of("the weights, softmax of the scores over the keys", weights))
-        out.append(Stage.of("the output, weights @ v", weights @ v.double()))
+                out.append(Stage.of(tr("the softmax of the masked scores, uniform for a query that sees no key (until "
+                                       "its row is zeroed)"), torch.softmax(safe, dim=-1)))
+            out.append(Stage.of(tr("the weights, softmax of the scores over the keys"), weights))
+        out.append(Stage.of(tr("the output, weights @ v"), weights @ v.double()))
         return out
 
     def rounding_scale(self, case: Case) -> float:
@@ -269,7 +276,8 @@ class _AttentionCheck(Check):
         """(output, weights), each a tensor."""
         name = f"`{self.function}`"
         output, weights = expect_tuple(result, 2, name, case, "output, weights")
-        return expect_tensor(output, f"{name}'s output", case), expect_tensor(weights, f"{name}'s weights", case)
+        return (expect_tensor(output, tr("`{function}`'s output").format(function=self.function), case),
+                expect_tensor(weights, tr("`{function}`'s weights").format(function=self.function), case))
 
     def _full_mask(self, case: Case, scores: torch.Tensor) -> torch.Tensor | None:
         mask = case.kwargs.get("mask")
@@ -285,22 +293,22 @@ class _AttentionCheck(Check):
         _, weights = self._returned(case, result)
         batch = self.worked_out(case, self.scores).shape[:-2]
         expect_shape(
-            weights, (*batch, q.shape[-2], k.shape[-2]), f"`{self.function}`'s weights", case,
-            "The weights have one row per query and one column per key: (..., T_q, T_k).",
+            weights, (*batch, q.shape[-2], k.shape[-2]), tr("`{function}`'s weights").format(function=self.function),
+            case, tr("The weights have one row per query and one column per key: (..., T_q, T_k)."),
         )
 
     @rule("output is (..., T_q, d_v)", returns=(0, "the output"))
     def _output_shape(self, case: Case, result: Any) -> None:
         q, k, v = case.args[:3]
-        name = f"`{self.function}`"
         output, _ = self._returned(case, result)
         batch, t_q = self.worked_out(case, self.scores).shape[:-2], q.shape[-2]
         if v.shape[-1] != k.shape[-1] and tuple(output.shape) == (*batch, t_q, k.shape[-1]):
-            raise CheckFailed(
-                f"{name}'s output has shape {tuple(output.shape)}, the size of k's features, on the case {case.label}: "
+            raise CheckFailed(tr(
+                "`{function}`'s output has shape {shape}, the size of k's features, on the case {case}: "
                 "the weights multiplied k instead of v. The output is weights @ v: (..., T_q, d_v)."
-            )
-        expect_shape(output, (*batch, t_q, v.shape[-1]), f"{name}'s output", case, "The output is weights @ v: (..., T_q, d_v).")
+            ).format(function=self.function, shape=tuple(output.shape), case=case.label))
+        expect_shape(output, (*batch, t_q, v.shape[-1]), tr("`{function}`'s output").format(function=self.function), case,
+                     tr("The output is weights @ v: (..., T_q, d_v)."))
 
     @rule("mask before the softmax")
     def _masked_before_softmax(self, case: Case, result: Any) -> None:
@@ -308,15 +316,17 @@ class _AttentionCheck(Check):
         scores = self.worked_out(case, self.scores)
         full_mask = self._full_mask(case, scores)
         if full_mask is not None and _renormalised_late(weights, scores, full_mask):
-            raise CheckFailed(f"`{self.function}`'s weights are wrong on the case {case.label}: {RENORMALISED}")
+            raise CheckFailed(tr("`{function}`'s weights are wrong on the case {case}: {reason}").format(
+                function=self.function, case=case.label, reason=tr(RENORMALISED)))
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        name = f"`{self.function}`"
         output, weights = self._returned(case, result)
-        expect_finite(weights, f"{name}'s weights", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else
-                      "subtract the row maximum before exp (or use a stable softmax).")
-        expect_finite(output, f"{name}'s output", case, FULLY_MASKED_HINT if case.tag == "fully-masked" else "")
+        expect_finite(weights, tr("`{function}`'s weights").format(function=self.function), case,
+                      tr(FULLY_MASKED_HINT) if case.tag == "fully-masked" else
+                      tr("subtract the row maximum before exp (or use a stable softmax)."))
+        expect_finite(output, tr("`{function}`'s output").format(function=self.function), case,
+                      tr(FULLY_MASKED_HINT) if case.tag == "fully-masked" else "")
 
     # Properties first: they explain a wrong answer better than a difference does.
     @rule("masked keys get zero weight")
@@ -329,16 +339,15 @@ class _AttentionCheck(Check):
         alive = full_mask.any(-1)
         leaked = weights.double().masked_select(~full_mask & alive.unsqueeze(-1)).abs()  # rows with no key: below
         if leaked.numel() and leaked.max() > 0:
-            name = f"`{self.function}`"
             if matches(weights, masked_softmax(scores, ~full_mask)):
-                raise CheckFailed(
-                    f"{name}'s mask is inverted on the case {case.label}: True means 'may attend', "
+                raise CheckFailed(tr(
+                    "`{function}`'s mask is inverted on the case {case}: True means 'may attend', "
                     "so the keys where mask is False are the ones to hide (masked_fill(~mask, -inf))."
-                )
-            raise CheckFailed(
-                f"{name} gave a masked key the weight {leaked.max().item():.3g} on the case {case.label}: "
-                f"masked keys must get exactly zero weight; {MASK_HINT}"
-            )
+                ).format(function=self.function, case=case.label))
+            raise CheckFailed(tr(
+                "`{function}` gave a masked key the weight {weight} on the case {case}: "
+                "masked keys must get exactly zero weight; {hint}"
+            ).format(function=self.function, weight=f"{leaked.max().item():.3g}", case=case.label, hint=tr(MASK_HINT)))
 
     @rule("a fully masked query gets zero weights")
     def _fully_masked(self, case: Case, result: Any) -> None:
@@ -349,19 +358,17 @@ class _AttentionCheck(Check):
             return
         w, dead = weights.double(), ~full_mask.any(-1)
         if dead.any() and (w[dead].abs().max() > 0):
-            name = f"`{self.function}`"
             row = w[dead][0]
             atol = 1e-2 if q.dtype in (torch.float16, torch.bfloat16) else 1e-4
             if torch.allclose(row, torch.full_like(row, 1.0 / k.shape[-2]), atol=atol):
-                raise CheckFailed(
-                    f"{name} gave a fully masked query uniform weights on the case {case.label}: filling with a "
+                raise CheckFailed(tr(
+                    "`{function}` gave a fully masked query uniform weights on the case {case}: filling with a "
                     "large negative number such as -1e9 instead of -inf has this effect, because every key then "
                     "ties. A query whose keys are all masked must get all-zero weights and a zero output (the "
                     "course's convention, and PyTorch's): fill with -inf and zero such rows, e.g. with torch.where."
-                )
-            raise CheckFailed(
-                f"{name} gave a fully masked query non-zero weights on the case {case.label}: {FULLY_MASKED_HINT}"
-            )
+                ).format(function=self.function, case=case.label))
+            raise CheckFailed(tr("`{function}` gave a fully masked query non-zero weights on the case {case}: {hint}")
+                              .format(function=self.function, case=case.label, hint=tr(FULLY_MASKED_HINT)))
 
     @rule("rows sum to one")
     def _rows_sum_to_one(self, case: Case, result: Any) -> None:
@@ -374,20 +381,24 @@ class _AttentionCheck(Check):
         sums = weights.double().sum(-1)
         if not torch.allclose(sums[alive], torch.ones_like(sums[alive]), atol=atol):
             bad = (sums - 1).abs().masked_fill(~alive, 0).argmax()
-            message = (
-                f"`{self.function}`'s weights do not sum to 1 over the last axis (one row sums to "
-                f"{sums.flatten()[bad].item():.4g}) on the case {case.label}: "
-            )
+            message = tr(
+                "`{function}`'s weights do not sum to 1 over the last axis (one row sums to "
+                "{total}) on the case {case}: {reason}"
+            ).format
+            total = f"{sums.flatten()[bad].item():.4g}"
             if full_mask is not None and matches(weights, torch.softmax(scores, -1) * full_mask):
-                raise CheckFailed(message + "the mask was applied after the softmax. " + MASK_HINT)
+                raise CheckFailed(message(function=self.function, total=total, case=case.label, reason=tr(
+                    "the mask was applied after the softmax. {hint}").format(hint=tr(MASK_HINT))))
             if matches(
                 weights,
                 torch.softmax(
                     scores.masked_fill(~full_mask, float("-inf")) if full_mask is not None else scores, dim=-2
                 ).nan_to_num(nan=0.0),
             ):
-                raise CheckFailed(message + "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")
-            raise CheckFailed(message + "the softmax must run over the keys, dim=-1.")
+                raise CheckFailed(message(function=self.function, total=total, case=case.label, reason=tr(
+                    "the softmax ran over the queries (dim=-2); it must run over the keys, dim=-1.")))
+            raise CheckFailed(message(function=self.function, total=total, case=case.label,
+                                      reason=tr("the softmax must run over the keys, dim=-1.")))
 
     @rule("weights")
     def _weights(self, case: Case, result: Any) -> None:
@@ -397,7 +408,8 @@ class _AttentionCheck(Check):
         expected, scale = masked_softmax(scores, full_mask), self.rounding_scale(case)
         if not matches(weights, expected, scale=scale):  # only then is it worth working out which mistake it was
             diagnoses = [(lambda s=s: masked_softmax(s, full_mask), msg) for s, msg in self.mistaken_scores(case)]
-            expect_close(weights, expected, f"`{self.function}`'s weights", case, diagnoses, scale=scale)
+            expect_close(weights, expected, tr("`{function}`'s weights").format(function=self.function), case,
+                         diagnoses, scale=scale)
 
     @rule("output")
     def _output(self, case: Case, result: Any) -> None:
@@ -407,9 +419,10 @@ class _AttentionCheck(Check):
         expected = masked_softmax(scores, self._full_mask(case, scores))
         mistaken = [(lambda o=o: o, message) for o, message in self.mistaken_outputs(case, expected)]
         expect_close(
-            output, expected @ v.double(), f"`{self.function}`'s output", case,  # (..., T_q, d_v)
-            [(lambda: expected @ k.double(), "the weights are right but multiplied k instead of v."), *mistaken],
-            hint="The weights are right, so look at the last step: output = weights @ v.", scale=self.rounding_scale(case),
+            output, expected @ v.double(), tr("`{function}`'s output").format(function=self.function), case,
+            [(lambda: expected @ k.double(), tr("the weights are right but multiplied k instead of v.")), *mistaken],
+            hint=tr("The weights are right, so look at the last step: output = weights @ v."),
+            scale=self.rounding_scale(case),
         )
 
     rules = (_two_tensors, _weights_shape, _output_shape, _masked_before_softmax, _finite, _masked_keys, _fully_masked,
@@ -421,10 +434,10 @@ class _AttentionCheck(Check):
         if {"pair-a", "pair-b"} <= pairs.keys():
             (case_a, (out_a, _)), (_, (out_b, _)) = pairs["pair-a"], pairs["pair-b"]
             if not matches(out_a, out_b):
-                raise CheckFailed(
-                    f"`{self.function}`'s output changed when only masked keys and values changed "
-                    f"({case_a.label}): masked positions must have no influence at all. {MASK_HINT}"
-                )
+                raise CheckFailed(tr(
+                    "`{function}`'s output changed when only masked keys and values changed "
+                    "({case}): masked positions must have no influence at all. {hint}"
+                ).format(function=self.function, case=case_a.label, hint=tr(MASK_HINT)))
 
     rules_across = (_masked_change_nothing,)
 
@@ -443,40 +456,42 @@ def _attention_cases(g: torch.Generator, hidden: bool, extra_args) -> list[Case]
     padding = torch.tensor([[True] * 6, [True] * 4 + [False] * 2]).view(2, 1, 6)  # (B, 1, T_k)
     fully = torch.tensor([[True, False, True, True, False], [False] * 5, [True] * 5])  # row 1 sees nothing
     out = [
-        case("q (2, 4, 8), k (2, 6, 8), v (2, 6, 5), no mask", rand(2, 4, 8), rand(2, 6, 8), rand(2, 6, 5)),
-        case("q (3, 8), k (5, 8), v (5, 4) with no batch dimension", rand(3, 8), rand(5, 8), rand(5, 4)),
-        case("q, k, v (2, 3, 4, 16) with a causal mask (4, 4)", rand(2, 3, 4, 16), rand(2, 3, 4, 16), rand(2, 3, 4, 16), causal),
-        case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)", rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding),
-        case("q (2, 3, 64), k (2, 7, 64), v (2, 7, 3) float64", rand(2, 3, 64, dtype=torch.float64),
+        case(tr("q (2, 4, 8), k (2, 6, 8), v (2, 6, 5), no mask"), rand(2, 4, 8), rand(2, 6, 8), rand(2, 6, 5)),
+        case(tr("q (3, 8), k (5, 8), v (5, 4) with no batch dimension"), rand(3, 8), rand(5, 8), rand(5, 4)),
+        case(tr("q, k, v (2, 3, 4, 16) with a causal mask (4, 4)"), rand(2, 3, 4, 16), rand(2, 3, 4, 16), rand(2, 3, 4, 16),
+             causal),
+        case(tr("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)"), rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding),
+        case(tr("q (2, 3, 64), k (2, 7, 64), v (2, 7, 3) float64"), rand(2, 3, 64, dtype=torch.float64),
              rand(2, 7, 64, dtype=torch.float64), rand(2, 7, 3, dtype=torch.float64)),
-        case("q (3, 6), k and v (5, 6), mask (3, 5) whose second row is all False",
+        case(tr("q (3, 6), k and v (5, 6), mask (3, 5) whose second row is all False"),
              rand(3, 6), rand(5, 6), rand(5, 6), fully, "fully-masked"),
     ]
-    pair_a = case("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)",
+    pair_a = case(tr("q (2, 5, 8), k and v (2, 6, 8), padding mask (2, 1, 6)"),
                   rand(2, 5, 8), rand(2, 6, 8), rand(2, 6, 8), padding, "pair-a")
     q, k, v, *params = pair_a.args
     k2, v2 = k.clone(), v.clone()
     k2[1, 4:], v2[1, 4:] = 50.0, -1e3  # only masked positions change
-    pair_b = Case("the same inputs with different keys and values where the mask is False",
+    pair_b = Case(tr("the same inputs with different keys and values where the mask is False"),
                   (q, k2, v2, *params), pair_a.kwargs, "pair-b")
     out += [pair_a, pair_b]
     if hidden:
         causal7 = torch.tril(torch.ones(7, 7, dtype=torch.bool))
         out += [
-            case("q, k, v (2, 2, 3, 7, 32) float64 with a causal mask (7, 7)", rand(2, 2, 3, 7, 32, dtype=torch.float64),
+            case(tr("q, k, v (2, 2, 3, 7, 32) float64 with a causal mask (7, 7)"), rand(2, 2, 3, 7, 32, dtype=torch.float64),
                  rand(2, 2, 3, 7, 32, dtype=torch.float64), rand(2, 2, 3, 7, 32, dtype=torch.float64), causal7),
-            case("q (4, 9, 16), k (4, 3, 16), v (4, 3, 2)", rand(4, 9, 16), rand(4, 3, 16), rand(4, 3, 2)),
-            case("q (2, 4, 8), k and v (2, 5, 8) float16", rand(2, 4, 8, dtype=torch.float16),
+            case(tr("q (4, 9, 16), k (4, 3, 16), v (4, 3, 2)"), rand(4, 9, 16), rand(4, 3, 16), rand(4, 3, 2)),
+            case(tr("q (2, 4, 8), k and v (2, 5, 8) float16"), rand(2, 4, 8, dtype=torch.float16),
                  rand(2, 5, 8, dtype=torch.float16), rand(2, 5, 8, dtype=torch.float16)),
-            case("q (2, 6, 32) with large entries (dot products up to a few hundred), k and v (2, 6, 32)",
+            case(tr("q (2, 6, 32) with large entries (dot products up to a few hundred), k and v (2, 6, 32)"),
                  rand(2, 6, 32, scale=10.0), rand(2, 6, 32, scale=10.0), rand(2, 6, 32)),
-            case("q (3, 4, 8), k and v (3, 6, 8), mask (3, 4, 6) at random", rand(3, 4, 8), rand(3, 6, 8), rand(3, 6, 8),
+            case(tr("q (3, 4, 8), k and v (3, 6, 8), mask (3, 4, 6) at random"), rand(3, 4, 8), rand(3, 6, 8), rand(3, 6, 8),
                  torch.rand(3, 4, 6, generator=g) > 0.4, "fully-masked"),
         ]
     return out
 
 
-DOMINANT = "q (2, 4, 8), k and v (2, 6, 8), padding mask (2, 1, 6); in sequence 2 the padded keys score far above the real ones"
+DOMINANT = N_("q (2, 4, 8), k and v (2, 6, 8), padding mask (2, 1, 6); in sequence 2 the padded keys score far above "
+              "the real ones")
 DOMINANT_PADDING = torch.tensor([[True] * 4 + [False] * 2] * 2).view(2, 1, 6)  # (B, 1, T_k)
 
 
@@ -504,8 +519,8 @@ class ScaledDotProductAttentionCheck(_AttentionCheck):
         k, v = torch.randn(2, 6, 8, generator=g), torch.randn(2, 6, 8, generator=g)
         k[1, 4:] = 60.0
         scores = q.double() @ k.double().transpose(-2, -1) / 8 ** 0.5  # (B, T_q, T_k)
-        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"
-        return Case(DOMINANT, (q, k, v), {"mask": DOMINANT_PADDING}, "dominant")
+        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"  # english: the grader's own check
+        return Case(tr(DOMINANT), (q, k, v), {"mask": DOMINANT_PADDING}, "dominant")
 
     def scores(self, case: Case) -> torch.Tensor:
         q, k, _ = (t.double() for t in case.args)
@@ -513,23 +528,23 @@ class ScaledDotProductAttentionCheck(_AttentionCheck):
 
     def score_stages(self, case: Case) -> list[Stage]:
         q, k, _ = (t.double() for t in case.args)
-        return [Stage.of("the dot products q @ k.transpose(-2, -1), before the scale", q @ k.transpose(-2, -1))]
+        return [Stage.of(tr("the dot products q @ k.transpose(-2, -1), before the scale"), q @ k.transpose(-2, -1))]
 
     def mistaken_scores(self, case: Case):
         q, k, v = (t.double() for t in case.args)
         raw = q @ k.transpose(-2, -1)  # (..., T_q, T_k)
         d_k, d_v = q.shape[-1], v.shape[-1]
         out = [
-            (raw, "the scores were not divided by sqrt(d_k): use (q @ k.transpose(-2, -1)) / math.sqrt(d_k)."),
-            (raw / d_k, "the scores were divided by d_k; the paper divides by its square root, sqrt(d_k)."),
-            (raw * math.sqrt(d_k), "the scores were multiplied by sqrt(d_k); divide by it instead."),
+            (raw, tr("the scores were not divided by sqrt(d_k): use (q @ k.transpose(-2, -1)) / math.sqrt(d_k).")),
+            (raw / d_k, tr("the scores were divided by d_k; the paper divides by its square root, sqrt(d_k).")),
+            (raw * math.sqrt(d_k), tr("the scores were multiplied by sqrt(d_k); divide by it instead.")),
         ]
         if d_v != d_k:
             out.append((raw / math.sqrt(d_v),
-                        "the scores were divided by sqrt(d_v); the scale uses the key size, d_k = q.shape[-1]."))
+                        tr("the scores were divided by sqrt(d_v); the scale uses the key size, d_k = q.shape[-1].")))
         if q.shape[-2] == k.shape[-2]:
             out.append((raw.transpose(-2, -1) / math.sqrt(d_k),
-                        "the weights are transposed: scores are q @ k^T, with queries as rows."))
+                        tr("the weights are transposed: scores are q @ k^T, with queries as rows.")))
         return out
 
     @rule("output agrees with PyTorch's kernel")
@@ -538,13 +553,14 @@ class ScaledDotProductAttentionCheck(_AttentionCheck):
         q, k, v = (t.double() for t in case.args)
         mask = case.kwargs.get("mask")
         expected = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-        expect_close(result[0], expected, "`scaled_dot_product_attention`'s output", case, dtype=case.args[0].dtype,
+        expect_close(result[0], expected, tr("`{function}`'s output").format(function="scaled_dot_product_attention"),
+                     case, dtype=case.args[0].dtype,
                      scale=self.rounding_scale(case))
 
     rules = (*_AttentionCheck.rules, _kernel)
 
 
-ADDITIVE_SHAPES = (
+ADDITIVE_SHAPES = N_(
     "Mind the shapes: q @ W_q is (..., T_q, d_a) and k @ W_k is (..., T_k, d_a). To pair every query with every key, "
     "give the queries an axis for the keys and the keys an axis for the queries: (q @ W_q).unsqueeze(-2) is "
     "(..., T_q, 1, d_a), (k @ W_k).unsqueeze(-3) is (..., 1, T_k, d_a), and their sum broadcasts to "
@@ -555,7 +571,7 @@ ADDITIVE_SHAPES = (
 class AdditiveAttentionCheck(_AttentionCheck):
     function = "additive_attention"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "the additive score w_v · tanh(q W_q + k W_k)"
+    oracle = N_("the additive score w_v · tanh(q W_q + k W_k)")
     hints = (Hint("RuntimeError", ADDITIVE_SHAPES),)
     forbidden = SOFTMAX_BUILTINS + SDPA_BUILTINS
     forbidden_ops = SOFTMAX_OPS + SDPA_OPS
@@ -585,8 +601,8 @@ class AdditiveAttentionCheck(_AttentionCheck):
         k = 0.3 * torch.randn(2, 6, d, generator=g) + torch.full((d_a,), -2.0) @ W_k.T
         k[1, 4:] = torch.full((d_a,), 30.0) @ W_k.T  # k @ W_k = 30 in every feature
         scores = torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)).double() @ w_v.double()  # (B, T_q, T_k)
-        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"
-        return Case(DOMINANT, (q, k, v, W_q, W_k, w_v), {"mask": DOMINANT_PADDING}, "dominant")
+        assert _dominant_gap(scores) > 120, "the case no longer makes a softmax underflow"  # english: the grader's own check
+        return Case(tr(DOMINANT), (q, k, v, W_q, W_k, w_v), {"mask": DOMINANT_PADDING}, "dominant")
 
     def scores(self, case: Case) -> torch.Tensor:
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
@@ -596,33 +612,35 @@ class AdditiveAttentionCheck(_AttentionCheck):
     def score_stages(self, case: Case) -> list[Stage]:
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
         pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
-        return [Stage.of("the projected queries q @ W_q", q @ W_q), Stage.of("the projected keys k @ W_k", k @ W_k),
-                Stage.of("the sums q W_q + k W_k for every query and key, (..., T_q, T_k, d_a)", pre),
-                Stage.of("their tanh", torch.tanh(pre))]
+        return [Stage.of(tr("the projected queries q @ W_q"), q @ W_q), Stage.of(tr("the projected keys k @ W_k"), k @ W_k),
+                Stage.of(tr("the sums q W_q + k W_k for every query and key, (..., T_q, T_k, d_a)"), pre),
+                Stage.of(tr("their tanh"), torch.tanh(pre))]
 
     def mistaken_scores(self, case: Case):
         q, k, _, W_q, W_k, w_v = (t.double() for t in case.args)
         pre = (q @ W_q).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)  # (..., T_q, T_k, d_a)
         out = [
-            (pre @ w_v, "the tanh is missing: score = w_v · tanh(q W_q + k W_k); without it the score is linear."),
+            (pre @ w_v, tr("the tanh is missing: score = w_v · tanh(q W_q + k W_k); without it the score is linear.")),
             ((torch.tanh(pre) @ w_v) / math.sqrt(q.shape[-1]),
-             "additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention."),
-            (torch.tanh(pre @ w_v), "the tanh was applied after projecting with w_v; apply it to q W_q + k W_k, then project."),
-            (torch.tanh(pre).sum(-1), "the scores summed the hidden features; project them with w_v instead."),
-            (torch.relu(pre) @ w_v, "the nonlinearity is tanh, not ReLU."),
+             tr("additive attention has no 1/sqrt(d_k) scale; that belongs to dot-product attention.")),
+            (torch.tanh(pre @ w_v),
+             tr("the tanh was applied after projecting with w_v; apply it to q W_q + k W_k, then project.")),
+            (torch.tanh(pre).sum(-1), tr("the scores summed the hidden features; project them with w_v instead.")),
+            (torch.relu(pre) @ w_v, tr("the nonlinearity is tanh, not ReLU.")),
         ]
         if q.shape[-2] == k.shape[-2]:
             out.append((torch.tanh(pre).transpose(-3, -2) @ w_v,
-                        "the weights are transposed: the queries were unsqueezed at -3 and the keys at -2. "
-                        + ADDITIVE_SHAPES))
+                        tr("the weights are transposed: the queries were unsqueezed at -3 and the keys at -2. {shapes}")
+                        .format(shapes=tr(ADDITIVE_SHAPES))))
         if W_q.shape == W_k.shape:
             swapped = (q @ W_k).unsqueeze(-2) + (k @ W_q).unsqueeze(-3)  # (..., T_q, T_k, d_a)
             out += [
                 (torch.tanh((q @ W_q).unsqueeze(-2) + (k @ W_q).unsqueeze(-3)) @ w_v,
-                 "the keys were projected with W_q; project them with W_k."),
+                 tr("the keys were projected with W_q; project them with W_k.")),
                 (torch.tanh((q @ W_k).unsqueeze(-2) + (k @ W_k).unsqueeze(-3)) @ w_v,
-                 "the queries were projected with W_k; project them with W_q."),
-                (torch.tanh(swapped) @ w_v, "W_q and W_k are swapped: the queries go through W_q, the keys through W_k."),
+                 tr("the queries were projected with W_k; project them with W_q.")),
+                (torch.tanh(swapped) @ w_v,
+                 tr("W_q and W_k are swapped: the queries go through W_q, the keys through W_k.")),
             ]
         return out
 
@@ -634,7 +652,7 @@ class AdditiveAttentionCheck(_AttentionCheck):
 
 class ScoreVarianceCheck(Check):
     function = "score_variance"
-    oracle = "torch.var of the row-wise scores q_i · k_i"
+    oracle = N_("torch.var of the row-wise scores q_i · k_i")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -648,34 +666,37 @@ class ScoreVarianceCheck(Check):
                 q, k = torch.randn(n, d_k, generator=g), torch.randn(n, d_k, generator=g)
             else:
                 q, k = torch.rand(n, d_k, generator=g) * 4 - 1, torch.rand(n, d_k, generator=g) * 2
-            out.append(Case(f"q and k ({n}, {d_k}) {dist}, scaled={scaled}", (q, k), {"scaled": scaled}, dist))
+            label = (tr("q and k ({n}, {d_k}) normal, scaled={scaled}") if dist == "normal"
+                     else tr("q and k ({n}, {d_k}) uniform, scaled={scaled}"))
+            out.append(Case(label.format(n=n, d_k=d_k, scaled=scaled), (q, k), {"scaled": scaled}, dist))
         return out
 
     def stages(self, case: Case) -> list[Stage]:
         q, k = (t.double() for t in case.args)
         products = q * k  # (n, d_k)
         scores = products.sum(-1)  # (n,)
-        stages = [Stage.of("the products q_i * k_i, feature by feature", products),
-                  Stage.of("the scores q_i · k_i, summed over the features (dim=-1)", scores)]
+        stages = [Stage.of(tr("the products q_i * k_i, feature by feature"), products),
+                  Stage.of(tr("the scores q_i · k_i, summed over the features (dim=-1)"), scores)]
         if case.kwargs["scaled"]:
             scores = scores / math.sqrt(q.shape[-1])
-            stages.append(Stage.of("the scores divided by sqrt(d_k)", scores))
-        return [*stages, Stage.of("the sample variance of the scores", scores.var())]
+            stages.append(Stage.of(tr("the scores divided by sqrt(d_k)"), scores))
+        return [*stages, Stage.of(tr("the sample variance of the scores"), scores.var())]
 
     @rule("a Python float")
     def _a_float(self, case: Case, result: Any) -> None:
         if isinstance(result, torch.Tensor):
             if result.numel() != 1:
-                raise CheckFailed(
-                    f"`score_variance` returned a tensor of shape {tuple(result.shape)} on the case {case.label}; "
+                raise CheckFailed(tr(
+                    "`score_variance` returned a tensor of shape {shape} on the case {case}; "
                     "return one number: the variance of the n scores."
-                )
-            raise CheckFailed(
-                f"`score_variance` returned a tensor ({result.item():.6g}) on the case {case.label}; the exercise asks "
+                ).format(shape=tuple(result.shape), case=case.label))
+            raise CheckFailed(tr(
+                "`score_variance` returned a tensor ({value}) on the case {case}; the exercise asks "
                 "for a Python float: end with .item(), as in scores.var().item()."
-            )
+            ).format(value=f"{result.item():.6g}", case=case.label))
         if isinstance(result, bool) or not isinstance(result, (int, float)):
-            raise CheckFailed(f"`score_variance` returned {type(result).__name__} on the case {case.label}; return a number.")
+            raise CheckFailed(tr("`score_variance` returned {kind} on the case {case}; return a number.").format(
+                kind=type(result).__name__, case=case.label))
 
     @rule("value")
     def _value(self, case: Case, result: float) -> None:
@@ -693,24 +714,26 @@ class ScoreVarianceCheck(Check):
             return
         diagnoses = [
             ((scores / scale).var(unbiased=False).item(),
-             "this is the biased variance (dividing by n); use torch.var's default, which divides by n - 1."),
-            ((scores / scale).std().item(), "this is the standard deviation; the variance is its square."),
-            ((scores / scale).mean().item(), "this is the mean of the scores, not their variance."),
-            (scores.var().item(), "the scores were not divided by sqrt(d_k) although scaled=True." if scaled else ""),
-            ((scores / math.sqrt(d_k)).var().item(), "the scores were divided by sqrt(d_k) although scaled=False."),
-            ((scores / d_k).var().item(), "the scores were divided by d_k; the scale is sqrt(d_k)."),
-            ((q @ k.T / scale).var().item(), "this is the variance of every q_i · k_j (the whole matrix q @ k.T); "
-                                             "use the n row-wise scores q_i · k_i = (q * k).sum(-1)."),
-            ((q * k / scale).var().item(), "this is the variance of the element-wise products; sum over the d_k features first."),
+             tr("this is the biased variance (dividing by n); use torch.var's default, which divides by n - 1.")),
+            ((scores / scale).std().item(), tr("this is the standard deviation; the variance is its square.")),
+            ((scores / scale).mean().item(), tr("this is the mean of the scores, not their variance.")),
+            (scores.var().item(), tr("the scores were not divided by sqrt(d_k) although scaled=True.") if scaled else ""),
+            ((scores / math.sqrt(d_k)).var().item(), tr("the scores were divided by sqrt(d_k) although scaled=False.")),
+            ((scores / d_k).var().item(), tr("the scores were divided by d_k; the scale is sqrt(d_k).")),
+            ((q @ k.T / scale).var().item(), tr("this is the variance of every q_i · k_j (the whole matrix q @ k.T); "
+                                                "use the n row-wise scores q_i · k_i = (q * k).sum(-1).")),
+            ((q * k / scale).var().item(),
+             tr("this is the variance of the element-wise products; sum over the d_k features first.")),
         ]
         # Every mistake that gives this value, the nearest first: on a sample two of them can land within the
         # tolerance by chance, and another case then tells which one was made.
         explaining = [message for value, message in sorted(diagnoses, key=lambda d: abs(d[0] - result))
                       if message and close(value)]
         raise named_failure(
-            f"`score_variance` is wrong on the case {case.label}: ", explaining,
-            f"`score_variance` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
-            "compute the scores (q * k).sum(-1), divide them by sqrt(d_k) when scaled, and return their variance.")
+            tr("`score_variance` is wrong on the case {case}: ").format(case=case.label), explaining,
+            tr("`score_variance` returned {value} on the case {case} where {expected} was expected: "
+               "compute the scores (q * k).sum(-1), divide them by sqrt(d_k) when scaled, and return their variance.")
+            .format(value=f"{result:.6g}", case=case.label, expected=f"{expected:.6g}"))
 
     rules = (_a_float, _value)
 

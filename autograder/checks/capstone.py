@@ -41,6 +41,7 @@ from ..framework import (
     seeded,
 )
 from ..locate import Stage
+from ..messages import N_, tr
 
 
 def _as_int(value: Any) -> Any:
@@ -103,7 +104,7 @@ class EditDistanceCheck(Check):
     #: installed libraries that compute it (RapidFuzz comes with the course's requirements)
     forbidden = ("rapidfuzz", "Levenshtein", "editdistance", "nltk.edit_distance", "nltk.metrics.distance",
                  "torchaudio.functional.edit_distance")
-    oracle = "the recursive definition of the Levenshtein distance"
+    oracle = N_("the recursive definition of the Levenshtein distance")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -155,11 +156,11 @@ class EditDistanceCheck(Check):
         a, b = case.args
         n, m = len(a), len(b)
         D = torch.tensor([[levenshtein(a[:i], b[:j]) for j in range(m + 1)] for i in range(n + 1)], dtype=torch.float64)
-        rows = [Stage(f"row {i} of the table D[i][j]" + (f" (or column {i}, when your loops run over b first)"
-                                                          if i <= m else ""),
+        rows = [Stage((tr("row {i} of the table D[i][j] (or column {i}, when your loops run over b first)") if i <= m
+                       else tr("row {i} of the table D[i][j]")).format(i=i),
                       tuple(v for v in (D[i] if i <= n else None, D[:, i] if i <= m else None) if v is not None))
                 for i in range(max(n, m))]
-        return [*rows, Stage.of("the last row of the table (or its last column), whose last entry is the distance",
+        return [*rows, Stage.of(tr("the last row of the table (or its last column), whose last entry is the distance"),
                                 D[n], D[:, m])]
 
     @rule("an int")
@@ -167,12 +168,13 @@ class EditDistanceCheck(Check):
         result = _as_int(result)
         if isinstance(result, float) and result.is_integer():
             raise CheckFailed(
-                f"`edit_distance` returned the float {result!r} on the case {case.label}; return an int: "
-                "a number of edits."
+                tr("`edit_distance` returned the float {result} on the case {case}; return an int: "
+                   "a number of edits.").format(result=repr(result), case=case.label)
             )
         if isinstance(result, bool) or not isinstance(result, int):
             raise CheckFailed(
-                f"`edit_distance` returned {result!r} ({type(result).__name__}) on the case {case.label}; return an int."
+                tr("`edit_distance` returned {result} ({kind}) on the case {case}; return an int.").format(
+                    result=repr(result), kind=type(result).__name__, case=case.label)
             )
 
     rules = (_an_int,)
@@ -185,36 +187,38 @@ class EditDistanceCheck(Check):
             return
         diagnoses: list[tuple[Callable[[Sequence, Sequence], int], str]] = [
             (_zero_borders,
-             "the first row and column of the table must be D[i, 0] = i and D[0, j] = j (the cost of deleting or "
-             "inserting a whole prefix), not 0."),
+             tr("the first row and column of the table must be D[i, 0] = i and D[0, j] = j (the cost of deleting or "
+                "inserting a whole prefix), not 0.")),
             (lambda a, b: sum(x != y for x, y in zip(a, b)) + abs(len(a) - len(b)),
-             "you compared the sequences position by position; an insertion or a deletion shifts everything after "
-             "it, so use the recurrence D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j])."),
+             tr("you compared the sequences position by position; an insertion or a deletion shifts everything after "
+                "it, so use the recurrence D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]).")),
             (lambda a, b: len(a) + len(b) - 2 * _lcs(a, b),
-             "a substitution costs 1, not 2 (a deletion plus an insertion): D[i-1, j-1] + 1 when a_i != b_j."),
-            (_lcs, "this is the length of the longest common subsequence, not the edit distance."),
+             tr("a substitution costs 1, not 2 (a deletion plus an insertion): D[i-1, j-1] + 1 when a_i != b_j.")),
+            (_lcs, tr("this is the length of the longest common subsequence, not the edit distance.")),
             (lambda a, b: levenshtein("".join(map(str, a)), "".join(map(str, b))),
-             "you compared letters, not phonemes: a symbol is a whole element of the sequence (\"TH\" is one "
-             "phoneme), so do not join or split the sequences into characters."),
+             tr("you compared letters, not phonemes: a symbol is a whole element of the sequence (\"TH\" is one "
+                "phoneme), so do not join or split the sequences into characters.")),
             (_damerau,
-             "swapping two neighbours is two edits here (Levenshtein distance), not one (that is Damerau's variant)."),
+             tr("swapping two neighbours is two edits here (Levenshtein distance), not one (that is Damerau's "
+                "variant).")),
         ]
         case, result = wrong[0]
         expected = levenshtein(*case.args)
         message = self.explaining_mistake(cases, results, diagnoses)
         if message:  # it explains every case, so the verdict need not verify it again
-            raise named_failure(f"`edit_distance` returned {result} on the case {case.label}: ", [message], None)
+            raise named_failure(tr("`edit_distance` returned {result} on the case {case}: ").format(
+                result=result, case=case.label), [message], None)
         if case.tag == "empty" and result == _zero_borders(*case.args):  # what borders of 0 give, and nothing else
             raise CheckFailed(
-                f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: turning a "
-                "sequence into an empty one (or the other way round) takes one deletion (insertion) per symbol, so "
-                "start from D[i, 0] = i and D[0, j] = j."
+                tr("`edit_distance` returned {result} on the case {case} where {expected} was expected: turning a "
+                   "sequence into an empty one (or the other way round) takes one deletion (insertion) per symbol, so "
+                   "start from D[i, 0] = i and D[0, j] = j.").format(result=result, case=case.label, expected=expected)
             )
         raise failure_on(
             case,
-            f"`edit_distance` returned {result} on the case {case.label} where {expected} was expected: fill the table "
-            "D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]) for every prefix and return "
-            "D[len(a), len(b)].",
+            tr("`edit_distance` returned {result} on the case {case} where {expected} was expected: fill the table "
+               "D[i, j] = min(D[i-1, j] + 1, D[i, j-1] + 1, D[i-1, j-1] + [a_i != b_j]) for every prefix and return "
+               "D[len(a), len(b)].").format(result=result, case=case.label, expected=expected),
         )
 
     rules_across = (_distance,)
@@ -266,10 +270,12 @@ class LabelSmoothedCrossEntropyCheck(LossCheck):
             elif pad_share:
                 target[torch.rand(shape[:-1], generator=g) < pad_share] = pad_id
                 target.view(-1)[0] = (pad_id + 1) % V  # at least one real position
-            extra = " with entries near ±1000" if tag == "large" else ""
-            empty = " (every target is padding)" if bool((target == pad_id).all()) else ""
-            label = (f"logits {tuple(shape)} {str(dtype)[6:]}{extra}, target {tuple(shape[:-1])} with "
-                     f"{int((target == pad_id).sum())} padding positions, smoothing={eps}, pad_id={pad_id}{empty}")
+            extra = tr(" with entries near ±1000") if tag == "large" else ""
+            empty = tr(" (every target is padding)") if bool((target == pad_id).all()) else ""
+            label = tr("logits {shape} {dtype}{extra}, target {target_shape} with {padding} padding positions, "
+                       "smoothing={eps}, pad_id={pad_id}{empty}").format(
+                shape=tuple(shape), dtype=str(dtype)[6:], extra=extra, target_shape=tuple(shape[:-1]),
+                padding=int((target == pad_id).sum()), eps=eps, pad_id=pad_id, empty=empty)
             return Case(label, (logits, target), {"smoothing": eps, "pad_id": pad_id}, tag)
 
         out = [
@@ -300,17 +306,17 @@ class LabelSmoothedCrossEntropyCheck(LossCheck):
         real = target != pad_id
         # Which positions are real depends on the target alone: a learner may find them at any point.
         return [
-            Stage("the positions that are not padding", (real,)),
-            Stage("the log-probabilities log_softmax(logits, dim=-1)", (log_probs,)),
-            Stage("each position's log-probability of its target, log p_y (or its negative)", (nll, -nll)),
-            Stage("each position's mean over the vocabulary of log p_v (or its negative)", (uniform, -uniform)),
-            Stage("each position's loss, (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)", (loss,)),
-            Stage("the loss, the mean of the positions' losses over those", (loss[real].sum() / real.sum(),)),
+            Stage(tr("the positions that are not padding"), (real,)),
+            Stage(tr("the log-probabilities log_softmax(logits, dim=-1)"), (log_probs,)),
+            Stage(tr("each position's log-probability of its target, log p_y (or its negative)"), (nll, -nll)),
+            Stage(tr("each position's mean over the vocabulary of log p_v (or its negative)"), (uniform, -uniform)),
+            Stage(tr("each position's loss, (1 - eps) * (-log p_y) + eps * mean_v(-log p_v)"), (loss,)),
+            Stage(tr("the loss, the mean of the positions' losses over those"), (loss[real].sum() / real.sum(),)),
         ]
 
-    what = "`label_smoothed_cross_entropy`'s result"
-    mean_of = "the mean over the positions that are not padding"
-    stable_hint = "use torch.log_softmax, which computes it stably."
+    what = N_("`label_smoothed_cross_entropy`'s result")
+    mean_of = N_("the mean over the positions that are not padding")
+    stable_hint = N_("use torch.log_softmax, which computes it stably.")
 
     def real_targets(self, case: Case) -> torch.Tensor:
         return case.args[1] != case.kwargs["pad_id"]
@@ -321,7 +327,7 @@ class LabelSmoothedCrossEntropyCheck(LossCheck):
             return
         logits, target = case.args
         eps, pad_id = case.kwargs["smoothing"], case.kwargs["pad_id"]
-        name = self.what
+        name = tr(self.what)
         V = logits.shape[-1]
         x = logits.double()
         expected = F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps, ignore_index=pad_id)
@@ -335,11 +341,11 @@ class LabelSmoothedCrossEntropyCheck(LossCheck):
         if n_real < n_all:
             diagnoses += [
                 (lambda: F.cross_entropy(x.reshape(-1, V), target.reshape(-1), label_smoothing=eps),
-                 "padding positions were counted: leave out every position where target == pad_id, from the sum and "
-                 "from the count."),
+                 tr("padding positions were counted: leave out every position where target == pad_id, from the sum "
+                    "and from the count.")),
                 (lambda: _smoothed(x, target, eps, pad_id)[real].sum() / n_all,
-                 "the padding was left out of the sum but not out of the count: divide by the number of non-padding "
-                 "positions, (target != pad_id).sum()."),
+                 tr("the padding was left out of the sum but not out of the count: divide by the number of "
+                    "non-padding positions, (target != pad_id).sum().")),
             ]
             if target.dim() >= 2:
                 diagnoses.append((
@@ -347,30 +353,32 @@ class LabelSmoothedCrossEntropyCheck(LossCheck):
                         _smoothed(x[b], target[b], eps, pad_id)[real[b]].mean()
                         for b in range(target.shape[0]) if real[b].any()
                     ]).mean(),
-                    "this is the mean of per-sentence means; the loss is the mean over all non-padding positions "
-                    "together, so that every token weighs the same.",
+                    tr("this is the mean of per-sentence means; the loss is the mean over all non-padding positions "
+                       "together, so that every token weighs the same."),
                 ))
         diagnoses += [
             (lambda: _smoothed(x, target, eps, pad_id)[real].sum(),
-             "this is the sum over positions; return the mean over the non-padding positions."),
+             tr("this is the sum over positions; return the mean over the non-padding positions.")),
             (lambda: mean_real(_smoothed(x, target, eps, pad_id, others_only=True)),
-             "the smoothing mass was spread over the V - 1 wrong tokens only; spread epsilon evenly over all V "
-             "tokens, the right one included: q = (1 - eps) one_hot + eps / V."),
+             tr("the smoothing mass was spread over the V - 1 wrong tokens only; spread epsilon evenly over all V "
+                "tokens, the right one included: q = (1 - eps) one_hot + eps / V.")),
             (lambda: mean_real(_smoothed(x, target, 0.0, pad_id)),
-             "the smoothing was ignored: this is the plain cross-entropy; mix in eps times the cross-entropy against "
-             "the uniform distribution."),
+             tr("the smoothing was ignored: this is the plain cross-entropy; mix in eps times the cross-entropy "
+                "against the uniform distribution.")),
             (lambda: mean_real(_smoothed(x, target, eps, pad_id, one_minus=False)),
-             "the right token's term must be weighted by (1 - smoothing): q puts 1 - eps on it, plus its share eps / V."),
+             tr("the right token's term must be weighted by (1 - smoothing): q puts 1 - eps on it, plus its share "
+                "eps / V.")),
             (lambda: mean_real(_smoothed(x, target, eps, pad_id, uniform_sum=True)),
-             "the smoothing term summed -log p over the vocabulary; the uniform target gives each token eps / V, "
-             "so average it over the V tokens (mean, not sum)."),
+             tr("the smoothing term summed -log p over the vocabulary; the uniform target gives each token eps / V, "
+                "so average it over the V tokens (mean, not sum).")),
             (lambda: mean_real(_smoothed(x, target, eps, pad_id, log_probs=x)),
-             "the logits were used as log-probabilities: take torch.log_softmax(logits, dim=-1) first."),
+             tr("the logits were used as log-probabilities: take torch.log_softmax(logits, dim=-1) first.")),
             (lambda: mean_real(_smoothed(x, target, eps, pad_id, log_probs=torch.softmax(x, -1))),
-             "the softmax probabilities were used where log-probabilities belong: use torch.log_softmax."),
+             tr("the softmax probabilities were used where log-probabilities belong: use torch.log_softmax.")),
         ]
         expect_close(loss, expected, name, case, diagnoses, dtype=logits.dtype,
-                     hint="The loss is (1 - eps) * (-log p_y) + eps * mean_v(-log p_v), averaged over non-padding positions.")
+                     hint=tr("The loss is (1 - eps) * (-log p_y) + eps * mean_v(-log p_v), averaged over non-padding "
+                             "positions."))
 
     rules = (LossCheck._loss, _values)
 
@@ -387,14 +395,14 @@ def _rate(step: float, d_model: int, warmup: int, factor: float = 1.0) -> float:
 
 class NoamRateCheck(Check):
     function = "noam_rate"
-    invalid_hint = (
+    invalid_hint = N_(
         "raise ValueError with a message that says what is wrong (steps are counted from 1, warmup is at least 1)."
     )
-    invalid_returned = (
+    invalid_returned = N_(
         "{name} returned {got} on the case {label}: raise ValueError instead. Steps are counted from 1 (the first "
         "update), where the formula is defined; warmup must be at least 1."
     )
-    oracle = "equation 3 of the paper in closed form"
+    oracle = N_("equation 3 of the paper in closed form")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -437,23 +445,25 @@ class NoamRateCheck(Check):
             return torch.tensor(x, dtype=torch.float64)
 
         decay, warm = step ** -0.5, step * warmup ** -1.5
-        return [Stage.of("the scale d_model ** -0.5", number(d_model ** -0.5), number(factor * d_model ** -0.5)),
-                Stage.of("the two terms, step ** -0.5 (the decay) and step * warmup ** -1.5 (the warm-up)",
+        return [Stage.of(tr("the scale d_model ** -0.5"), number(d_model ** -0.5), number(factor * d_model ** -0.5)),
+                Stage.of(tr("the two terms, step ** -0.5 (the decay) and step * warmup ** -1.5 (the warm-up)"),
                          number(decay), number(warm)),
-                Stage.of("the smaller of the two terms, min(step ** -0.5, step * warmup ** -1.5)", number(min(decay, warm))),
-                Stage.of("the rate, factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)",
+                Stage.of(tr("the smaller of the two terms, min(step ** -0.5, step * warmup ** -1.5)"),
+                         number(min(decay, warm))),
+                Stage.of(tr("the rate, factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5)"),
                          number(_rate(step, d_model, warmup, factor)))]
 
     @rule("a Python float")
     def _a_float(self, case: Case, result: Any) -> None:
         if isinstance(result, torch.Tensor):
             raise CheckFailed(
-                f"`noam_rate` returned a tensor on the case {case.label}; return the rate as a Python float, as the "
-                "instructions say (float(...) or .item()): a learning rate is one number for the optimiser, not a "
-                "value in a graph."
+                tr("`noam_rate` returned a tensor on the case {case}; return the rate as a Python float, as the "
+                   "instructions say (float(...) or .item()): a learning rate is one number for the optimiser, not a "
+                   "value in a graph.").format(case=case.label)
             )
         if isinstance(result, bool) or not isinstance(result, (int, float)):
-            raise CheckFailed(f"`noam_rate` returned {result!r} on the case {case.label}; return the rate as a float.")
+            raise CheckFailed(tr("`noam_rate` returned {result} on the case {case}; return the rate as a float.").format(
+                result=repr(result), case=case.label))
 
     @rule("equation 3")
     def _values(self, case: Case, result: float) -> None:
@@ -468,19 +478,20 @@ class NoamRateCheck(Check):
             return
         diagnoses = [
             (lambda: factor * d_model ** -0.5 * max(step ** -0.5, step * warmup ** -1.5),
-             "the schedule takes the smaller of the two terms: min(step ** -0.5, step * warmup ** -1.5), not max."),
-            (lambda: factor * min(step ** -0.5, step * warmup ** -1.5), "the factor d_model ** -0.5 is missing."),
+             tr("the schedule takes the smaller of the two terms: min(step ** -0.5, step * warmup ** -1.5), not max.")),
+            (lambda: factor * min(step ** -0.5, step * warmup ** -1.5), tr("the factor d_model ** -0.5 is missing.")),
             (lambda: factor * d_model ** 0.5 * min(step ** -0.5, step * warmup ** -1.5),
-             "multiply by d_model ** -0.5 (one over its square root), not by its square root."),
+             tr("multiply by d_model ** -0.5 (one over its square root), not by its square root.")),
             (lambda: _rate(step - 1, d_model, warmup, factor) if step > 1 else math.nan,
-             "steps are counted from 1: the first update uses step=1, so do not subtract 1."),
+             tr("steps are counted from 1: the first update uses step=1, so do not subtract 1.")),
             (lambda: _rate(step + 1, d_model, warmup, factor),
-             "steps are counted from 1 already: use step itself, not step + 1."),
+             tr("steps are counted from 1 already: use step itself, not step + 1.")),
             (lambda: factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -0.5),
-             "the warm-up term is step * warmup ** -1.5 (it meets step ** -0.5 at step = warmup), not warmup ** -0.5."),
+             tr("the warm-up term is step * warmup ** -1.5 (it meets step ** -0.5 at step = warmup), not "
+                "warmup ** -0.5.")),
             (lambda: factor * d_model ** -0.5 * min(step ** 0.5, step * warmup ** -1.5),
-             "after the warm-up the rate decays as step ** -0.5; step ** 0.5 would grow."),
-            (lambda: _rate(step, d_model, warmup), "the factor argument was ignored: multiply the whole rate by it."),
+             tr("after the warm-up the rate decays as step ** -0.5; step ** 0.5 would grow.")),
+            (lambda: _rate(step, d_model, warmup), tr("the factor argument was ignored: multiply the whole rate by it.")),
         ]
         explaining = []
         for value, message in diagnoses:
@@ -488,9 +499,11 @@ class NoamRateCheck(Check):
             if not math.isnan(candidate) and close(candidate) and not math.isclose(candidate, expected, rel_tol=1e-9):
                 explaining.append(message)
         raise named_failure(
-            f"`noam_rate` returned {result:.6g} on the case {case.label}: ", explaining,
-            f"`noam_rate` returned {result:.6g} on the case {case.label} where {expected:.6g} was expected: "
-            "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).",
+            tr("`noam_rate` returned {result} on the case {case}: ").format(result=f"{result:.6g}", case=case.label),
+            explaining,
+            tr("`noam_rate` returned {result} on the case {case} where {expected} was expected: "
+               "factor * d_model ** -0.5 * min(step ** -0.5, step * warmup ** -1.5).").format(
+                result=f"{result:.6g}", case=case.label, expected=f"{expected:.6g}"),
         )
 
     rules = (_a_float, _values)
@@ -528,23 +541,25 @@ def _word_like_lengths(g: torch.Generator, n: int, low: int, high: int) -> list[
 
 class LengthBatchesCheck(Check):
     function = "length_batches"
-    invalid_hint = (
+    invalid_hint = N_(
         "an example longer than max_tokens fits in no batch: raise ValueError with a message that says which one."
     )
-    invalid_returned = (
+    invalid_returned = N_(
         "{name} returned a result on the case {label}, although one example is longer than max_tokens and fits in no "
         "batch: raise ValueError instead."
     )
-    oracle = "the properties of batching by length (each example once, budget, padding, reproducible shuffling)"
-    hints = (Hint("ValueError", "An example exactly as long as max_tokens fits: it costs max_tokens, the budget, and "
-                                "makes a batch of its own. Refuse only an example longer than max_tokens (n > max_tokens).",
+    oracle = N_("the properties of batching by length (each example once, budget, padding, reproducible shuffling)")
+    hints = (Hint("ValueError", N_("An example exactly as long as max_tokens fits: it costs max_tokens, the budget, "
+                                   "and makes a batch of its own. Refuse only an example longer than max_tokens "
+                                   "(n > max_tokens)."),
                   when=lambda case, result: max(case.args[0], default=0) == case.args[1]),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
 
         def case(lengths, max_tokens, seed=0, epoch=0, tag="", what=""):
-            what = what or f"{len(lengths)} lengths from {min(lengths, default=0)} to {max(lengths, default=0)}"
+            what = what or tr("{count} lengths from {low} to {high}").format(
+                count=len(lengths), low=min(lengths, default=0), high=max(lengths, default=0))
             return Case(f"{what}, max_tokens={max_tokens}, seed={seed}, epoch={epoch}",
                         (list(lengths), max_tokens), {"seed": seed, "epoch": epoch}, tag)
 
@@ -554,18 +569,18 @@ class LengthBatchesCheck(Check):
             case(main, 256, tag="again"),
             case(main, 256, epoch=1, tag="next-epoch"),
             case(main, 256, seed=1, tag="other-seed"),
-            case([3, 5, 2, 7, 4], 8, what="lengths [3, 5, 2, 7, 4]"),
-            case([5] * 100, 50, what="100 lengths all equal to 5"),
+            case([3, 5, 2, 7, 4], 8, what=tr("lengths {lengths}").format(lengths="[3, 5, 2, 7, 4]")),
+            case([5] * 100, 50, what=tr("100 lengths all equal to 5")),
             # The text refuses only an example longer than the budget: one exactly as long makes a batch alone.
-            case([6, 2, 6, 4], 6, tag="fits exactly", what="lengths [6, 2, 6, 4]"),
-            case([], 64, what="no lengths"),
-            case([4, 9, 30, 2], 16, tag="invalid", what="lengths [4, 9, 30, 2]"),
+            case([6, 2, 6, 4], 6, tag="fits exactly", what=tr("lengths {lengths}").format(lengths="[6, 2, 6, 4]")),
+            case([], 64, what=tr("no lengths")),
+            case([4, 9, 30, 2], 16, tag="invalid", what=tr("lengths {lengths}").format(lengths="[4, 9, 30, 2]")),
         ]
         if hidden:
             def fitting(budget: int, short: int) -> Case:
                 """Examples that each fill the budget exactly, and a short one among them."""
                 lengths = [budget, budget, short, budget]
-                return case(lengths, budget, what=f"lengths {lengths}")
+                return case(lengths, budget, what=tr("lengths {lengths}").format(lengths=lengths))
 
             big = _word_like_lengths(g, 3000, 3, 40)
             out += [
@@ -575,16 +590,16 @@ class LengthBatchesCheck(Check):
                 case(big, 1024, seed=8, epoch=2, tag="other-seed"),
                 case(_word_like_lengths(g, 400, 1, 12), 12, seed=3),
                 fitting(draw(g, 5, 12), draw(g, 1, 4)),
-                case([single := draw(g, 1, 9)], single, what=f"lengths [{single}]"),
-                case([3, 3, 41], 40, tag="invalid", what="lengths [3, 3, 41]"),
+                case([single := draw(g, 1, 9)], single, what=tr("lengths {lengths}").format(lengths=f"[{single}]")),
+                case([3, 3, 41], 40, tag="invalid", what=tr("lengths {lengths}").format(lengths="[3, 3, 41]")),
             ]
         return out
 
     def _batches(self, case: Case, result: Any) -> list[list[int]]:
         if not isinstance(result, (list, tuple)):
             raise CheckFailed(
-                f"`length_batches` returned a {type(result).__name__} on the case {case.label}; return a list of "
-                "batches, each a list of example indices."
+                tr("`length_batches` returned a {kind} on the case {case}; return a list of "
+                   "batches, each a list of example indices.").format(kind=type(result).__name__, case=case.label)
             )
         batches = []
         for b in result:
@@ -592,7 +607,8 @@ class LengthBatchesCheck(Check):
                 b = b.tolist()
             if not isinstance(b, (list, tuple)) or not all(isinstance(_as_int(i), int) and not isinstance(i, bool) for i in b):
                 raise CheckFailed(
-                    f"`length_batches` returned a batch that is not a list of ints ({b!r:.80}) on the case {case.label}."
+                    tr("`length_batches` returned a batch that is not a list of ints ({batch}) on the case {case}.")
+                    .format(batch=f"{b!r:.80}", case=case.label)
                 )
             batches.append([_as_int(i) for i in b])
         return batches
@@ -603,7 +619,8 @@ class LengthBatchesCheck(Check):
         batches = self._batches(case, result)
         n = len(lengths)
         if any(len(b) == 0 for b in batches):
-            raise CheckFailed(f"`length_batches` returned an empty batch on the case {case.label}: drop empty batches.")
+            raise CheckFailed(tr("`length_batches` returned an empty batch on the case {case}: drop empty batches.")
+                              .format(case=case.label))
         seen = [i for b in batches for i in b]
         if sorted(seen) != list(range(n)):
             counts: dict[int, int] = {}
@@ -614,15 +631,16 @@ class LengthBatchesCheck(Check):
             strange = [i for i in counts if not 0 <= i < n]
             detail = []
             if missing:
-                detail.append(f"{len(missing)} indices are missing (for example {missing[:5]}); did you forget to "
-                              "keep the last, partly filled batch?")
+                detail.append(tr("{count} indices are missing (for example {indices}); did you forget to "
+                                 "keep the last, partly filled batch?").format(count=len(missing), indices=missing[:5]))
             if twice:
-                detail.append(f"{len(twice)} indices appear more than once (for example {twice[:5]})")
+                detail.append(tr("{count} indices appear more than once (for example {indices})").format(
+                    count=len(twice), indices=twice[:5]))
             if strange:
-                detail.append(f"indices outside 0..{n - 1}: {strange[:5]}")
+                detail.append(tr("indices outside 0..{last}: {indices}").format(last=n - 1, indices=strange[:5]))
             raise CheckFailed(
-                f"`length_batches` must put every example in exactly one batch, on the case {case.label}: "
-                + "; ".join(detail) + "."
+                tr("`length_batches` must put every example in exactly one batch, on the case {case}: {details}.")
+                .format(case=case.label, details=tr("; ").join(detail))
             )
 
     @rule("each batch within the budget, padded", about=("max_tokens",))
@@ -639,14 +657,16 @@ class LengthBatchesCheck(Check):
             cost = len(b) * longest
             if not beyond:
                 raise CheckFailed(
-                    f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
-                    f"{case.label}: padded, it holds {cost} tokens, over the budget. A batch's cost is its padded "
-                    "size, len(batch) * (its longest length), not the sum of its lengths."
+                    tr("`length_batches` made a batch of {count} examples up to length {longest} on the case "
+                       "{case}: padded, it holds {cost} tokens, over the budget. A batch's cost is its padded "
+                       "size, len(batch) * (its longest length), not the sum of its lengths.").format(
+                        count=len(b), longest=longest, case=case.label, cost=cost)
                 )
             raise CheckFailed(
-                f"`length_batches` made a batch of {len(b)} examples up to length {longest} on the case "
-                f"{case.label}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
-                "budget before adding an example, with the longest length the batch would then have."
+                tr("`length_batches` made a batch of {count} examples up to length {longest} on the case "
+                   "{case}: padded, it holds {cost} tokens, more than max_tokens={max_tokens}. Check the "
+                   "budget before adding an example, with the longest length the batch would then have.").format(
+                    count=len(b), longest=longest, case=case.label, cost=cost, max_tokens=max_tokens)
             )
 
     @rule("examples of similar length together, batches full", about=("max_tokens",))
@@ -662,14 +682,16 @@ class LengthBatchesCheck(Check):
         mine, random_padding = _padding(lengths, batches), _padding(lengths, random_batches)
         if mine > 0.25 * random_padding:
             raise CheckFailed(
-                f"`length_batches`'s batches hold {mine} padding tokens on the case {case.label}, against "
-                f"{random_padding} for random batches under the same budget: put examples of similar length together "
-                "(sort the examples by length, then cut the sorted list into batches)."
+                tr("`length_batches`'s batches hold {mine} padding tokens on the case {case}, against "
+                   "{random} for random batches under the same budget: put examples of similar length together "
+                   "(sort the examples by length, then cut the sorted list into batches).").format(
+                    mine=mine, case=case.label, random=random_padding)
             )
         if len(batches) > 1.15 * len(sorted_batches) + 1:
             raise CheckFailed(
-                f"`length_batches` made {len(batches)} batches on the case {case.label}, where {len(sorted_batches)} "
-                "are enough: fill each batch up to the budget before starting the next one."
+                tr("`length_batches` made {count} batches on the case {case}, where {enough} "
+                   "are enough: fill each batch up to the budget before starting the next one.").format(
+                    count=len(batches), case=case.label, enough=len(sorted_batches))
             )
 
     rules = (_partition, _budget, _packing)
@@ -691,19 +713,21 @@ class LengthBatchesCheck(Check):
         by_tag, main_case, main = epochs
         if "again" in by_tag and self._batches(*by_tag["again"]) != main:
             raise CheckFailed(
-                f"`length_batches` gave different batches for the same arguments ({main_case.label}) when called twice: "
-                "the shuffling must come from your own torch.Generator seeded from seed and epoch "
-                "(torch.randperm(n, generator=g)), never from the global random generator."
+                tr("`length_batches` gave different batches for the same arguments ({case}) when called twice: "
+                   "the shuffling must come from your own torch.Generator seeded from seed and epoch "
+                   "(torch.randperm(n, generator=g)), never from the global random generator.").format(
+                    case=main_case.label)
             )
         if "next-epoch" in by_tag and self._batches(*by_tag["next-epoch"]) == main:
             raise CheckFailed(
-                f"`length_batches` gave the same batches in the same order for another epoch ({by_tag['next-epoch'][0].label}): "
-                "each epoch must be shuffled differently; seed your generator from both seed and epoch."
+                tr("`length_batches` gave the same batches in the same order for another epoch ({case}): "
+                   "each epoch must be shuffled differently; seed your generator from both seed and epoch.").format(
+                    case=by_tag['next-epoch'][0].label)
             )
         if "other-seed" in by_tag and self._batches(*by_tag["other-seed"]) == main:
             raise CheckFailed(
-                f"`length_batches` gave the same batches for another seed ({by_tag['other-seed'][0].label}): seed your "
-                "generator from the seed argument."
+                tr("`length_batches` gave the same batches for another seed ({case}): seed your "
+                   "generator from the seed argument.").format(case=by_tag['other-seed'][0].label)
             )
 
     @rule("equal lengths meet new neighbours each epoch")
@@ -718,11 +742,11 @@ class LengthBatchesCheck(Check):
 
             if contents(self._batches(*by_tag["next-epoch"])) == contents(main):
                 raise CheckFailed(
-                    f"`length_batches` put the same examples together in every epoch ({main_case.label}), only the "
-                    "order of the batches changed: the examples of equal length were not shuffled, so each word always "
-                    "meets the same neighbours. Shuffle the indices first (torch.randperm with your generator), then "
-                    "sort them by length with a stable sort (list.sort, sorted), which keeps the shuffled order among "
-                    "equal lengths."
+                    tr("`length_batches` put the same examples together in every epoch ({case}), only the "
+                       "order of the batches changed: the examples of equal length were not shuffled, so each word "
+                       "always meets the same neighbours. Shuffle the indices first (torch.randperm with your "
+                       "generator), then sort them by length with a stable sort (list.sort, sorted), which keeps the "
+                       "shuffled order among equal lengths.").format(case=main_case.label)
                 )
 
     @rule("batches in shuffled order")
@@ -735,8 +759,9 @@ class LengthBatchesCheck(Check):
         longest = [max(lengths[i] for i in b) for b in main]
         if len(set(longest)) > 3 and (longest == sorted(longest) or longest == sorted(longest, reverse=True)):
             raise CheckFailed(
-                f"`length_batches`'s batches come in order of length on the case {main_case.label}: shuffle the order "
-                "of the batches (with the same generator), so that training does not see all short words first."
+                tr("`length_batches`'s batches come in order of length on the case {case}: shuffle the order "
+                   "of the batches (with the same generator), so that training does not see all short words first.")
+                .format(case=main_case.label)
             )
 
     rules_across = (_seeded, _neighbours, _order)
@@ -882,19 +907,20 @@ def _first_step(case: Case) -> dict[str, torch.Tensor]:
 
 class BeamSearchCheck(Check):
     function = "beam_search"
-    oracle = (
+    oracle = N_(
         "greedy decoding (beam 1), an exhaustive search over every sequence (the widest beam) "
         "and a beam search run by the grader"
     )
     hints = (
-        Hint("ValueError", "no hypothesis finished within max_len steps here, so the list of finished ones is empty: "
-             "then return the live hypothesis with the best normalised score instead (max(finished or live, ...)).",
+        Hint("ValueError", N_("no hypothesis finished within max_len steps here, so the list of finished ones is "
+                              "empty: then return the live hypothesis with the best normalised score instead "
+                              "(max(finished or live, ...))."),
              containing="empty"),
         Hint(("RuntimeError", "IndexError"),
-             "Mind the shapes: model.decode(memory, ys) takes ys of shape (k, t) and returns logits (k, t, V); the "
-             "next token's log-probabilities are torch.log_softmax(logits[:, -1], dim=-1), shape (k, V). To decode k "
-             "hypotheses at once, the memory must have k rows too (encode src.expand(k, -1)), or decode them one at a "
-             "time."),
+             N_("Mind the shapes: model.decode(memory, ys) takes ys of shape (k, t) and returns logits (k, t, V); the "
+                "next token's log-probabilities are torch.log_softmax(logits[:, -1], dim=-1), shape (k, V). To decode "
+                "k hypotheses at once, the memory must have k rows too (encode src.expand(k, -1)), or decode them one "
+                "at a time.")),
     )
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -908,18 +934,21 @@ class BeamSearchCheck(Check):
                 src = ordinary[torch.randint(len(ordinary), (1, src_len), generator=g)]  # (1, S)
             model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed, "bos_id": bos_id,
                                                 "eos_id": eos_id, "pad_id": pad_id, "eos_slope": eos_slope})
-            label = (f"a source of length {src_len}, beam_size={beam_size}, max_len={max_len}, alpha={alpha}, "
-                     f"vocabulary of {vocab_size}, bos_id={bos_id}, eos_id={eos_id}{note}")
+            label = tr("a source of length {src_len}, beam_size={beam_size}, max_len={max_len}, alpha={alpha}, "
+                       "vocabulary of {vocab_size}, bos_id={bos_id}, eos_id={eos_id}{note}").format(
+                src_len=src_len, beam_size=beam_size, max_len=max_len, alpha=alpha, vocab_size=vocab_size,
+                bos_id=bos_id, eos_id=eos_id, note=note)
             kwargs = {"beam_size": beam_size, "max_len": max_len, "bos_id": bos_id, "eos_id": eos_id, "alpha": alpha}
             return Case(label, (model, src), kwargs, tag)
 
         out = [
-            case(4, 1, 10, seed=0, tag="greedy", note=" (beam 1 is greedy decoding)"),
+            case(4, 1, 10, seed=0, tag="greedy", note=tr(" (beam 1 is greedy decoding)")),
             case(4, 3, 10, seed=0),
             case(4, 4, 10, seed=0, vocab_size=8, alpha=0.6),
-            case(2, 6 ** 4, 4, seed=1, vocab_size=6, tag="exhaustive", note=" (a beam as wide as every sequence)"),
-            case(3, 5 ** 4, 4, seed=4, vocab_size=5, alpha=1.0, tag="exhaustive", note=" (a beam as wide as every sequence)"),
-            case(9, 3, 3, seed=2, note=" (no hypothesis can end in time)"),
+            case(2, 6 ** 4, 4, seed=1, vocab_size=6, tag="exhaustive", note=tr(" (a beam as wide as every sequence)")),
+            case(3, 5 ** 4, 4, seed=4, vocab_size=5, alpha=1.0, tag="exhaustive",
+                 note=tr(" (a beam as wide as every sequence)")),
+            case(9, 3, 3, seed=2, note=tr(" (no hypothesis can end in time)")),
             # A model unsure of when to stop: finished hypotheses of several lengths compete.
             case(2, 3, 10, seed=0, vocab_size=8, alpha=2.0, src=torch.tensor([[6, 5]]), eos_slope=0.5),
             # Here a beam that stays smaller, finished hypotheses kept in the beam and a final choice by raw scores
@@ -931,11 +960,11 @@ class BeamSearchCheck(Check):
                 return draw(g, 0, 2 ** 31)  # the toy translator's weights, unknowable too
 
             out += [
-                case(6, 1, 12, seed=toy(), vocab_size=14, tag="greedy", note=" (beam 1 is greedy decoding)"),
+                case(6, 1, 12, seed=toy(), vocab_size=14, tag="greedy", note=tr(" (beam 1 is greedy decoding)")),
                 case(5, 2, 12, seed=toy(), vocab_size=12, alpha=0.6, ids=(4, 0, 7)),
                 case(4, 5, 10, seed=toy(), vocab_size=16, alpha=0.6),
                 case(3, 7 ** 3, 3, seed=toy(), vocab_size=7, alpha=0.6, tag="exhaustive",
-                     note=" (a beam as wide as every sequence)"),
+                     note=tr(" (a beam as wide as every sequence)")),
                 case(1, 4, 6, seed=toy(), vocab_size=9, alpha=2.0),
                 case(7, 8, 12, seed=toy(), vocab_size=11, alpha=0.6),
                 case(3, 3, 10, seed=1, vocab_size=8, alpha=2.0, src=torch.tensor([[5, 3, 5]]), eos_slope=0.5),
@@ -966,15 +995,16 @@ class BeamSearchCheck(Check):
         values, indices, zero = first["values"], first["indices"].double(), torch.zeros(1, dtype=torch.float64)
         tokens, _ = _run(case)
         return [
-            Stage.of("the score of the hypothesis [bos_id] the search starts from, 0", zero, zero[0], zero[None]),
-            Stage.of("the prefix [[bos_id]] decoded first", prefix, prefix[0]),
-            Stage.of("the memory, model.encode(src)", memory),
-            Stage.of("the logits of the first token, model.decode(memory, ys)[:, -1]", logits, logits[None]),
-            Stage("the log-probabilities of the first token, torch.log_softmax of the logits (the scores of the "
-                  "first step's extensions, as [bos_id] scores 0)", (log_probs, log_probs[None], *log_probs)),
-            Stage("the beam_size best extensions of the first step, their scores and indices (topk over all of them)",
+            Stage.of(tr("the score of the hypothesis [bos_id] the search starts from, 0"), zero, zero[0], zero[None]),
+            Stage.of(tr("the prefix [[bos_id]] decoded first"), prefix, prefix[0]),
+            Stage.of(tr("the memory, model.encode(src)"), memory),
+            Stage.of(tr("the logits of the first token, model.decode(memory, ys)[:, -1]"), logits, logits[None]),
+            Stage(tr("the log-probabilities of the first token, torch.log_softmax of the logits (the scores of the "
+                     "first step's extensions, as [bos_id] scores 0)"), (log_probs, log_probs[None], *log_probs)),
+            Stage(tr("the beam_size best extensions of the first step, their scores and indices (topk over all of "
+                     "them)"),
                   (values, *values, indices, *indices, first["sorted"], first["order"].double())),
-            Stage.of("the best hypothesis, the tokens your function returns", torch.tensor(tokens)),
+            Stage.of(tr("the best hypothesis, the tokens your function returns"), torch.tensor(tokens)),
         ]
 
     def where_values_part(self, case: Case, seen: Any) -> str:
@@ -1002,16 +1032,18 @@ class BeamSearchCheck(Check):
     def _result(self, case: Case, result: Any) -> tuple[list[int], float]:
         """The learner's (tokens, score) as plain values, or a message about their form."""
         tokens, score = expect_tuple(result, 2, "`beam_search`", case, "tokens, score")
-        tokens = expect_tensor(tokens, "`beam_search`'s tokens", case)
+        tokens = expect_tensor(tokens, tr("`beam_search`'s tokens"), case)
         if tokens.is_floating_point() or tokens.dtype == torch.bool or tokens.dim() != 1:
             raise CheckFailed(
-                f"`beam_search`'s tokens have dtype {tokens.dtype} and shape {tuple(tokens.shape)} on the case "
-                f"{case.label}: return a LongTensor of shape (L,), the best hypothesis from bos_id on."
+                tr("`beam_search`'s tokens have dtype {dtype} and shape {shape} on the case "
+                   "{case}: return a LongTensor of shape (L,), the best hypothesis from bos_id on.").format(
+                    dtype=tokens.dtype, shape=tuple(tokens.shape), case=case.label)
             )
         if isinstance(score, torch.Tensor) and score.numel() == 1:
             score = score.item()
         if isinstance(score, bool) or not isinstance(score, (int, float)):
-            raise CheckFailed(f"`beam_search`'s score is {score!r} on the case {case.label}: return it as a float.")
+            raise CheckFailed(tr("`beam_search`'s score is {score} on the case {case}: return it as a float.").format(
+                score=repr(score), case=case.label))
         return tokens.tolist(), float(score)
 
     @rule("tokens a LongTensor (L,), the score a float")
@@ -1047,11 +1079,13 @@ class BeamSearchCheck(Check):
         if case.tag == "greedy":
             greedy = _greedy(materialize(model_spec), src.clone(), max_len, bos_id, eos_id)
             if greedy != expected_tokens:
-                raise RuntimeError(f"grader error on {case.label}: greedy {greedy}, beam {expected_tokens}")
+                raise RuntimeError(  # a fault of the grader's own, not feedback
+                    f"grader error on {case.label}: greedy {greedy}, beam {expected_tokens}")  # english: grader fault
         if case.tag == "exhaustive":
             best_tokens, best_score = _exhaustive(materialize(model_spec), src.clone(), max_len, bos_id, eos_id, alpha)
             if best_tokens != expected_tokens or not math.isclose(best_score, expected_score, rel_tol=1e-9):
-                raise RuntimeError(f"grader error on {case.label}: exhaustive {best_tokens}, beam {expected_tokens}")
+                raise RuntimeError(  # a fault of the grader's own, not feedback
+                    f"grader error on {case.label}: exhaustive {best_tokens}, beam {expected_tokens}")  # english: grader fault
 
         def close(a: float, b: float) -> bool:
             return math.isclose(a, b, rel_tol=1e-6, abs_tol=1e-8)
@@ -1064,28 +1098,32 @@ class BeamSearchCheck(Check):
             wrong_sums = [
                 (_sequence_score(materialize(model_spec), src.clone(), mine, kind), message)
                 for kind, message in (
-                    ("logits", "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
-                               "torch.log_softmax(logits[:, -1], dim=-1)."),
-                    ("probs", "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
+                    ("logits", tr("the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
+                                  "torch.log_softmax(logits[:, -1], dim=-1).")),
+                    ("probs", tr("probabilities were added up; add log-probabilities (the log of a product of "
+                                 "probabilities).")),
                 )
             ]
             for value, message in [
                 *[(v / _lp(n, alpha), m) for v, m in wrong_sums],
                 *wrong_sums,
-                (raw, "the score is the raw sum of log-probabilities; return the normalised score, divided by "
-                      "lp(Y) = ((5 + |Y|) / 6) ** alpha."),
-                (raw / _lp(n + 1, alpha), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
-                (raw / _lp(n, alpha, "power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
+                (raw, tr("the score is the raw sum of log-probabilities; return the normalised score, divided by "
+                         "lp(Y) = ((5 + |Y|) / 6) ** alpha.")),
+                (raw / _lp(n + 1, alpha), tr("|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself.")),
+                (raw / _lp(n, alpha, "power"),
+                 tr("the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha.")),
             ]:
                 if close(score, value) and not close(value, expected_score):
-                    raise failure_on(case, f"`beam_search`'s score is wrong on the case {case.label}: {message}",
-                                     returns=(1, "the score"))
+                    raise failure_on(case, tr("`beam_search`'s score is wrong on the case {case}: {message}").format(
+                        case=case.label, message=message), returns=(1, tr("the score")))
             raise failure_on(
                 case,
-                f"`beam_search` found the right hypothesis on the case {case.label} but returned the score {score:.6g} "
-                f"where {expected_score:.6g} was expected: the sum of its tokens' log-probabilities, {raw:.6g}, divided "
-                f"by lp(Y) = ((5 + |Y|) / 6) ** alpha = {_lp(n, alpha):.6g} (|Y| = {n}, alpha = {alpha}).",
-                returns=(1, "the score"))
+                tr("`beam_search` found the right hypothesis on the case {case} but returned the score {score} "
+                   "where {expected} was expected: the sum of its tokens' log-probabilities, {raw}, divided "
+                   "by lp(Y) = ((5 + |Y|) / 6) ** alpha = {penalty} (|Y| = {n}, alpha = {alpha}).").format(
+                    case=case.label, score=f"{score:.6g}", expected=f"{expected_score:.6g}", raw=f"{raw:.6g}",
+                    penalty=f"{_lp(n, alpha):.6g}", n=n, alpha=alpha),
+                returns=(1, tr("the score")))
         matching = []
         for mistake, message in BEAM_MISTAKES:
             try:
@@ -1093,17 +1131,18 @@ class BeamSearchCheck(Check):
             except Exception:  # a mistake that cannot run on this case
                 continue
             if candidate == mine and candidate != expected_tokens:
-                matching.append((mistake, message))
+                matching.append((mistake, tr(message)))
         # Several mistakes can give the same tokens on one case: name one only where it explains every case.
         verified = [message for mistake, message in matching if explains(mistake)]
         if verified:
-            raise named_failure(f"`beam_search`'s result is wrong on the case {case.label}: ", verified[:1], None)
+            raise named_failure(tr("`beam_search`'s result is wrong on the case {case}: ").format(case=case.label),
+                                verified[:1], None)
         if case.tag == "greedy":
-            message = (
-                f"`beam_search` returned {mine} on the case {case.label}, where greedy decoding gives {expected_tokens}: "
+            message = tr(
+                "`beam_search` returned {mine} on the case {case}, where greedy decoding gives {expected}: "
                 "with beam_size=1 beam search keeps one hypothesis, the best extension at every step, exactly as greedy "
                 "decoding does."
-            )
+            ).format(mine=mine, case=case.label, expected=expected_tokens)
             if len(mine) > 1 and len(expected_tokens) > 1 and mine[1] != expected_tokens[1]:
                 # The first token is chosen from the exercise's own start, [bos_id] with score 0: the values part from
                 # the grader's within the first step, and the verdict locates where (see :meth:`stages`).
@@ -1111,14 +1150,16 @@ class BeamSearchCheck(Check):
             raise CheckFailed(message)
         if case.tag == "exhaustive":
             raise CheckFailed(
-                f"`beam_search` returned {mine} on the case {case.label}; the beam is wide enough to hold every sequence, "
-                f"so it must find the best of them all, {expected_tokens} (normalised score {expected_score:.6g})."
+                tr("`beam_search` returned {mine} on the case {case}; the beam is wide enough to hold every sequence, "
+                   "so it must find the best of them all, {expected} (normalised score {score}).").format(
+                    mine=mine, case=case.label, expected=expected_tokens, score=f"{expected_score:.6g}")
             )
         raise CheckFailed(
-            f"`beam_search` returned {mine} on the case {case.label} where {expected_tokens} was expected "
-            f"(normalised score {expected_score:.6g}). At every step keep the beam_size best extensions of all live "
-            "hypotheses together (beam_size of them at every step, however many have finished before); those ending "
-            "in eos_id finish and leave; return the finished one with the best normalised score."
+            tr("`beam_search` returned {mine} on the case {case} where {expected} was expected "
+               "(normalised score {score}). At every step keep the beam_size best extensions of all live "
+               "hypotheses together (beam_size of them at every step, however many have finished before); those ending "
+               "in eos_id finish and leave; return the finished one with the best normalised score.").format(
+                mine=mine, case=case.label, expected=expected_tokens, score=f"{expected_score:.6g}")
         )
 
     rules_across = (_best,)
@@ -1133,35 +1174,35 @@ def _run(case: Case, **mistake: Any) -> tuple[list[int], float]:
 
 BEAM_MISTAKES: list[tuple[dict[str, Any], str]] = [
     (dict(kind="logits"),
-     "the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
-     "torch.log_softmax(logits[:, -1], dim=-1)."),
+     N_("the raw logits were added up; a hypothesis' score is the sum of log-probabilities, "
+        "torch.log_softmax(logits[:, -1], dim=-1).")),
     (dict(kind="probs"),
-     "probabilities were added up; add log-probabilities (the log of a product of probabilities)."),
+     N_("probabilities were added up; add log-probabilities (the log of a product of probabilities).")),
     (dict(per_hypothesis=True),
-     "each hypothesis was extended by its own best token only; compare all extensions of all live "
-     "hypotheses together and keep the beam_size best (topk over the flattened (k, V) scores)."),
+     N_("each hypothesis was extended by its own best token only; compare all extensions of all live "
+        "hypotheses together and keep the beam_size best (topk over the flattened (k, V) scores).")),
     (dict(eos_finishes=False),
-     "hypotheses went on after <eos>: an extension that ends in eos_id is finished, leaves the beam and is "
-     "never extended again."),
+     N_("hypotheses went on after <eos>: an extension that ends in eos_id is finished, leaves the beam and is "
+        "never extended again.")),
     (dict(finished_take_slots=False),
-     "the beam kept beam_size live hypotheses although some had finished: a finished hypothesis takes its "
-     "place among the beam_size kept at the step it finishes, so the beam shrinks for that step (this is what makes "
-     "beam size 1 greedy)."),
+     N_("the beam kept beam_size live hypotheses although some had finished: a finished hypothesis takes its "
+        "place among the beam_size kept at the step it finishes, so the beam shrinks for that step (this is what "
+        "makes beam size 1 greedy).")),
     (dict(shrink_for_good=True),
-     "the beam stayed smaller after a hypothesis finished: a finished hypothesis takes one of the beam_size places "
-     "only at the step it finishes. At every step take the beam_size best extensions of the hypotheses still live, "
-     "however many finished before."),
+     N_("the beam stayed smaller after a hypothesis finished: a finished hypothesis takes one of the beam_size "
+        "places only at the step it finishes. At every step take the beam_size best extensions of the hypotheses "
+        "still live, however many finished before.")),
     (dict(normalise=False),
-     "the final choice ignored the length penalty: rank finished hypotheses by score / ((5 + |Y|) / 6) ** alpha."),
+     N_("the final choice ignored the length penalty: rank finished hypotheses by score / ((5 + |Y|) / 6) ** alpha.")),
     (dict(finished_stay=True),
-     "your search did not finish at <eos>: a hypothesis ending in eos_id stayed in the beam and kept competing for "
-     "its place with the extensions of the others. Set it aside among the finished ones (it leaves the beam), and "
-     "choose among the finished ones by their normalised scores at the end."),
-    (dict(form="power"), "the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha."),
-    (dict(count_bos=True), "|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself."),
+     N_("your search did not finish at <eos>: a hypothesis ending in eos_id stayed in the beam and kept competing "
+        "for its place with the extensions of the others. Set it aside among the finished ones (it leaves the beam), "
+        "and choose among the finished ones by their normalised scores at the end.")),
+    (dict(form="power"), N_("the length penalty is lp(Y) = ((5 + |Y|) / 6) ** alpha, not |Y| ** alpha.")),
+    (dict(count_bos=True), N_("|Y| counts the tokens after <bos> (its <eos> included), not <bos> itself.")),
     (dict(finished_first=False),
-     "an unfinished hypothesis was returned although one had finished: return the best finished hypothesis, "
-     "and a live one only when none finished within max_len steps."),
+     N_("an unfinished hypothesis was returned although one had finished: return the best finished hypothesis, "
+        "and a live one only when none finished within max_len steps.")),
 ]
 
 

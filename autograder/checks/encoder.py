@@ -32,9 +32,11 @@ from ..framework import (
     matches,
     mismatched,
     module_output,
+    raised_text,
     rule,
     tagged_pair,
 )
+from ..messages import N_, tr
 from . import state_mismatch
 
 State = dict[str, torch.Tensor]
@@ -61,9 +63,9 @@ NORM_OPS = ("layer_norm", "group_norm", "instance_norm", "batch_norm", "rms_norm
 class PositionwiseFeedForwardCheck(Check):
     function = "PositionwiseFeedForward"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "max(0, x W_1 + b_1) W_2 + b_2 and nn.Linear, nn.ReLU, nn.Linear with the same weights"
+    oracle = N_("max(0, x W_1 + b_1) W_2 + b_2 and nn.Linear, nn.ReLU, nn.Linear with the same weights")
     hints = (Hint("StateMismatch", lambda name, case, result: mismatched(
-        name, case, result, "The paper's FFN has biases b_1 and b_2: keep nn.Linear's default bias=True."),
+        name, case, result, tr("The paper's FFN has biases b_1 and b_2: keep nn.Linear's default bias=True.")),
         when=lambda case, result: (any(n.endswith(".bias") for n in state_mismatch(result).missing)
                                    and not state_mismatch(result).unexpected), whole=True),)
 
@@ -73,7 +75,7 @@ class PositionwiseFeedForwardCheck(Check):
         def case(shape, d_ff, dropout=0.1, train=False, scale=1.0, extra=""):
             d_model = shape[-1]
             x = torch.randn(shape, generator=g) * scale
-            mode = f"training mode, dropout={dropout}" if train else "eval mode"
+            mode = tr("training mode, dropout={dropout}").format(dropout=dropout) if train else tr("eval mode")
             return Case(
                 f"d_model={d_model}, d_ff={d_ff}, x {tuple(shape)}, {mode}{extra}", (x,),
                 init={"d_model": d_model, "d_ff": d_ff, "dropout": dropout},
@@ -82,8 +84,8 @@ class PositionwiseFeedForwardCheck(Check):
 
         out = [
             case((2, 5, 16), 32),
-            case((7, 8), 24, extra=" (no batch axis)"),
-            case((2, 3, 4, 12), 20, dropout=0.5, extra=" (two leading axes)"),
+            case((7, 8), 24, extra=tr(" (no batch axis)")),
+            case((2, 3, 4, 12), 20, dropout=0.5, extra=tr(" (two leading axes)")),
             case((2, 4, 8), 32, dropout=0.5, train=True),
         ]
         if hidden:
@@ -98,24 +100,25 @@ class PositionwiseFeedForwardCheck(Check):
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
         (x,) = case.args
-        name = f"`{self.function}`'s output"
+        name = tr("`{function}`'s output").format(function=self.function)
         y = module_output(result, self.function, case)
         d_model, d_ff = case.init["d_model"], case.init["d_ff"]
         if tuple(y.shape) == (*x.shape[:-1], d_ff) and d_ff != d_model:
-            raise CheckFailed(
-                f"{name} has shape {tuple(y.shape)}, the hidden width d_ff, on the case {case.label}: "
+            raise CheckFailed(tr(
+                "{name} has shape {shape}, the hidden width d_ff, on the case {case}: "
                 "after the ReLU, w_2 maps the d_ff hidden features back to d_model."
-            )
-        expect_shape(y, x.shape, name, case, "The FFN keeps the shape (..., d_model) of its input.")
+            ).format(name=name, shape=tuple(y.shape), case=case.label))
+        expect_shape(y, x.shape, name, case, tr("The FFN keeps the shape (..., d_model) of its input."))
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(module_output(result, self.function, case), f"`{self.function}`'s output", case, "")
+        expect_finite(module_output(result, self.function, case),
+                      tr("`{function}`'s output").format(function=self.function), case, "")
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
-        name = f"`{self.function}`'s output"
+        name = tr("`{function}`'s output").format(function=self.function)
         y = module_output(result, self.function, case)
         d_model, d_ff, p = case.init["d_model"], case.init["d_ff"], case.init["dropout"]
         state, xd = case.state, x.double()
@@ -131,10 +134,10 @@ class PositionwiseFeedForwardCheck(Check):
             with torch.no_grad():  # the independent oracle: PyTorch's own layers with the same weights
                 expected = oracles.torch_feed_forward(state, d_model, d_ff)(xd)
             diagnoses.append((lambda: oracles.feed_forward(state, xd, dropout=drops()),
-                              "dropout is active in eval mode: torch.nn.functional.dropout defaults to training=True; "
-                              "use the nn.Dropout submodule self.dropout, which follows model.eval()."))
+                              tr("dropout is active in eval mode: torch.nn.functional.dropout defaults to training=True; "
+                                 "use the nn.Dropout submodule self.dropout, which follows model.eval().")))
             expect_close(y, expected, name, case, diagnoses,
-                         hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
+                         hint=tr("Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN."))
             return
 
         def twice() -> torch.Tensor:
@@ -143,21 +146,22 @@ class PositionwiseFeedForwardCheck(Check):
 
         expected = oracles.feed_forward(state, xd, dropout=drops())
         diagnoses = [
-            (lambda: evaluated, "in training mode no dropout was applied: use self.dropout on the hidden "
-                                "activations, after the ReLU (and build it as nn.Dropout(dropout))."),
-            (lambda: drops()(evaluated), "dropout was applied to the output of w_2; apply it to the hidden "
-                                         "activations, right after the ReLU, as nn.TransformerEncoderLayer does."),
-            (lambda: oracles.feed_forward(state, drops()(xd)), "dropout was applied to the input x; apply it to the "
-                                                               "hidden activations, right after the ReLU."),
-            (twice, "dropout was applied twice (after the ReLU and again at the output); once, after the ReLU, is enough."),
+            (lambda: evaluated, tr("in training mode no dropout was applied: use self.dropout on the hidden "
+                                   "activations, after the ReLU (and build it as nn.Dropout(dropout)).")),
+            (lambda: drops()(evaluated), tr("dropout was applied to the output of w_2; apply it to the hidden "
+                                            "activations, right after the ReLU, as nn.TransformerEncoderLayer does.")),
+            (lambda: oracles.feed_forward(state, drops()(xd)), tr("dropout was applied to the input x; apply it to the "
+                                                                  "hidden activations, right after the ReLU.")),
+            (twice, tr("dropout was applied twice (after the ReLU and again at the output); once, after the ReLU, "
+                       "is enough.")),
         ] + [
             (lambda q=q: oracles.feed_forward(state, xd, dropout=drops(q)),
-             f"the dropout probability is {q}, not the constructor's dropout={p}: build the submodule from the "
-             "argument, self.dropout = nn.Dropout(dropout).")
+             tr("the dropout probability is {q}, not the constructor's dropout={p}: build the submodule from the "
+                "argument, self.dropout = nn.Dropout(dropout).").format(q=q, p=p))
             for q in (0.1, 0.5) if q != p
         ] + self._diagnoses(case, xd, pre, lambda: expected, drops)
         expect_close(y, expected, name, case, diagnoses,
-                     hint="Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN.")
+                     hint=tr("Check the formula: w_2(dropout(relu(w_1(x)))), with no residual inside the FFN."))
 
     rules = (_shape, _finite, _values)
 
@@ -166,8 +170,8 @@ class PositionwiseFeedForwardCheck(Check):
             return []  # the dropout masks are the learner's draw: nothing to locate against
         xd = case.args[0].double()
         pre = oracles.linear(case.state, xd, prefix="w_1.")  # (..., d_ff)
-        return [Stage.of("w_1(x), before the ReLU", pre), Stage.of("relu(w_1(x))", torch.relu(pre)),
-                Stage.of("the output w_2(relu(w_1(x)))", oracles.feed_forward(case.state, xd))]
+        return [Stage.of(tr("w_1(x), before the ReLU"), pre), Stage.of("relu(w_1(x))", torch.relu(pre)),
+                Stage.of(tr("the output w_2(relu(w_1(x)))"), oracles.feed_forward(case.state, xd))]
 
     @staticmethod
     def _diagnoses(case: Case, xd, pre, evaluated, drops=None) -> Diagnoses:
@@ -180,15 +184,15 @@ class PositionwiseFeedForwardCheck(Check):
             return oracles.linear(state, hidden if drops is None else drops()(hidden), prefix="w_2.")
 
         return [
-            (lambda: second(pre), "the ReLU is missing: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; without it the "
-                                  "two linear maps collapse into one."),
-            (lambda: torch.relu(full()), "there is a ReLU on the FFN's output too: the only ReLU sits between "
-                                         "w_1 and w_2, and the output must be able to go negative."),
-            (lambda: torch.relu(second(pre)), "the ReLU is on the FFN's output instead of between w_1 and w_2: "
-                                               "max(0, x W_1 + b_1), then W_2."),
-            (lambda: second(F.gelu(pre)), "this is GELU; the paper's FFN uses ReLU, max(0, ·)."),
-            (lambda: xd + full(), "the FFN added its input x to its output: the residual connection belongs to "
-                                  "the encoder layer, not to the FFN."),
+            (lambda: second(pre), tr("the ReLU is missing: FFN(x) = max(0, x W_1 + b_1) W_2 + b_2; without it the "
+                                     "two linear maps collapse into one.")),
+            (lambda: torch.relu(full()), tr("there is a ReLU on the FFN's output too: the only ReLU sits between "
+                                            "w_1 and w_2, and the output must be able to go negative.")),
+            (lambda: torch.relu(second(pre)), tr("the ReLU is on the FFN's output instead of between w_1 and w_2: "
+                                                 "max(0, x W_1 + b_1), then W_2.")),
+            (lambda: second(F.gelu(pre)), tr("this is GELU; the paper's FFN uses ReLU, max(0, ·).")),
+            (lambda: xd + full(), tr("the FFN added its input x to its output: the residual connection belongs to "
+                                     "the encoder layer, not to the FFN.")),
         ]
 
 
@@ -199,21 +203,24 @@ class PositionwiseFeedForwardCheck(Check):
 
 def _last_axis_hint(message: str) -> str:
     got = re.search(r"but got (-?\d+)", message)
-    return ("LayerNorm normalises each position over its own d_model features, the last axis (dim=-1, keepdim=True), "
-            "which every input has" + (f"; you normalised over dim={got.group(1)}." if got else "."))
+    if got:
+        return tr("LayerNorm normalises each position over its own d_model features, the last axis (dim=-1, "
+                  "keepdim=True), which every input has; you normalised over dim={dim}.").format(dim=got.group(1))
+    return tr("LayerNorm normalises each position over its own d_model features, the last axis (dim=-1, "
+              "keepdim=True), which every input has.")
 
 
 class LayerNormCheck(Check):
     function = "LayerNorm"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "torch.nn.LayerNorm with the same gamma and beta"
+    oracle = N_("torch.nn.LayerNorm with the same gamma and beta")
     forbidden = NORM_BUILTINS
     forbidden_ops = NORM_OPS
     hints = (
         Hint("IndexError", lambda name, case, result: _last_axis_hint(result.message), containing="Dimension out of range"),
         Hint("StateMismatch", lambda name, case, result: mismatched(
-            name, case, result, "Name the scale `gamma` and the shift `beta`, as in the formula: "
-            "self.gamma = nn.Parameter(torch.ones(d_model)), self.beta = nn.Parameter(torch.zeros(d_model))."),
+            name, case, result, tr("Name the scale `gamma` and the shift `beta`, as in the formula: "
+            "self.gamma = nn.Parameter(torch.ones(d_model)), self.beta = nn.Parameter(torch.zeros(d_model)).")),
             when=lambda case, result: bool({"weight", "bias"} & set(state_mismatch(result).unexpected)), whole=True),
     )
 
@@ -230,21 +237,22 @@ class LayerNormCheck(Check):
 
         out = [
             case((2, 5, 16)),
-            case((3, 8), state=False, tag="init", extra=", a freshly built LayerNorm (no weights loaded)"),
-            case((2, 4, 16), offset=100.0, tag="offset", extra=", features near 100"),
-            case((2, 3, 8), eps=1e-3, scale=1e-2, tag="small", extra=", features of size 0.01"),
+            case((3, 8), state=False, tag="init", extra=", " + tr("a freshly built LayerNorm (no weights loaded)")),
+            case((2, 4, 16), offset=100.0, tag="offset", extra=", " + tr("features near {value}").format(value="100")),
+            case((2, 3, 8), eps=1e-3, scale=1e-2, tag="small", extra=", " + tr("features of size {size}").format(size="0.01")),
             case((4, 6, 12), dtype=torch.float64),
         ]
         if hidden:
             constant = torch.randn(3, 10, generator=g)
             constant[1] = 2.5  # a position whose features are all equal: variance 0
             out += [
-                case((16,), extra=" (a single position)"),
+                case((16,), extra=tr(" (a single position)")),
                 case((2, 3, 4, 8)),
-                case((2, 5, 32), dtype=torch.float64, offset=1e5, tag="offset", extra=", features near 100000"),
+                case((2, 5, 32), dtype=torch.float64, offset=1e5, tag="offset",
+                     extra=", " + tr("features near {value}").format(value="100000")),
                 case((3, 7, 8), eps=0.1, tag="eps", extra=""),
-                case((2, 6, 24), scale=1e-3, tag="small", extra=", features of size 0.001"),
-                Case("d_model=10, x (3, 10) float32 whose second row is constant", (constant,), init={"d_model": 10},
+                case((2, 6, 24), scale=1e-3, tag="small", extra=", " + tr("features of size {size}").format(size="0.001")),
+                Case(tr("d_model=10, x (3, 10) float32 whose second row is constant"), (constant,), init={"d_model": 10},
                      state=oracles.layer_norm_state(g, 10), collect=("eps",), tag="constant"),
             ]
         return out
@@ -255,15 +263,16 @@ class LayerNormCheck(Check):
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
         y = module_output(result, self.function, case)
-        expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case, "LayerNorm keeps the shape of its input.")
+        expect_shape(y, case.args[0].shape, tr("`{function}`'s output").format(function=self.function), case,
+                     tr("LayerNorm keeps the shape of its input."))
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
         y = module_output(result, self.function, case)
-        expect_finite(y, f"`{self.function}`'s output", case,
-                      "A position whose features are all equal has variance 0: eps inside the square "
-                      "root, sqrt(var + eps), keeps the division finite." if case.tag == "constant" else
-                      "Is eps added inside the square root?")
+        expect_finite(y, tr("`{function}`'s output").format(function=self.function), case,
+                      tr("A position whose features are all equal has variance 0: eps inside the square "
+                         "root, sqrt(var + eps), keeps the division finite.") if case.tag == "constant" else
+                      tr("Is eps added inside the square root?"))
 
     @rule("eps stored")
     def _eps_stored(self, case: Case, result: Any) -> None:
@@ -272,15 +281,15 @@ class LayerNormCheck(Check):
         if isinstance(stored, torch.Tensor) and stored.numel() == 1:
             stored = stored.item()
         if isinstance(stored, bool) or not isinstance(stored, (int, float)) or not math.isclose(stored, eps, rel_tol=1e-6):
-            raise CheckFailed(
-                f"`{self.function}`'s attribute eps is {stored!r} on the case {case.label}, where {eps} was given: "
+            raise CheckFailed(tr(
+                "`{function}`'s attribute eps is {stored} on the case {case}, where {eps} was given: "
                 "store the constructor's argument as self.eps (and use it in forward)."
-            )
+            ).format(function=self.function, stored=repr(stored), case=case.label, eps=eps))
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
-        name = f"`{self.function}`'s output"
+        name = tr("`{function}`'s output").format(function=self.function)
         y = module_output(result, self.function, case)
         d = x.shape[-1]
         eps = case.init.get("eps", 1e-5)
@@ -296,65 +305,67 @@ class LayerNormCheck(Check):
 
         diagnoses: Diagnoses = [
             (lambda: norm(unbiased=True),
-             "this uses the unbiased variance (dividing by d_model - 1, torch.var's default); LayerNorm divides by "
-             "d_model: var(dim=-1, unbiased=False), or the mean of the squared deviations."),
+             tr("this uses the unbiased variance (dividing by d_model - 1, torch.var's default); LayerNorm divides by "
+                "d_model: var(dim=-1, unbiased=False), or the mean of the squared deviations.")),
             (lambda: norm(eps_outside=True),
-             "eps is outside the square root: divide by sqrt(var + eps), not by sqrt(var) + eps."),
+             tr("eps is outside the square root: divide by sqrt(var + eps), not by sqrt(var) + eps.")),
             (lambda: norm(eps=0.0),
-             "eps is missing: divide by sqrt(var + eps), with eps inside the square root."),
+             tr("eps is missing: divide by sqrt(var + eps), with eps inside the square root.")),
             (lambda: norm(sqrt=False),
-             "you divided by the variance; divide by the standard deviation, sqrt(var + eps)."),
+             tr("you divided by the variance; divide by the standard deviation, sqrt(var + eps).")),
         ]
         if not math.isclose(eps, 1e-5):
             diagnoses.append((lambda: norm(eps=1e-5),
-                              "the eps argument is ignored (1e-5 is used whatever eps is): store it as self.eps and "
-                              "use it in forward."))
+                              tr("the eps argument is ignored (1e-5 is used whatever eps is): store it as self.eps and "
+                                 "use it in forward.")))
         diagnoses += [
             (lambda o=o: norm(dims=(o,)),
-             f"you normalised over dim={o}; LayerNorm normalises each position over its own d_model features, "
-             "the last axis (dim=-1, keepdim=True).")
+             tr("you normalised over dim={dim}; LayerNorm normalises each position over its own d_model features, "
+                "the last axis (dim=-1, keepdim=True).").format(dim=o))
             for o in range(x.dim() - 1)
         ]
         if x.dim() >= 2:
             diagnoses += [
                 (lambda: norm(dims=range(x.dim())),
-                 "the mean and the variance were taken over the whole tensor; take them per position, over the last "
-                 "axis only (dim=-1, keepdim=True)."),
+                 tr("the mean and the variance were taken over the whole tensor; take them per position, over the "
+                    "last axis only (dim=-1, keepdim=True).")),
             ]
         if x.dim() >= 3:
             diagnoses += [
                 (lambda: norm(dims=range(1, x.dim())),
-                 "the mean and the variance were taken over a whole sequence (every axis but the batch); LayerNorm "
-                 "normalises each position separately, over its d_model features (dim=-1)."),
+                 tr("the mean and the variance were taken over a whole sequence (every axis but the batch); LayerNorm "
+                    "normalises each position separately, over its d_model features (dim=-1).")),
             ]
         diagnoses += [
-            (lambda: norm(scale=False), "gamma (the scale) is not applied: the output is gamma * x_hat + beta."),
-            (lambda: norm(shift=False), "beta (the shift) is not added: the output is gamma * x_hat + beta."),
-            (lambda: norm(scale=False, shift=False), "gamma and beta are not applied: the output is gamma * x_hat + beta."),
-            (lambda: norm(swap_affine=True), "gamma and beta are swapped: gamma multiplies, beta is added."),
+            (lambda: norm(scale=False), tr("gamma (the scale) is not applied: the output is gamma * x_hat + beta.")),
+            (lambda: norm(shift=False), tr("beta (the shift) is not added: the output is gamma * x_hat + beta.")),
+            (lambda: norm(scale=False, shift=False),
+             tr("gamma and beta are not applied: the output is gamma * x_hat + beta.")),
+            (lambda: norm(swap_affine=True), tr("gamma and beta are swapped: gamma multiplies, beta is added.")),
             # In the case's own dtype: the cancellation happens where the learner's arithmetic happens.
             (lambda: oracles.layer_norm(case.state, x, eps=eps, naive_variance=True).double(),
-             "the variance was computed as E[x^2] - E[x]^2, which loses its digits when the features sit far from "
-             "zero; compute it from the centred values: ((x - mean) ** 2).mean(dim=-1, keepdim=True)."),
+             tr("the variance was computed as E[x^2] - E[x]^2, which loses its digits when the features sit far from "
+                "zero; compute it from the centred values: ((x - mean) ** 2).mean(dim=-1, keepdim=True).")),
         ]
         if case.tag == "init":
             diagnoses += [
-                (lambda: torch.zeros_like(xd), "a fresh LayerNorm returned zeros: gamma must start at ones "
-                                               "(torch.ones(d_model)) and beta at zeros."),
+                (lambda: torch.zeros_like(xd), tr("a fresh LayerNorm returned zeros: gamma must start at ones "
+                                                  "(torch.ones(d_model)) and beta at zeros.")),
             ]
         hints = {
-            "init": "A fresh LayerNorm starts with gamma = torch.ones(d_model) and beta = torch.zeros(d_model), "
-                    "so its output is the plain normalised x.",
-            "offset": "The features sit far from zero: compute the variance from the centred values x - mean "
-                      "(E[x^2] - E[x]^2 cancels catastrophically).",
-            "small": "The features are tiny, so eps matters: divide by sqrt(var + eps), with the eps given to the constructor.",
-            "eps": "eps is large here: divide by sqrt(var + eps), with the eps given to the constructor.",
+            "init": N_("A fresh LayerNorm starts with gamma = torch.ones(d_model) and beta = torch.zeros(d_model), "
+                       "so its output is the plain normalised x."),
+            "offset": N_("The features sit far from zero: compute the variance from the centred values x - mean "
+                         "(E[x^2] - E[x]^2 cancels catastrophically)."),
+            "small": N_("The features are tiny, so eps matters: divide by sqrt(var + eps), with the eps given to the "
+                        "constructor."),
+            "eps": N_("eps is large here: divide by sqrt(var + eps), with the eps given to the constructor."),
         }
         if case.tag == "offset" and x.dtype == torch.float32 and (y.double() - expected).abs().max() < 1e-4:
             # Far from zero, float32 itself rounds x near 100 to about 1e-5: nn.LayerNorm in float32 is off by as
             # much. The two-pass variance stays well inside 1e-4; E[x^2] - E[x]^2 misses by 1e-3 or more.
             return
-        expect_close(y, expected, name, case, diagnoses, hint=hints.get(case.tag, ""))
+        expect_close(y, expected, name, case, diagnoses, hint=tr(hints[case.tag]) if case.tag in hints else "")
 
     rules = (_shape, _finite, _eps_stored, _values)
 
@@ -364,18 +375,18 @@ class LayerNormCheck(Check):
 # ----------------------------------------------------------------------------------------
 
 
-PADDING_LEAK = (
+PADDING_LEAK = N_(
     "the key_padding_mask did not reach the self-attention: pass it on, "
     "self.self_attn(x, x, x, key_padding_mask=key_padding_mask), so that no position attends to padding."
 )
 
 # MultiHeadAttention.forward(query, key, value, attn_mask=None, key_padding_mask=None): a padding mask given
 # as the fourth positional argument lands in attn_mask, where its (B, T_k) lines up with (T_q, T_k).
-MASK_AS_ATTN_MASK = (
+MASK_AS_ATTN_MASK = N_(
     "the padding mask reached `attn_mask`: pass it by name, `key_padding_mask=key_padding_mask` (attn_mask is "
     "True where a query may attend; key_padding_mask is True at padding)."
 )
-PADDING_INVERTED = (
+PADDING_INVERTED = N_(
     "key_padding_mask is inverted before it reaches the self-attention: it is True where a key IS padding, which "
     "is what MultiHeadAttention's key_padding_mask expects, so pass it on as it is, without ~."
 )
@@ -391,8 +402,10 @@ def positional_padding_hint(case: Case, result: Raised, names: Sequence[str]) ->
         return ""
     if not any(case.kwargs.get(name) is not None for name in names):
         return ""
-    return ("If you gave a padding mask to MultiHeadAttention positionally, as its fourth argument, "
-            + MASK_AS_ATTN_MASK.replace("the padding mask reached", "it reached", 1))
+    # MASK_AS_ATTN_MASK, its subject "the padding mask" become "it"
+    return tr("If you gave a padding mask to MultiHeadAttention positionally, as its fourth argument, it reached "
+              "`attn_mask`: pass it by name, `key_padding_mask=key_padding_mask` (attn_mask is True where a query may "
+              "attend; key_padding_mask is True at padding).")
 
 
 def fits_as_attn_mask(padding: torch.Tensor | None, T_q: int) -> bool:
@@ -409,12 +422,13 @@ class _StackCheck(Check):
     hints = (
         Hint("RuntimeError", lambda name, case, result: positional_padding_hint(case, result, ("key_padding_mask",))),
         Hint("StateMismatch", lambda name, case, result: mismatched(
-            name, case, result, "norm1 and norm2 must be your LayerNorm (parameters gamma and beta), not nn.LayerNorm."),
+            name, case, result, tr("norm1 and norm2 must be your LayerNorm (parameters gamma and beta), not "
+                                   "nn.LayerNorm.")),
             when=lambda case, result: any(re.search(r"norm\d\.(weight|bias)$", n) for n in state_mismatch(result).unexpected),
             whole=True),
         Hint("StateMismatch", lambda name, case, result: mismatched(
-            name, case, result, "The self-attention is chapter 3's MultiHeadAttention (imported at the top, parameters "
-            "w_q, w_k, w_v, w_o), not nn.MultiheadAttention."),
+            name, case, result, tr("The self-attention is chapter 3's MultiHeadAttention (imported at the top, "
+                                   "parameters w_q, w_k, w_v, w_o), not nn.MultiheadAttention.")),
             when=lambda case, result: any("in_proj" in n for n in state_mismatch(result).unexpected), whole=True),
     )
     N: int | None = None  # None for the single layer
@@ -437,8 +451,9 @@ class _StackCheck(Check):
             kwargs = {} if lengths is None else {"key_padding_mask": oracles.padding_mask(lengths, T)}
             where = "" if N is None else f"N={N}, "
             label = (f"{where}d_model={d_model}, h={h}, d_ff={d_ff}, x {(B, T, d_model)}"
-                     + ("" if lengths is None else f", sequences of lengths {list(lengths)} padded to {T}")
-                     + (f", training mode, dropout={p}" if train else ""))
+                     + ("" if lengths is None else ", " + tr("sequences of lengths {lengths} padded to {T}").format(
+                         lengths=list(lengths), T=T))
+                     + (", " + tr("training mode, dropout={dropout}").format(dropout=p) if train else ""))
             collect = ("dropout1", "dropout2") if N is None else ()
             case = Case(label, (x,), kwargs, tag=tag, init=init, state=self.state(g, d_model, d_ff, N), collect=collect,
                         train=bool(train))
@@ -448,7 +463,7 @@ class _StackCheck(Check):
                 pad = kwargs["key_padding_mask"]
                 # Only padded positions change, to values of another scale (float32 keeps its precision).
                 garbage[pad] = 4.0 * torch.randn(int(pad.sum()), d_model, generator=g) + 3.0
-                out.append(Case(label + ", with other values at the padded positions", (garbage,), kwargs,
+                out.append(Case(label + ", " + tr("with other values at the padded positions"), (garbage,), kwargs,
                                 tag="pair-b", init=init, state=case.state, collect=collect))
         return out
 
@@ -459,28 +474,30 @@ class _StackCheck(Check):
             case, a, b = pair
             real = ~case.kwargs["key_padding_mask"]  # (B, T)
             if not matches(a.output[real], b.output[real]):
-                raise CheckFailed(
-                    f"`{self.function}`: the outputs of real positions changed when only the padded positions of x "
-                    f"changed ({case.label}): padding must never influence real positions; {PADDING_LEAK}"
-                )
+                raise CheckFailed(tr(
+                    "`{function}`: the outputs of real positions changed when only the padded positions of x "
+                    "changed ({case}): padding must never influence real positions; {advice}"
+                ).format(function=self.function, case=case.label, advice=tr(PADDING_LEAK)))
 
     rules_across = (_padding_changes_nothing,)
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
         y = module_output(result, self.function, case)
-        expect_shape(y, case.args[0].shape, f"`{self.function}`'s output", case,
-                     f"{self.keeps_the_shape} keeps the shape (B, T, d_model) of its input.")
+        expect_shape(y, case.args[0].shape, tr("`{function}`'s output").format(function=self.function), case,
+                     tr("{module} keeps the shape (B, T, d_model) of its input.").format(
+                         module=tr(self.keeps_the_shape)))
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
-        expect_finite(module_output(result, self.function, case), f"`{self.function}`'s output", case, "")
+        expect_finite(module_output(result, self.function, case),
+                      tr("`{function}`'s output").format(function=self.function), case, "")
 
     def expect_layer(self, y: torch.Tensor, expected: torch.Tensor, case: Case, diagnoses: Diagnoses) -> None:
-        name = f"`{self.function}`'s output"
+        name = tr("`{function}`'s output").format(function=self.function)
         expect_close(y, expected, name, case, diagnoses,
-                     hint="Compare your forward with x = norm1(x + dropout1(self_attn(x, x, x, key_padding_mask=...))), "
-                          "then x = norm2(x + dropout2(feed_forward(x))).")
+                     hint=tr("Compare your forward with x = norm1(x + dropout1(self_attn(x, x, x, "
+                             "key_padding_mask=...))), then x = norm2(x + dropout2(feed_forward(x)))."))
 
 
 # ----------------------------------------------------------------------------------------
@@ -521,7 +538,7 @@ def encoder_layer(
         "given": {"key_padding_mask": key_padding_mask},
         "none": {},
         "inverted": {"key_padding_mask": None if key_padding_mask is None else ~key_padding_mask},
-        "as-attn-mask": {"attn_mask": key_padding_mask},
+        "as-attn-mask": {"attn_mask": key_padding_mask},  # english: a name of the code
     }[padding]
 
     def attn(z: torch.Tensor) -> torch.Tensor:
@@ -563,55 +580,56 @@ def _layer_mistakes(mask: torch.Tensor | None, T: int) -> list[tuple[dict, str]]
     """The wrong wirings of an encoder layer, as keywords of :func:`encoder_layer`, and their names."""
     wrong = [
         (dict(wiring=("pre", "pre")),
-         "this is the pre-norm layer x + Sublayer(LayerNorm(x)); the paper's layer, asked for here, normalises after "
-         "the residual sum: LayerNorm(x + Sublayer(x))."),
+         tr("this is the pre-norm layer x + Sublayer(LayerNorm(x)); the paper's layer, asked for here, normalises "
+            "after the residual sum: LayerNorm(x + Sublayer(x)).")),
         (dict(wiring=("inner", "inner")),
-         "the residual was added after the normalisation, LayerNorm(Sublayer(x)) + x; add the sub-layer's input "
-         "first, then normalise: LayerNorm(x + Sublayer(x))."),
+         tr("the residual was added after the normalisation, LayerNorm(Sublayer(x)) + x; add the sub-layer's input "
+            "first, then normalise: LayerNorm(x + Sublayer(x)).")),
         (dict(wiring=("none", "none")),
-         "there is no residual connection: add each sub-layer's input to its output before normalising, "
-         "LayerNorm(x + Sublayer(x))."),
+         tr("there is no residual connection: add each sub-layer's input to its output before normalising, "
+            "LayerNorm(x + Sublayer(x)).")),
         (dict(wiring=("post", "none")),
-         "the feed-forward sub-layer has no residual connection: norm2(x + dropout2(feed_forward(x)))."),
+         tr("the feed-forward sub-layer has no residual connection: norm2(x + dropout2(feed_forward(x))).")),
         (dict(wiring=("none", "post")),
-         "the self-attention sub-layer has no residual connection: norm1(x + dropout1(self_attn(x, x, x, ...)))."),
+         tr("the self-attention sub-layer has no residual connection: norm1(x + dropout1(self_attn(x, x, x, ...))).")),
         (dict(norms=("norm2", "norm1")),
-         "norm1 and norm2 are swapped: norm1 follows the self-attention, norm2 the feed-forward network."),
+         tr("norm1 and norm2 are swapped: norm1 follows the self-attention, norm2 the feed-forward network.")),
         (dict(order=("ffn", "attn")),
-         "the sub-layers are in the wrong order: self-attention comes first, then the feed-forward network."),
+         tr("the sub-layers are in the wrong order: self-attention comes first, then the feed-forward network.")),
         (dict(residual_from="input"),
-         "the second residual adds the layer's input; it must add the input of the feed-forward sub-layer, which is "
-         "the output of the first sub-layer."),
+         tr("the second residual adds the layer's input; it must add the input of the feed-forward sub-layer, which "
+            "is the output of the first sub-layer.")),
         (dict(ffn_reads="input"),
-         "the feed-forward network was applied to the layer's input; it takes the output of the first sub-layer "
-         "(after norm1)."),
+         tr("the feed-forward network was applied to the layer's input; it takes the output of the first sub-layer "
+            "(after norm1).")),
     ]
     if mask is not None:
-        wrong[:0] = [(dict(padding="none"), PADDING_LEAK), (dict(padding="inverted"), PADDING_INVERTED)]
+        wrong[:0] = [(dict(padding="none"), tr(PADDING_LEAK)), (dict(padding="inverted"), tr(PADDING_INVERTED))]
         if fits_as_attn_mask(mask, T):
-            wrong.insert(0, (dict(padding="as-attn-mask"), MASK_AS_ATTN_MASK))
+            wrong.insert(0, (dict(padding="as-attn-mask"), tr(MASK_AS_ATTN_MASK)))  # english: a name of the code
     return wrong
 
 
-RESIDUAL_DROPOUT = (
+RESIDUAL_DROPOUT = N_(
     "The paper applies dropout to the output of each sub-layer, before it is added to the sub-layer's input and "
     "normalised: x = norm1(x + dropout1(self_attn(x, x, x, ...))), then x = norm2(x + dropout2(feed_forward(x)))."
 )
 
+#: each message is told with {advice}, RESIDUAL_DROPOUT, filled in
 TRAINING_MISTAKES: list[tuple[dict, str]] = [
     (dict(dropout_at=("none", "none")),
-     "in training mode the residual dropout is missing: dropout1 and dropout2 are built but never used. "
-     + RESIDUAL_DROPOUT),
+     N_("in training mode the residual dropout is missing: dropout1 and dropout2 are built but never used. "
+        "{advice}")),
     (dict(dropout_at=("sum", "sum")),
-     "dropout was applied to the residual sum x + Sublayer(x); it belongs on the sub-layer's output alone, so that "
-     "the residual path x always gets through. " + RESIDUAL_DROPOUT),
+     N_("dropout was applied to the residual sum x + Sublayer(x); it belongs on the sub-layer's output alone, so "
+        "that the residual path x always gets through. {advice}")),
     (dict(dropout_at=("norm", "norm")),
-     "dropout was applied after the LayerNorm; it belongs on the sub-layer's output, before the residual sum. "
-     + RESIDUAL_DROPOUT),
+     N_("dropout was applied after the LayerNorm; it belongs on the sub-layer's output, before the residual sum. "
+        "{advice}")),
     (dict(dropout_at=("sublayer", "none")),
-     "dropout2 is never applied: the feed-forward sub-layer needs its dropout too. " + RESIDUAL_DROPOUT),
+     N_("dropout2 is never applied: the feed-forward sub-layer needs its dropout too. {advice}")),
     (dict(dropout_at=("none", "sublayer")),
-     "dropout1 is never applied: the self-attention sub-layer needs its dropout too. " + RESIDUAL_DROPOUT),
+     N_("dropout1 is never applied: the self-attention sub-layer needs its dropout too. {advice}")),
 ]
 
 
@@ -619,21 +637,21 @@ def _training_mistakes(p: float) -> list[tuple[Callable[[oracles.Dropout], dict]
     """Mistakes of the dropout probabilities: keywords built from the case's stream of masks."""
     return [
         (lambda d: dict(attn_dropout=None),
-         "the self-attention drops no attention weights: build it with the layer's dropout, "
-         "MultiHeadAttention(d_model, h, dropout)."),
+         tr("the self-attention drops no attention weights: build it with the layer's dropout, "
+            "MultiHeadAttention(d_model, h, dropout).")),
         (lambda d: dict(ffn_dropout=d.at(0.1)),
-         f"the feed-forward network drops with probability 0.1, not the layer's dropout={p}: build it with the "
-         "layer's dropout, PositionwiseFeedForward(d_model, d_ff, dropout)."),
+         tr("the feed-forward network drops with probability 0.1, not the layer's dropout={p}: build it with the "
+            "layer's dropout, PositionwiseFeedForward(d_model, d_ff, dropout).").format(p=p)),
         (lambda d: dict(dropout=d.at(0.1), attn_dropout=d, ffn_dropout=d),
-         f"dropout1 and dropout2 drop with probability 0.1, not the layer's dropout={p}: build them from the "
-         "argument, nn.Dropout(dropout)."),
+         tr("dropout1 and dropout2 drop with probability 0.1, not the layer's dropout={p}: build them from the "
+            "argument, nn.Dropout(dropout).").format(p=p)),
     ] if p != 0.1 else []
 
 
 class EncoderLayerCheck(_StackCheck):
     function = "EncoderLayer"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "nn.TransformerEncoderLayer (post-norm, ReLU) with the same weights"
+    oracle = N_("nn.TransformerEncoderLayer (post-norm, ReLU) with the same weights")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -657,18 +675,18 @@ class EncoderLayerCheck(_StackCheck):
     def stages(self, case: Case) -> list[Stage]:
         return [] if case.train else encoder_layer_stages(case, case.args[0].double())
 
-    keeps_the_shape = "An encoder layer"
+    keeps_the_shape = N_("An encoder layer")
 
     @rule("dropout submodules")
     def _dropout_submodules(self, case: Case, result: Any) -> None:
         for attr in ("dropout1", "dropout2"):
             got = result.attributes.get(attr)
             if not (isinstance(got, Opaque) and got.type == "Dropout"):
-                raise CheckFailed(
-                    f"`{self.function}` has no submodule {attr} of type nn.Dropout on the case {case.label}: "
+                raise CheckFailed(tr(
+                    "`{function}` has no submodule {attr} of type nn.Dropout on the case {case}: "
                     "the paper applies dropout to each sub-layer's output before the residual sum; build "
-                    f"self.{attr} = nn.Dropout(dropout)."
-                )
+                    "self.{attr} = nn.Dropout(dropout)."
+                ).format(function=self.function, attr=attr, case=case.label))
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
@@ -689,10 +707,12 @@ class EncoderLayerCheck(_StackCheck):
             # The learner's nn.Dropout modules draw their masks from the seed the case runs with; PyTorch's
             # layers cannot be given those masks, so the functional layer, checked against nn.TransformerEncoderLayer
             # on every eval case, computes the expected output with them.
-            diagnoses = [(lambda kw=kw: layer(drops(), **kw), message) for kw, message in TRAINING_MISTAKES]
+            diagnoses = [(lambda kw=kw: layer(drops(), **kw), tr(message).format(advice=tr(RESIDUAL_DROPOUT)))
+                         for kw, message in TRAINING_MISTAKES]
             diagnoses += [(lambda f=f: (lambda d: layer(d, **f(d)))(drops()), message)
                           for f, message in _training_mistakes(p)]
-            diagnoses.append((lambda: layer(None), "no dropout was applied at all in training mode. " + RESIDUAL_DROPOUT))
+            diagnoses.append((lambda: layer(None), tr("no dropout was applied at all in training mode. {advice}").format(
+                advice=tr(RESIDUAL_DROPOUT))))
             diagnoses += [(lambda kw=kw: layer(drops(), **kw), message) for kw, message in _layer_mistakes(mask, x.shape[1])]
             self.expect_layer(y, layer(drops()), case, diagnoses)
             return
@@ -700,12 +720,13 @@ class EncoderLayerCheck(_StackCheck):
             expected = oracles.torch_encoder_layer(case.state, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
         if not matches(y, expected, x.dtype):
             # The functional twin that names the mistakes must agree with PyTorch, or its names mean nothing.
-            assert matches(layer(), expected, torch.float64), "grader error: the functional encoder layer disagrees"
+            assert matches(layer(), expected, torch.float64), \
+                "grader error: the functional encoder layer disagrees"  # english: the grader's own assertion
         diagnoses = [(lambda kw=kw: layer(**kw), message) for kw, message in _layer_mistakes(mask, x.shape[1])]
         if p > 0:
             diagnoses.append((lambda: layer(drops(), attn_dropout=None, ffn_dropout=None),
-                              "dropout is active in eval mode: use the submodules dropout1 and dropout2 (nn.Dropout, "
-                              "which follows module.eval()) rather than torch.nn.functional.dropout."))
+                              tr("dropout is active in eval mode: use the submodules dropout1 and dropout2 "
+                                 "(nn.Dropout, which follows module.eval()) rather than torch.nn.functional.dropout.")))
         self.expect_layer(y, expected, case, diagnoses)
 
     rules = (_StackCheck._shape, _StackCheck._finite, _dropout_submodules, _values)
@@ -720,38 +741,42 @@ def _encoder_mismatch(name: str, case: Case, result: Raised) -> str:
     mismatch = state_mismatch(result)
     missing, unexpected, N = mismatch.missing, mismatch.unexpected, case.init["N"]
     outside = [n for n in unexpected if not n.startswith("layers.")]
-    head = f"{name}'s parameters do not match on the case {case.label}: {result.message}"
+    head = tr("{name}'s parameters do not match on the case {case}: {message}").format(
+        name=name, case=case.label, message=raised_text(result))
     if outside:
-        extra = " a final LayerNorm" if any("norm" in n or "gamma" in n or "beta" in n for n in outside) else ""
-        return (
-            f"{head} Your Encoder has parameters outside `layers` ({', '.join(outside)}){':' if extra else '.'}"
-            + (f"{extra}? The paper's post-norm encoder ends with the last layer's own norm2: add no final "
-               "LayerNorm (a final norm belongs to pre-norm stacks)." if extra else
-               " Everything the encoder holds lives in its N layers.")
-        )
+        if any("norm" in n or "gamma" in n or "beta" in n for n in outside):
+            return tr(
+                "{head} Your Encoder has parameters outside `layers` ({names}): a final LayerNorm? The paper's "
+                "post-norm encoder ends with the last layer's own norm2: add no final LayerNorm (a final norm "
+                "belongs to pre-norm stacks)."
+            ).format(head=head, names=", ".join(outside))
+        return tr(
+            "{head} Your Encoder has parameters outside `layers` ({names}). Everything the encoder holds lives in "
+            "its N layers."
+        ).format(head=head, names=", ".join(outside))
     if any(re.fullmatch(r"layers\.\d+", alias) for alias, _ in mismatch.shared):
-        return (
-            f"{name}'s layers share their weights on the case {case.label}: the same EncoderLayer "
-            f"object was repeated ([layer] * N), so all N={N} entries of `layers` are one layer. Create a new "
+        return tr(
+            "{name}'s layers share their weights on the case {case}: the same EncoderLayer "
+            "object was repeated ([layer] * N), so all N={N} entries of `layers` are one layer. Create a new "
             "EncoderLayer for each of the N layers: nn.ModuleList(EncoderLayer(...) for _ in range(N))."
-        )
+        ).format(name=name, case=case.label, N=N)
     layers = sorted({int(m.group(1)) for n in missing if (m := re.match(r"layers\.(\d+)\.", n))})
     if missing and not unexpected and layers:
         if layers[0] == 0:
-            return (
-                f"{head} PyTorch sees no layer at all: a plain Python list hides its modules (use "
+            return tr(
+                "{head} PyTorch sees no layer at all: a plain Python list hides its modules (use "
                 "nn.ModuleList), and the stack needs N layers, for _ in range(N)."
-            )
-        return (
-            f"{head} Your stack has only {layers[0]} of the N={N} layers: build N layers, for _ in range(N)."
-        )
+            ).format(head=head)
+        return tr(
+            "{head} Your stack has only {count} of the N={N} layers: build N layers, for _ in range(N)."
+        ).format(head=head, count=layers[0], N=N)
     return ""
 
 
 class EncoderCheck(_StackCheck):
     function = "Encoder"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "nn.TransformerEncoder (post-norm, no final norm) with the same weights"
+    oracle = N_("nn.TransformerEncoder (post-norm, no final norm) with the same weights")
     hints = (Hint("StateMismatch", _encoder_mismatch, whole=True), *_StackCheck.hints)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -779,12 +804,12 @@ class EncoderCheck(_StackCheck):
             lambda i, z: encoder_layer(case.state, z, h=case.init["h"], prefix=f"layers.{i}.",
                                        key_padding_mask=case.kwargs.get("key_padding_mask")), "encoder")
 
-    keeps_the_shape = "The encoder"
+    keeps_the_shape = N_("The encoder")
 
     @rule("values")
     def _values(self, case: Case, result: Any) -> None:
         (x,) = case.args
-        name = f"`{self.function}`'s output"
+        name = tr("`{function}`'s output").format(function=self.function)
         y = module_output(result, self.function, case)
         d_model, h, d_ff, N, p = (case.init[k] for k in ("d_model", "h", "d_ff", "N", "dropout"))
         mask = case.kwargs.get("key_padding_mask")
@@ -807,10 +832,10 @@ class EncoderCheck(_StackCheck):
             found: Diagnoses = []
             if mask is not None:
                 found += [
-                    (lambda: run(range(N), None, stream=fresh()), "the key_padding_mask did not reach the layers: "
-                     "pass it to every layer, x = layer(x, key_padding_mask)."),
-                    (lambda: run(range(N), first_mask_only=True, stream=fresh()), "the key_padding_mask reached only "
-                     "the first layer: pass it to every layer, x = layer(x, key_padding_mask)."),
+                    (lambda: run(range(N), None, stream=fresh()), tr("the key_padding_mask did not reach the "
+                     "layers: pass it to every layer, x = layer(x, key_padding_mask).")),
+                    (lambda: run(range(N), first_mask_only=True, stream=fresh()), tr("the key_padding_mask reached "
+                     "only the first layer: pass it to every layer, x = layer(x, key_padding_mask).")),
                 ]
             if N > 1:
                 def each_on_input():
@@ -818,35 +843,36 @@ class EncoderCheck(_StackCheck):
                     return [layer(i, xd, stream=d) for i in range(N)][-1]
 
                 found += [
-                    (each_on_input, "every layer was applied to the encoder's input and only the last result "
-                                    "was kept: feed each layer the previous layer's output, x = layer(x, ...)."),
-                    (lambda: layer(0, xd, stream=fresh()), "only the first layer ran: is the return statement inside "
-                                                          "the loop? All N layers must run, one after the other."),
-                    (lambda: run(reversed(range(N)), stream=fresh()), "the layers ran in reverse order: layers[0] "
-                                                                      "comes first."),
+                    (each_on_input, tr("every layer was applied to the encoder's input and only the last result "
+                                       "was kept: feed each layer the previous layer's output, x = layer(x, ...).")),
+                    (lambda: layer(0, xd, stream=fresh()), tr("only the first layer ran: is the return statement "
+                                                             "inside the loop? All N layers must run, one after the "
+                                                             "other.")),
+                    (lambda: run(reversed(range(N)), stream=fresh()), tr("the layers ran in reverse order: layers[0] "
+                                                                         "comes first.")),
                 ]
             found += [
-                (lambda: F.layer_norm(run(range(N), stream=fresh()), (d_model,)), "the output was normalised once "
-                 "more at the end: the paper's post-norm encoder ends with the last layer's own norm2, so add no "
-                 "final LayerNorm."),
+                (lambda: F.layer_norm(run(range(N), stream=fresh()), (d_model,)), tr("the output was normalised "
+                 "once more at the end: the paper's post-norm encoder ends with the last layer's own norm2, so add "
+                 "no final LayerNorm.")),
             ]
             return found
 
         if case.train:
-            hint = ("In training mode each layer drops with the encoder's dropout: build every layer with it, "
-                    "EncoderLayer(d_model, h, d_ff, dropout).")
+            hint = tr("In training mode each layer drops with the encoder's dropout: build every layer with it, "
+                      "EncoderLayer(d_model, h, d_ff, dropout).")
             expect_close(y, run(range(N), stream=oracles.Dropout(p, x.dtype)), name, case, [
                 (lambda: run(range(N), stream=oracles.Dropout(0.1, x.dtype)),
-                 f"the layers drop with probability 0.1, not the encoder's dropout={p}. {hint}"),
-                (lambda: run(range(N)), "no dropout was applied in training mode. " + hint),
+                 tr("the layers drop with probability 0.1, not the encoder's dropout={p}. {hint}").format(p=p, hint=hint)),
+                (lambda: run(range(N)), tr("no dropout was applied in training mode. {hint}").format(hint=hint)),
                 *mistakes(stream=True),
             ], hint=hint)
             return
         with torch.no_grad():
             expected = oracles.torch_encoder(case.state, N, d_model, h, d_ff)(xd, src_key_padding_mask=mask)
         expect_close(y, expected, name, case, mistakes(),
-                     hint="If your EncoderLayer passes its checks, look at the loop: x = layer(x, key_padding_mask) "
-                          "for every layer in self.layers, in order, and return x.")
+                     hint=tr("If your EncoderLayer passes its checks, look at the loop: x = layer(x, "
+                             "key_padding_mask) for every layer in self.layers, in order, and return x."))
 
     rules = (_StackCheck._shape, _StackCheck._finite, _values)
 

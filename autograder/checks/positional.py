@@ -31,6 +31,7 @@ from ..framework import (
     named_failure,
     rule,
 )
+from ..messages import N_, tr
 from . import state_mismatch
 
 BASE = 10000.0
@@ -128,10 +129,11 @@ def _close(actual: torch.Tensor, expected: torch.Tensor, tol: torch.Tensor) -> b
 def _worst(actual: torch.Tensor, expected: torch.Tensor) -> str:
     diff = (actual.double() - expected).abs()
     index = tuple(int(i) for i in torch.unravel_index(diff.argmax(), diff.shape))
-    return (
-        f"the largest difference is {diff.max().item():.3g} at index {index}: "
-        f"you returned {actual[index].item():.6g} where {expected[index].item():.6g} was expected"
-    )
+    return tr(
+        "the largest difference is {diff} at index {index}: "
+        "you returned {got} where {expected} was expected"
+    ).format(diff=f"{diff.max().item():.3g}", index=index, got=f"{actual[index].item():.6g}",
+             expected=f"{expected[index].item():.6g}")
 
 
 # ----------------------------------------------------------------------------------------
@@ -139,7 +141,7 @@ def _worst(actual: torch.Tensor, expected: torch.Tensor) -> str:
 # ----------------------------------------------------------------------------------------
 
 
-ODD_HINT = (
+ODD_HINT = N_(
     "For odd d_model there is one more sin column than cos columns: pe[:, 0::2] has (d_model + 1) // 2 "
     "columns but pe[:, 1::2] only d_model // 2, so give the cosines the first d_model // 2 frequencies "
     "(the last column is a sin without a cos partner)."
@@ -152,15 +154,15 @@ def _closed_form_of(case: Case) -> torch.Tensor:
 
 class SinusoidalEncodingCheck(Check):
     function = "sinusoidal_encoding"
-    invalid_hint = (
+    invalid_hint = N_(
         "a length or a width below 1 should raise ValueError with a message that says what is wrong: "
         "`raise ValueError(...)`, not an assert or another exception type."
     )
-    invalid_returned = (
+    invalid_returned = N_(
         "{name} returned {got} on the case {label}: a table needs at least one position and one feature, so raise "
         "ValueError instead (an empty table would only fail later, far from the cause)."
     )
-    oracle = "the closed form sin/cos(pos / 10000^(2i/d_model)) in float64"
+    oracle = N_("the closed form sin/cos(pos / 10000^(2i/d_model)) in float64")
     hints = (Hint("RuntimeError", ODD_HINT, when=lambda case, result: case.args[1] % 2 == 1),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -177,8 +179,8 @@ class SinusoidalEncodingCheck(Check):
             # long: the instructions' precision note. Angles near 4096 keep about 1e-4 in float32 and 1e-12 in
             # float64, so only this case tells a table computed in float64 and converted at the end from one
             # computed in float32 (every other case accepts both: ATOL_PER_POSITION)
-            Case(f"max_len={PRECISE_MAX_LEN}, d_model=8 (long: its later angles need float64)", (PRECISE_MAX_LEN, 8), {},
-                 "precision"),
+            Case(tr("max_len={max_len}, d_model=8 (long: its later angles need float64)").format(
+                max_len=PRECISE_MAX_LEN), (PRECISE_MAX_LEN, 8), {}, "precision"),
             case(0, 8, "invalid"),
             case(6, 0, "invalid"),
         ]
@@ -205,59 +207,61 @@ class SinusoidalEncodingCheck(Check):
         frequency = torch.pow(10000.0, -exponent)  # 1 / 10000^(2i/d_model)
         angle = position.unsqueeze(1) * frequency  # (max_len, ceil(d_model / 2))
         return [
-            Stage("the positions 0 .. max_len - 1", (position, position.unsqueeze(1))),
-            Stage("the even column indices 2i", (two_i,)),
-            Stage("the exponents 2i / d_model", (exponent,)),
-            Stage("the powers 10000^(2i/d_model)", (1 / frequency, (1 / frequency).unsqueeze(0))),
-            Stage("the frequencies 1 / 10000^(2i/d_model)", (frequency, frequency.unsqueeze(0))),
-            Stage("the angles pos / 10000^(2i/d_model), (max_len, ceil(d_model / 2))", (angle,)),
-            Stage("the sines of the angles (the even columns)", (torch.sin(angle),)),
-            Stage("the cosines of the angles (the odd columns)", (torch.cos(angle[:, : d_model // 2]),)),
-            Stage("the table, sines in the even columns and cosines in the odd ones", (closed_form(max_len, d_model),)),
+            Stage(tr("the positions 0 .. max_len - 1"), (position, position.unsqueeze(1))),
+            Stage(tr("the even column indices 2i"), (two_i,)),
+            Stage(tr("the exponents 2i / d_model"), (exponent,)),
+            Stage(tr("the powers 10000^(2i/d_model)"), (1 / frequency, (1 / frequency).unsqueeze(0))),
+            Stage(tr("the frequencies 1 / 10000^(2i/d_model)"), (frequency, frequency.unsqueeze(0))),
+            Stage(tr("the angles pos / 10000^(2i/d_model), (max_len, ceil(d_model / 2))"), (angle,)),
+            Stage(tr("the sines of the angles (the even columns)"), (torch.sin(angle),)),
+            Stage(tr("the cosines of the angles (the odd columns)"), (torch.cos(angle[:, : d_model // 2]),)),
+            Stage(tr("the table, sines in the even columns and cosines in the odd ones"),
+                  (closed_form(max_len, d_model),)),
         ]
 
-    NAME = "`sinusoidal_encoding`'s table"
+    NAME = N_("`sinusoidal_encoding`'s table")
 
     @rule("shape (max_len, d_model)")
     def _shape(self, case: Case, result: Any) -> None:
         max_len, d_model = case.args
-        name = self.NAME
+        name = tr(self.NAME)
         pe = expect_tensor(result, name, case)
         if tuple(pe.shape) == (d_model, max_len) and max_len != d_model:
-            raise CheckFailed(
-                f"{name} has shape {tuple(pe.shape)} on the case {case.label}: rows and columns are swapped. "
+            raise CheckFailed(tr(
+                "{name} has shape {shape} on the case {case}: rows and columns are swapped. "
                 "One row per position, one column per feature: (max_len, d_model)."
-            )
+            ).format(name=name, shape=tuple(pe.shape), case=case.label))
         if tuple(pe.shape) == (1, max_len, d_model):
-            raise CheckFailed(
-                f"{name} has shape {tuple(pe.shape)} on the case {case.label}: return the 2-D table (max_len, d_model), "
+            raise CheckFailed(tr(
+                "{name} has shape {shape} on the case {case}: return the 2-D table (max_len, d_model), "
                 "without a batch axis; adding pe[:T] to a (B, T, d_model) batch broadcasts over the batch by itself."
-            )
-        expect_shape(pe, (max_len, d_model), name, case, "One row per position, one column per feature: (max_len, d_model).")
+            ).format(name=name, shape=tuple(pe.shape), case=case.label))
+        expect_shape(pe, (max_len, d_model), name, case,
+                     tr("One row per position, one column per feature: (max_len, d_model)."))
 
     @rule("float32")
     def _float32(self, case: Case, pe: torch.Tensor) -> None:
-        name = self.NAME
+        name = tr(self.NAME)
         if pe.dtype != torch.float32:
-            raise CheckFailed(
-                f"{name} has dtype {str(pe.dtype).replace('torch.', '')} on the case {case.label}; return float32, the "
+            raise CheckFailed(tr(
+                "{name} has dtype {dtype} on the case {case}; return float32, the "
                 "dtype of the embeddings it is added to (compute in float64 if you like, then call .float())."
-            )
+            ).format(name=name, dtype=str(pe.dtype).replace('torch.', ''), case=case.label))
 
     @rule("finite, within [-1, 1]")
     def _bounded(self, case: Case, pe: torch.Tensor) -> None:
-        name = self.NAME
-        expect_finite(pe, name, case, "sin and cos are finite: look for a division by zero in the exponent.")
+        name = tr(self.NAME)
+        expect_finite(pe, name, case, tr("sin and cos are finite: look for a division by zero in the exponent."))
         if pe.abs().max() > 1.0 + 1e-6:
-            raise CheckFailed(
-                f"{name} contains {pe.abs().max().item():.4g} on the case {case.label}, but sin and cos lie in [-1, 1]: "
+            raise CheckFailed(tr(
+                "{name} contains {value} on the case {case}, but sin and cos lie in [-1, 1]: "
                 "return sin(angle) and cos(angle), not the angles pos / 10000^(2i/d_model) themselves."
-            )
+            ).format(name=name, value=f"{pe.abs().max().item():.4g}", case=case.label))
 
     @rule("values")
     def _values(self, case: Case, pe: torch.Tensor) -> None:
         max_len, d_model = case.args
-        name = self.NAME
+        name = tr(self.NAME)
         expected = self.worked_out(case, _closed_form_of)
         positions = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
         tol = _tolerance(expected, positions)
@@ -270,9 +274,11 @@ class SinusoidalEncodingCheck(Check):
             if not _close(candidate, expected, tol) and _close(pe, candidate, candidate_tol):
                 explaining.append(message)
         plain = self._broken_property(case, pe, expected, positions, tol) or (
-            "" if agrees else f"{name} is wrong on the case {case.label}: {_worst(pe, expected)}.")
+            "" if agrees else tr("{name} is wrong on the case {case}: {worst}.").format(
+                name=name, case=case.label, worst=_worst(pe, expected)))
         if explaining:
-            raise named_failure(f"{name} is wrong on the case {case.label}: ", explaining, plain)
+            raise named_failure(tr("{name} is wrong on the case {case}: ").format(name=name, case=case.label),
+                                explaining, plain)
         if plain:
             raise CheckFailed(plain)
 
@@ -280,21 +286,21 @@ class SinusoidalEncodingCheck(Check):
                          tol: torch.Tensor) -> str:
         """The first property of the closed form that ``pe`` breaks, in words that say where to look; "" if none."""
         max_len, d_model = case.args
-        name = self.NAME
+        name = tr(self.NAME)
         p = pe.double()
         pos = positions[:, 0]
         if not _close(p[:, 0], torch.sin(pos), tol[:, 0]):
-            return (
-                f"{name}'s column 0 is not sin(pos) on the case {case.label}: for 2i = 0 the divisor "
+            return tr(
+                "{name}'s column 0 is not sin(pos) on the case {case}: for 2i = 0 the divisor "
                 "10000^(2i/d_model) is 1, so column 0 must be sin(0), sin(1), sin(2), ... "
-                f"({_worst(p[:, :1], torch.sin(pos)[:, None])})."
-            )
+                "({worst})."
+            ).format(name=name, case=case.label, worst=_worst(p[:, :1], torch.sin(pos)[:, None]))
         if d_model > 1 and not _close(p[:, 1], torch.cos(pos), tol[:, 1]):
-            return (
-                f"{name}'s column 1 is not cos(pos) on the case {case.label}: columns 0 and 1 form the first pair "
+            return tr(
+                "{name}'s column 1 is not cos(pos) on the case {case}: columns 0 and 1 form the first pair "
                 "(2i = 0), so column 1 must be cos(0), cos(1), cos(2), ... "
-                f"({_worst(p[:, 1:2], torch.cos(pos)[:, None])})."
-            )
+                "({worst})."
+            ).format(name=name, case=case.label, worst=_worst(p[:, 1:2], torch.cos(pos)[:, None]))
         if max_len > 1:
             gaps = torch.cdist(p, p)  # (max_len, max_len)
             # Only pairs of rows that the paper's table keeps well apart (one column of sin(pos)
@@ -302,17 +308,17 @@ class SinusoidalEncodingCheck(Check):
             merged = (gaps < 1e-3) & (torch.cdist(expected, expected) > 1e-2)
             if merged.any():
                 a, b = (int(i) for i in merged.nonzero()[0])
-                return (
-                    f"{name} gives positions {min(a, b)} and {max(a, b)} the same encoding on the case {case.label}: "
+                return tr(
+                    "{name} gives positions {first} and {second} the same encoding on the case {case}: "
                     "every position must get its own row, or the model cannot tell them apart."
-                )
+                ).format(name=name, first=min(a, b), second=max(a, b), case=case.label)
         for k in (1, 3, 7):
             if d_model >= 2 and k < max_len and _rotation_error(p, k) > 1e-3 + ATOL_PER_POSITION * max_len:
-                return (
-                    f"{name} on the case {case.label}: PE(pos + {k}) is not the rotation M_{k} PE(pos). Every pair of "
+                return tr(
+                    "{name} on the case {case}: PE(pos + {k}) is not the rotation M_{k} PE(pos). Every pair of "
                     "columns (2i, 2i + 1) must hold (sin, cos) of the same angle pos / 10000^(2i/d_model); "
-                    f"{_worst(p, expected)}."
-                )
+                    "{worst}."
+                ).format(name=name, case=case.label, k=k, worst=_worst(p, expected))
         return ""
 
     @rule("angles computed in float64")
@@ -325,13 +331,14 @@ class SinusoidalEncodingCheck(Check):
         if gap.max() <= PRECISE:
             return
         position, column = (int(i) for i in (gap == gap.max()).nonzero()[0])
-        raise CheckFailed(
-            f"`sinusoidal_encoding`'s table is right only to float32 precision on the case {case.label}: at "
-            f"position {position}, column {column} it is off by {gap.max().item():.2g}, where a table computed in "
-            f"float64 and converted at the end is off by less than {PRECISE:g}. An angle near {position} keeps only "
+        raise CheckFailed(tr(
+            "`sinusoidal_encoding`'s table is right only to float32 precision on the case {case}: at "
+            "position {position}, column {column} it is off by {gap}, where a table computed in "
+            "float64 and converted at the end is off by less than {precise}. An angle near {position} keeps only "
             "about four decimals in float32: compute the positions, the frequencies and the angles in float64 "
             "(dtype=torch.float64), and call .float() on the finished table, as the instructions' precision note says."
-        )
+        ).format(case=case.label, position=position, column=column, gap=f"{gap.max().item():.2g}",
+                 precise=f"{PRECISE:g}"))
 
     rules = (_shape, _float32, _bounded, _values, _precision)
 
@@ -340,33 +347,34 @@ class SinusoidalEncodingCheck(Check):
         """(what a known mistake returns and its angles, what to tell the learner)."""
         return [
             (lambda: _table(max_len, d_model, with_angle=True, swap=True),
-             "sin and cos are swapped: the even columns (0, 2, 4, ...) take sin and the odd columns take cos."),
+             tr("sin and cos are swapped: the even columns (0, 2, 4, ...) take sin and the odd columns take cos.")),
             (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: j),
-             "the odd columns used their own index in the exponent (j / d_model with j the column). Both columns "
-             "of a pair share one frequency: column 2i + 1 uses the exponent 2i / d_model of its even partner, "
-             "i.e. j - j % 2, or torch.arange(0, d_model, 2) used for the sin and the cos columns alike."),
+             tr("the odd columns used their own index in the exponent (j / d_model with j the column). Both columns "
+                "of a pair share one frequency: column 2i + 1 uses the exponent 2i / d_model of its even partner, "
+                "i.e. j - j % 2, or torch.arange(0, d_model, 2) used for the sin and the cos columns alike.")),
             (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: (j - j % 2) / 2),
-             "the exponent was i / d_model with i the pair index (column // 2). The paper's exponent is "
-             "2i / d_model, the even column index over d_model: torch.arange(0, d_model, 2) / d_model."),
+             tr("the exponent was i / d_model with i the pair index (column // 2). The paper's exponent is "
+                "2i / d_model, the even column index over d_model: torch.arange(0, d_model, 2) / d_model.")),
             (lambda: _table(max_len, d_model, with_angle=True, exponent=lambda j: 2 * j),
-             "the exponent used twice the column index, 2j / d_model. In the formula i counts pairs, so "
-             "column j = 2i (or 2i + 1) has the exponent 2i / d_model = (j - j % 2) / d_model."),
+             tr("the exponent used twice the column index, 2j / d_model. In the formula i counts pairs, so "
+                "column j = 2i (or 2i + 1) has the exponent 2i / d_model = (j - j % 2) / d_model.")),
             (lambda: _table(max_len, d_model, with_angle=True, base=1000.0),
-             "the base is 10000, not 1000: the divisor is 10000^(2i/d_model)."),
+             tr("the base is 10000, not 1000: the divisor is 10000^(2i/d_model).")),
             (lambda: _table(max_len, d_model, with_angle=True, base=100000.0),
-             "the base is 10000, not 100000: the divisor is 10000^(2i/d_model)."),
+             tr("the base is 10000, not 100000: the divisor is 10000^(2i/d_model).")),
             (lambda: _table(max_len, d_model, with_angle=True, base=math.e),
-             "the divisor is 10000^(2i/d_model), but you used e^(2i/d_model): with exp(), the exponent must be "
-             "multiplied by log(10000)."),
+             tr("the divisor is 10000^(2i/d_model), but you used e^(2i/d_model): with exp(), the exponent must be "
+                "multiplied by log(10000).")),
             (lambda: _table(max_len, d_model, with_angle=True, first_position=1),
-             "positions start at 1; they run from 0 to max_len - 1 (torch.arange(max_len)), so row 0 is "
-             "sin(0) = 0, cos(0) = 1, ..."),
+             tr("positions start at 1; they run from 0 to max_len - 1 (torch.arange(max_len)), so row 0 is "
+                "sin(0) = 0, cos(0) = 1, ...")),
             (lambda: _halves(max_len, d_model),
-             "all the sines fill the first half of the columns and all the cosines the second half; the paper "
-             "interleaves them: column 2i is a sin and column 2i + 1 the cos of the same angle (pe[:, 0::2] and pe[:, 1::2])."),
+             tr("all the sines fill the first half of the columns and all the cosines the second half; the paper "
+                "interleaves them: column 2i is a sin and column 2i + 1 the cos of the same angle (pe[:, 0::2] and "
+                "pe[:, 1::2]).")),
             (lambda: _table(max_len, d_model, with_angle=True, multiply=True),
-             "pos was multiplied by 10000^(2i/d_model); divide by it (or multiply by 10000^(-2i/d_model): "
-             "mind the minus sign in exp(-2i * log(10000) / d_model))."),
+             tr("pos was multiplied by 10000^(2i/d_model); divide by it (or multiply by 10000^(-2i/d_model): "
+                "mind the minus sign in exp(-2i * log(10000) / d_model)).")),
         ]
 
 
@@ -375,7 +383,7 @@ class SinusoidalEncodingCheck(Check):
 # ----------------------------------------------------------------------------------------
 
 
-SHAPE_HINT = (
+SHAPE_HINT = N_(
     "tokens has shape (B, T); the encoding to add is pe[:T], shape (T, d_model), which broadcasts over the "
     "batch: slice the table by the sequence length T = tokens.shape[1], not by the batch size tokens.shape[0]."
 )
@@ -385,31 +393,34 @@ class PositionalEmbeddingCheck(Check):
     function = "PositionalEmbedding"
     result_dtype = None  # float32 like its embedding, whatever the table: judged with its own message
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "embedding weight[tokens] * sqrt(d_model) + the closed-form encoding, in float64"
-    invalid_hint = (
+    oracle = N_("embedding weight[tokens] * sqrt(d_model) + the closed-form encoding, in float64")
+    invalid_hint = N_(
         "its sequence is longer than max_len. Check the length yourself at the start of forward and raise ValueError "
         "with a clear message (say which T and which max_len), instead of letting a shape error happen later."
     )
-    invalid_returned = (
+    invalid_returned = N_(
         "{name} returned a result on the case {label}, but the sequence is longer than the table's max_len "
         "positions: raise ValueError (saying T and max_len) when T > max_len, rather than quietly using a shorter or "
         "made-up encoding."
     )
     hints = (
-        Hint("AttributeError", lambda name, case, result: (
-            f"{name}'s `pe` is not a buffer ({case.label} raised AttributeError: {result.message}): a tensor stored as "
+        Hint("AttributeError", lambda name, case, result: tr(
+            "{name}'s `pe` is not a buffer ({case} raised AttributeError: {message}): a tensor stored as "
             "a plain attribute stays behind when the module moves, so model.to('cuda') or model.double() would leave "
             "the table on the CPU in float32. Register it: "
-            "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."),
+            "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False).").format(
+                name=name, case=case.label, message=result.message),
             containing="not a buffer", when=lambda case, result: case.tag == "buffer", whole=True),
-        Hint("AttributeError", lambda name, case, result: (
-            f"{name} has no buffer named `pe` ({case.label} raised AttributeError: {result.message}): register the "
+        Hint("AttributeError", lambda name, case, result: tr(
+            "{name} has no buffer named `pe` ({case} raised AttributeError: {message}): register the "
             "table in __init__ with self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), "
-            "persistent=False)."), when=lambda case, result: case.tag == "buffer", whole=True),
-        Hint("StateMismatch", lambda name, case, result: (
-            f"{name}'s parameters do not match the exercise on the case {case.label}: it has parameters the exercise "
+            "persistent=False).").format(name=name, case=case.label, message=result.message),
+            when=lambda case, result: case.tag == "buffer", whole=True),
+        Hint("StateMismatch", lambda name, case, result: tr(
+            "{name}'s parameters do not match the exercise on the case {case}: it has parameters the exercise "
             "does not ask for: pe. The table is fixed, not learned: register it with "
-            "self.register_buffer('pe', ..., persistent=False), not as an nn.Parameter."),
+            "self.register_buffer('pe', ..., persistent=False), not as an nn.Parameter.").format(
+                name=name, case=case.label),
             when=lambda case, result: "pe" in state_mismatch(result).unexpected, whole=True),
         Hint("RuntimeError", SHAPE_HINT, containing=("size of tensor", "must match")),
     )
@@ -426,7 +437,7 @@ class PositionalEmbeddingCheck(Check):
             # sqrt(d_model) scale then matters, and a missing one is visible.
             weight = torch.randn(vocab, d_model, generator=g) / math.sqrt(d_model)
             tokens = torch.randint(0, vocab, (B, T), generator=g)
-            mode = "train mode" if train else "eval mode"
+            mode = tr("train mode") if train else tr("eval mode")
             label = (f"vocab_size={vocab}, d_model={d_model}, dropout={dropout}, "
                      f"max_len={5000 if max_len is None else max_len}, tokens ({B}, {T}), {mode}")
             return Case(label, (tokens,), {}, tag, init=init, state={"embedding.weight": weight},
@@ -445,7 +456,7 @@ class PositionalEmbeddingCheck(Check):
         out += [
             Case("PositionalEmbedding(vocab_size=11, d_model=16, max_len=40).get_buffer('pe')", ("pe",), {}, "buffer",
                  init=built, state=weight, method="get_buffer"),
-            Case("state_dict() of PositionalEmbedding(vocab_size=11, d_model=16, max_len=40)", (),
+            Case(tr("state_dict() of PositionalEmbedding(vocab_size=11, d_model=16, max_len=40)"), (),
                  {"destination": {}}, "state-dict", init=built, state=weight, method="state_dict"),
         ]
         if hidden:
@@ -467,12 +478,12 @@ class PositionalEmbeddingCheck(Check):
         embedded = case.state["embedding.weight"].double()[tokens]  # (B, T, d_model)
         scaled = embedded * math.sqrt(d_model)
         pe = _table(case.init.get("max_len", 5000), d_model)[:T]  # (T, d_model)
-        return [Stage.of("the embeddings of the tokens, embedding(tokens)", embedded),
-                Stage.of("the embeddings times sqrt(d_model)", scaled),
-                Stage.of("the positional encodings of the first T positions, pe[:T]", pe),
-                Stage.of("their sum, embedding(tokens) * sqrt(d_model) + pe[:T]", scaled + pe)]
+        return [Stage.of(tr("the embeddings of the tokens, embedding(tokens)"), embedded),
+                Stage.of(tr("the embeddings times sqrt(d_model)"), scaled),
+                Stage.of(tr("the positional encodings of the first T positions, pe[:T]"), pe),
+                Stage.of(tr("their sum, embedding(tokens) * sqrt(d_model) + pe[:T]"), scaled + pe)]
 
-    NAME = "`PositionalEmbedding`'s output"
+    NAME = N_("`PositionalEmbedding`'s output")
     STORAGE = ("buffer", "state-dict")  # the cases that read the stored table, not the output
 
     @rule("the table stored as a non-persistent buffer")
@@ -487,26 +498,26 @@ class PositionalEmbeddingCheck(Check):
         (tokens,) = case.args
         B, T = tokens.shape
         d_model = case.init["d_model"]
-        name = self.NAME
+        name = tr(self.NAME)
         y = module_output(result, self.function, case)
         if tuple(y.shape) == (B, T, 2 * d_model):
-            raise CheckFailed(
-                f"{name} has shape {tuple(y.shape)} on the case {case.label}: the encoding was concatenated to the "
+            raise CheckFailed(tr(
+                "{name} has shape {shape} on the case {case}: the encoding was concatenated to the "
                 "embeddings. The paper adds it, element by element, so the output keeps d_model features: "
                 "embedding * sqrt(d_model) + pe[:T]."
-            )
-        expect_shape(y, (B, T, d_model), name, case, "One vector of d_model features per token: (B, T, d_model).")
+            ).format(name=name, shape=tuple(y.shape), case=case.label))
+        expect_shape(y, (B, T, d_model), name, case, tr("One vector of d_model features per token: (B, T, d_model)."))
 
     @rule("float32, finite")
     def _float32(self, case: Case, result: Any) -> None:
         if case.tag in self.STORAGE:
             return
-        y, name = result.output, self.NAME
+        y, name = result.output, tr(self.NAME)
         if y.dtype != torch.float32:
-            raise CheckFailed(
-                f"{name} has dtype {str(y.dtype).replace('torch.', '')} on the case {case.label}; it should be float32 "
+            raise CheckFailed(tr(
+                "{name} has dtype {dtype} on the case {case}; it should be float32 "
                 "like the embeddings: the table pe must be float32 too (sinusoidal_encoding returns float32)."
-            )
+            ).format(name=name, dtype=str(y.dtype).replace('torch.', ''), case=case.label))
         expect_finite(y, name, case, "")
 
     @rule("values")
@@ -537,60 +548,64 @@ class PositionalEmbeddingCheck(Check):
     rules = (_storage, _shape, _float32, _values, _table)
 
     def _explain_wrong_output(self, case, y, expected, emb, pe, positions, tol, result) -> None:
-        name = "`PositionalEmbedding`'s output"
+        name = tr("`PositionalEmbedding`'s output")
         d_model = case.init["d_model"]
         B, T = case.args[0].shape
         scale = math.sqrt(d_model)
         diagnoses = [
-            (emb + pe[:T], "the embeddings were not multiplied by sqrt(d_model) (section 3.4 of the paper): "
-                           "embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
-            ((emb + pe[:T]) * scale, "you scaled the sum; multiply only the embeddings by sqrt(d_model), then add the "
-                                     "encoding, whose values must stay in [-1, 1]."),
-            (emb + pe[:T] * scale, "the encoding was multiplied by sqrt(d_model) instead of the embeddings: "
-                                   "embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
-            (emb / scale + pe[:T], "the embeddings were divided by sqrt(d_model); multiply them."),
-            (emb * d_model + pe[:T], "the embeddings were multiplied by d_model; the factor is its square root, sqrt(d_model)."),
-            (emb * scale, "the positional encoding was not added: embedding(tokens) * math.sqrt(d_model) + pe[:T]."),
-            (emb * scale + pe[1 : T + 1], "the encoding is off by one position: token t gets pe[t], starting at pe[0]."),
+            (emb + pe[:T], tr("the embeddings were not multiplied by sqrt(d_model) (section 3.4 of the paper): "
+                              "embedding(tokens) * math.sqrt(d_model) + pe[:T].")),
+            ((emb + pe[:T]) * scale, tr("you scaled the sum; multiply only the embeddings by sqrt(d_model), then add "
+                                        "the encoding, whose values must stay in [-1, 1].")),
+            (emb + pe[:T] * scale, tr("the encoding was multiplied by sqrt(d_model) instead of the embeddings: "
+                                      "embedding(tokens) * math.sqrt(d_model) + pe[:T].")),
+            (emb / scale + pe[:T], tr("the embeddings were divided by sqrt(d_model); multiply them.")),
+            (emb * d_model + pe[:T], tr("the embeddings were multiplied by d_model; the factor is its square root, "
+                                        "sqrt(d_model).")),
+            (emb * scale, tr("the positional encoding was not added: embedding(tokens) * math.sqrt(d_model) + pe[:T].")),
+            (emb * scale + pe[1 : T + 1], tr("the encoding is off by one position: token t gets pe[t], starting at "
+                                             "pe[0].")),
         ]
         if B == 1:
-            diagnoses.append((emb * scale + pe[:1], "every position got the encoding of position 0, pe[:B] with B = 1. "
-                              + SHAPE_HINT))
+            diagnoses.append((emb * scale + pe[:1], tr("every position got the encoding of position 0, pe[:B] with "
+                                                       "B = 1. {hint}").format(hint=tr(SHAPE_HINT))))
         explaining = [message for candidate, message in diagnoses if _close(y, candidate, _tolerance(candidate, positions))]
         plain = self._unexplained_output(case, y, expected, pe, positions, tol, result)
         if explaining:
-            raise named_failure(f"{name} is wrong on the case {case.label}: ", explaining, plain)
+            raise named_failure(tr("{name} is wrong on the case {case}: ").format(name=name, case=case.label),
+                                explaining, plain)
         raise CheckFailed(plain)
 
     @staticmethod
     def _unexplained_output(case, y, expected, pe, positions, tol, result) -> str:
         """What to say of a wrong output that no known mistake explains: what it shows, or where it differs."""
-        name = "`PositionalEmbedding`'s output"
+        name = tr("`PositionalEmbedding`'s output")
         d_model, p = case.init["d_model"], case.init["dropout"]
         T = case.args[0].shape[1]
         if p > 0:
             zeroed = (y.double().abs() <= tol) & (expected.abs() > 1e-3)
             kept = (y.double() - expected / (1 - p)).abs() <= tol / (1 - p)
             if zeroed.any() and bool((zeroed | kept | (expected.abs() <= 1e-3)).all()):
-                return (
-                    f"{name} is wrong on the case {case.label}: dropout is active in eval mode (some entries are zero "
+                return tr(
+                    "{name} is wrong on the case {case}: dropout is active in eval mode (some entries are zero "
                     "and the rest divided by 1 - p). Use the submodule self.dropout (nn.Dropout), which turns itself "
                     "off after module.eval(), rather than F.dropout(..., training=True)."
-                )
+                ).format(name=name, case=case.label)
         table = None if result is None else result.attributes.get("pe")
         if isinstance(table, torch.Tensor) and tuple(table.shape[-2:]) == (case.init.get("max_len", 5000), d_model):
             flat = table.reshape(-1, d_model)[:T].double()
             if not _close(flat, pe[:T], _tolerance(pe[:T], positions[0])):
-                return (
-                    f"{name} is wrong on the case {case.label} because self.pe is not the sinusoidal table: build it "
+                return tr(
+                    "{name} is wrong on the case {case} because self.pe is not the sinusoidal table: build it "
                     "with your sinusoidal_encoding(max_len, d_model), and pass its checks first."
-                )
-        return (f"{name} is wrong on the case {case.label}: {_worst(y, expected)}. "
-                "Expected dropout(embedding(tokens) * sqrt(d_model) + pe[:T]).")
+                ).format(name=name, case=case.label)
+        return tr("{name} is wrong on the case {case}: {worst}. "
+                  "Expected dropout(embedding(tokens) * sqrt(d_model) + pe[:T]).").format(
+                      name=name, case=case.label, worst=_worst(y, expected))
 
     def _judge_dropout(self, case, y, expected, scaled_emb, pe, positions, p) -> None:
         """Training mode: each entry is either dropped (0) or the eval value divided by 1 - p."""
-        name = "`PositionalEmbedding`'s output"
+        name = tr("`PositionalEmbedding`'s output")
         yd = y.double()
         tol = _tolerance(expected, positions, 1.0 / (1 - p))
         clear = expected.abs() > 1e-3  # entries that cannot be mistaken for a dropped one
@@ -599,19 +614,19 @@ class PositionalEmbeddingCheck(Check):
                 return
             dropped = (yd.abs() <= tol) & clear
             if dropped.any():
-                raise CheckFailed(
-                    f"{name} on the case {case.label}: {dropped.sum().item() / clear.sum().item():.1%} of the entries "
+                raise CheckFailed(tr(
+                    "{name} on the case {case}: {fraction} of the entries "
                     "were dropped, but with dropout=0.0 none should be. Build the dropout layer from the "
                     "constructor's argument, nn.Dropout(dropout), rather than a fixed probability."
-                )
+                ).format(name=name, case=case.label, fraction=f"{dropped.sum().item() / clear.sum().item():.1%}"))
             self._explain_wrong_output(case, y, expected, scaled_emb / math.sqrt(case.init["d_model"]),
                                        closed_form(positions.shape[1] + 1, case.init["d_model"]), positions, tol, None)
         if _close(y, expected, _tolerance(expected, positions)):
-            raise CheckFailed(
-                f"{name} on the case {case.label} is exactly the eval-mode output: "
+            raise CheckFailed(tr(
+                "{name} on the case {case} is exactly the eval-mode output: "
                 "no entry was dropped. Apply self.dropout to the sum, dropout(embedding * sqrt(d_model) + pe[:T]) "
                 "(section 5.4 of the paper)."
-            )
+            ).format(name=name, case=case.label))
         kept = (yd - expected / (1 - p)).abs() <= tol
         dropped = yd.abs() <= tol
         if not bool((kept | dropped).all()):
@@ -621,87 +636,90 @@ class PositionalEmbeddingCheck(Check):
                 ratio = yd[survivors] / expected[survivors]
                 factor = ratio.median().item()
                 if factor > 1 and (ratio - factor).abs().max().item() < 1e-3 * factor:
-                    raise CheckFailed(
-                        f"{name} on the case {case.label}: the kept entries were divided by {1 / factor:.3g}, i.e. "
-                        f"dropout with p = {1 - 1 / factor:.3g}, but the constructor asked for dropout={p}. Build the "
-                        "dropout layer from the constructor's argument, nn.Dropout(dropout), rather than a fixed probability."
-                    )
+                    raise CheckFailed(tr(
+                        "{name} on the case {case}: the kept entries were divided by {divisor}, i.e. "
+                        "dropout with p = {got}, but the constructor asked for dropout={p}. Build the "
+                        "dropout layer from the constructor's argument, nn.Dropout(dropout), rather than a fixed "
+                        "probability."
+                    ).format(name=name, case=case.label, divisor=f"{1 / factor:.3g}", got=f"{1 - 1 / factor:.3g}",
+                             p=p))
             # Dropout before the addition: a dropped entry still holds the encoding.
             early_dropped = (yd - pe).abs() <= tol
             early_kept = (yd - (scaled_emb / (1 - p) + pe)).abs() <= tol
             if bool((early_dropped | early_kept).all()):
-                raise CheckFailed(
-                    f"{name} is wrong on the case {case.label}: dropout was applied to the embeddings "
+                raise CheckFailed(tr(
+                    "{name} is wrong on the case {case}: dropout was applied to the embeddings "
                     "before the encoding was added, so dropped entries still hold pe. The paper applies dropout to "
                     "the sum: self.dropout(embedding(tokens) * sqrt(d_model) + pe[:T])."
-                )
-            raise CheckFailed(
-                f"{name} is wrong on the case {case.label}: each entry should be either 0 "
+                ).format(name=name, case=case.label))
+            raise CheckFailed(tr(
+                "{name} is wrong on the case {case}: each entry should be either 0 "
                 "(dropped) or the eval-mode value divided by 1 - p, as nn.Dropout does to "
                 "embedding(tokens) * sqrt(d_model) + pe[:T]; "
-                f"{_worst(y, expected / (1 - p))} (if kept)."
-            )
+                "{worst} (if kept)."
+            ).format(name=name, case=case.label, worst=_worst(y, expected / (1 - p))))
         fraction = (dropped & clear).sum().item() / max(1, clear.sum().item())
         n = clear.sum().item()
         if abs(fraction - p) > 4 * math.sqrt(p * (1 - p) / n) + 0.01:
-            raise CheckFailed(
-                f"{name} on the case {case.label}: {fraction:.1%} of the entries were dropped, but with dropout={p} "
-                f"about {p:.0%} should be. Build the dropout layer from the constructor's argument, "
+            raise CheckFailed(tr(
+                "{name} on the case {case}: {fraction} of the entries were dropped, but with dropout={p} "
+                "about {percent} should be. Build the dropout layer from the constructor's argument, "
                 "nn.Dropout(dropout), rather than a fixed probability."
-            )
+            ).format(name=name, case=case.label, fraction=f"{fraction:.1%}", p=p, percent=f"{p:.0%}"))
 
     def _judge_storage(self, case: Case, result: Any, max_len: int, d_model: int) -> None:
         """The table is a buffer, and a non-persistent one: the embedding's weight is all state_dict() holds."""
         output = result.output if isinstance(result, ModuleResult) else result
         if case.tag == "buffer":
-            table = expect_tensor(output, "`PositionalEmbedding`'s buffer pe", case)
+            table = expect_tensor(output, tr("`PositionalEmbedding`'s buffer pe"), case)
             if tuple(table.shape) != (max_len, d_model):
-                raise CheckFailed(
-                    f"`PositionalEmbedding`'s buffer pe has shape {tuple(table.shape)} on the case {case.label}; keep "
-                    f"the table as sinusoidal_encoding returns it, (max_len, d_model) = {(max_len, d_model)}."
-                )
+                raise CheckFailed(tr(
+                    "`PositionalEmbedding`'s buffer pe has shape {shape} on the case {case}; keep "
+                    "the table as sinusoidal_encoding returns it, (max_len, d_model) = {expected}."
+                ).format(shape=tuple(table.shape), case=case.label, expected=(max_len, d_model)))
             return
         if not isinstance(output, dict):
-            raise CheckFailed(f"`PositionalEmbedding`'s state_dict() returned {type(output).__name__} on the case "
-                              f"{case.label}: do not override state_dict.")
+            raise CheckFailed(tr("`PositionalEmbedding`'s state_dict() returned {type} on the case "
+                                 "{case}: do not override state_dict.").format(type=type(output).__name__,
+                                                                               case=case.label))
         names = sorted(output)
         if "pe" in names:
-            raise CheckFailed(
-                f"`PositionalEmbedding`'s state_dict() holds `pe` on the case {case.label}: the table was registered "
+            raise CheckFailed(tr(
+                "`PositionalEmbedding`'s state_dict() holds `pe` on the case {case}: the table was registered "
                 "as a persistent buffer, so every checkpoint would carry a table that can always be recomputed (and "
                 "loading a checkpoint made with another max_len would fail). Register it with "
                 "self.register_buffer('pe', ..., persistent=False)."
-            )
+            ).format(case=case.label))
         if names != ["embedding.weight"]:
-            raise CheckFailed(
-                f"`PositionalEmbedding`'s state_dict() holds {names} on the case {case.label}; the embedding's "
+            raise CheckFailed(tr(
+                "`PositionalEmbedding`'s state_dict() holds {names} on the case {case}; the embedding's "
                 "weight, embedding.weight, is all it should hold."
-            )
+            ).format(names=names, case=case.label))
 
     def _judge_table(self, case: Case, result: ModuleResult, max_len: int, d_model: int) -> None:
         table = result.attributes.get("pe")
-        where = f"on the case {case.label}"
         if table is None:
-            raise CheckFailed(
-                f"`PositionalEmbedding` has no attribute `pe` {where}: register the table in __init__ with "
+            raise CheckFailed(tr(
+                "`PositionalEmbedding` has no attribute `pe` on the case {case}: register the table in __init__ with "
                 "self.register_buffer('pe', sinusoidal_encoding(max_len, d_model), persistent=False)."
-            )
+            ).format(case=case.label))
         if not isinstance(table, torch.Tensor):
-            raise CheckFailed(f"`PositionalEmbedding`'s `pe` is a {getattr(table, 'type', type(table).__name__)} {where}, "
-                              "not a tensor: register the table with self.register_buffer.")
+            raise CheckFailed(tr("`PositionalEmbedding`'s `pe` is a {type} on the case {case}, "
+                                 "not a tensor: register the table with self.register_buffer.").format(
+                                     type=getattr(table, 'type', type(table).__name__), case=case.label))
         if tuple(table.shape) != (max_len, d_model):
-            raise CheckFailed(
-                f"`PositionalEmbedding`'s buffer pe has shape {tuple(table.shape)} {where}; keep the table as "
-                f"sinusoidal_encoding returns it, (max_len, d_model) = {(max_len, d_model)}, and slice it with pe[:T]."
-            )
+            raise CheckFailed(tr(
+                "`PositionalEmbedding`'s buffer pe has shape {shape} on the case {case}; keep the table as "
+                "sinusoidal_encoding returns it, (max_len, d_model) = {expected}, and slice it with pe[:T]."
+            ).format(shape=tuple(table.shape), case=case.label, expected=(max_len, d_model)))
         rows = min(max_len, 64)  # the start of the table is enough to recognise it
         expected = closed_form(rows, d_model)
         positions = torch.arange(rows, dtype=torch.float64)[:, None]
         if not _close(table[:rows], expected, _tolerance(expected, positions)):
-            raise CheckFailed(
-                f"`PositionalEmbedding`'s buffer pe is not the sinusoidal table {where}: build it with your "
-                f"sinusoidal_encoding(max_len, d_model); {_worst(table[:rows], expected)}."
-            )
+            raise CheckFailed(tr(
+                "`PositionalEmbedding`'s buffer pe is not the sinusoidal table on the case {case}: build it with your "
+                "sinusoidal_encoding(max_len, d_model); {worst}."
+            ).format(case=case.label, worst=_worst(table[:rows], expected)))
 
 
 CHECKS = [SinusoidalEncodingCheck, PositionalEmbeddingCheck]

@@ -35,6 +35,7 @@ from ..framework import (
     tagged_pair,
 )
 from ..locate import Stage
+from ..messages import N_, tr
 from ..oracles import blank
 
 # ----------------------------------------------------------------------------------------
@@ -84,16 +85,16 @@ def _measured(kernels: Sequence[int], strides: Sequence[int], dilations: Sequenc
 
 class ReceptiveFieldCheck(Check):
     function = "receptive_field"
-    invalid_hint = (
+    invalid_hint = N_(
         "invalid arguments should raise ValueError with a message that says what is wrong: "
         "`raise ValueError(...)`, not an assert or another exception type."
     )
-    invalid_returned = (
+    invalid_returned = N_(
         "{name} returned {got} on the case {label}, which is not a valid stack (lengths differ, or a size, stride "
         "or dilation is below 1): raise ValueError instead, so that a typo in a network's description is caught "
         "rather than silently measured."
     )
-    oracle = "the closed form and the span of nonzero input gradients of a torch.nn.Conv1d stack"
+    oracle = N_("the closed form and the span of nonzero input gradients of a torch.nn.Conv1d stack")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -167,32 +168,34 @@ class ReceptiveFieldCheck(Check):
             downward.append(r)
         # the lists, made or not, stand beside the start: a stage a learner may skip would hold back the rest
         lists = (torch.tensor(strides, dtype=torch.float64), torch.tensor(dilations, dtype=torch.float64)) if kernels else ()
-        out = [Stage("r = 1 before any layer (and the strides and the dilations, one per layer, 1 where none are given)",
-                     (*numbers(1), *lists))]
+        out = [Stage(tr("r = 1 before any layer (and the strides and the dilations, one per layer, 1 where none are "
+                        "given)"), (*numbers(1), *lists))]
         r, jump = 1, 1
         for layer, (k, s, d) in enumerate(zip(kernels, strides, dilations)):
             r, jump = r + (k - 1) * d * jump, jump * s
-            out.append(Stage(f"r after {layer + 1} layer{'s' if layer else ''} (counted from the first layer up, or "
-                             "from the last down by the recursion)", numbers(r, downward[layer])))
-        return [*out, Stage("the receptive field r", numbers(r))]
+            after = (tr("r after {count} layers (counted from the first layer up, or from the last down by the "
+                        "recursion)").format(count=layer + 1) if layer else
+                     tr("r after 1 layer (counted from the first layer up, or from the last down by the recursion)"))
+            out.append(Stage(after, numbers(r, downward[layer])))
+        return [*out, Stage(tr("the receptive field r"), numbers(r))]
 
     @rule("a Python int")
     def _an_int(self, case: Case, result: Any) -> None:
         result = self._number(result)
         if isinstance(result, bool) or not isinstance(result, int):
-            raise CheckFailed(
-                f"`receptive_field` returned {result!r} ({type(result).__name__}) on the case {case.label}; "
+            raise CheckFailed(tr(
+                "`receptive_field` returned {result} ({kind}) on the case {case}; "
                 "return a Python int: a number of input positions."
-            )
+            ).format(result=repr(result), kind=type(result).__name__, case=case.label))
 
     @rule("an empty stack sees one position")
     def _empty(self, case: Case, result: Any) -> None:
         result = self._number(result)
         if case.tag == "empty" and result != _closed_form(*self._layers(case)):
-            raise CheckFailed(
-                f"`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
+            raise CheckFailed(tr(
+                "`receptive_field` returned {result} for an empty stack (no layers); with no layer, one output is "
                 "one input position, so the answer is 1: start from r = 1 and let each layer add to it."
-            )
+            ).format(result=result))
 
     @rule("value")
     def _value(self, case: Case, result: Any) -> None:
@@ -202,7 +205,8 @@ class ReceptiveFieldCheck(Check):
         expected = _closed_form(kernels, strides, dilations)
         measured = _measured(kernels, strides, dilations)
         if expected != measured:  # the two oracles must agree, or the grader itself is wrong
-            raise RuntimeError(f"grader error on {case.label}: closed form {expected}, Conv1d measures {measured}")
+            raise RuntimeError(
+                f"grader error on {case.label}: closed form {expected}, Conv1d measures {measured}")  # english: grader fault
         if result == expected:
             return
 
@@ -218,31 +222,35 @@ class ReceptiveFieldCheck(Check):
             reverse = (reverse - 1) * s + (k - 1) * d + 1
         diagnoses: list[tuple[int, str]] = [
             (_closed_form(kernels, [1] * n, dilations),
-             "the strides are ignored: each layer's (k - 1) d must be multiplied by the product of the strides of "
-             "the layers below it, since one step at that depth spans that many input positions."),
+             tr("the strides are ignored: each layer's (k - 1) d must be multiplied by the product of the strides of "
+                "the layers below it, since one step at that depth spans that many input positions.")),
             (1 + sum((k - 1) * d * p for k, d, p in zip(kernels, dilations, prefix_products(strides, True))),
-             "each layer was multiplied by its own stride as well: use the product of the strides of the layers "
-             "*below* it (prod over i < l); a layer's own stride only spaces out its outputs."),
+             tr("each layer was multiplied by its own stride as well: use the product of the strides of the layers "
+                "*below* it (prod over i < l); a layer's own stride only spaces out its outputs.")),
             (_closed_form(kernels, strides, [1] * n),
-             "the dilations are ignored: a kernel of size k with dilation d spans (k - 1) d + 1 positions."),
+             tr("the dilations are ignored: a kernel of size k with dilation d spans (k - 1) d + 1 positions.")),
             (1 + sum(k * d * p for k, d, p in zip(kernels, dilations, prefix_products(strides, False))),
-             "each layer added k d instead of (k - 1) d: a kernel of size k spans (k - 1) d + 1 positions, which "
-             "widens an existing window by (k - 1) d."),
-            (expected - 1, "you are one short: start from r = 1 (one output sees one position before any layer is "
-                           "applied), then add (k - 1) d per layer."),
-            (expected + 1, "you are one over: start from r = 1 and add (k - 1) d per layer (not k d, and no extra 1)."),
-            (sum(kernels), "you summed the kernel sizes; each layer adds (k - 1) d prod(strides below), and r starts at 1."),
+             tr("each layer added k d instead of (k - 1) d: a kernel of size k spans (k - 1) d + 1 positions, which "
+                "widens an existing window by (k - 1) d.")),
+            (expected - 1, tr("you are one short: start from r = 1 (one output sees one position before any layer is "
+                              "applied), then add (k - 1) d per layer.")),
+            (expected + 1, tr("you are one over: start from r = 1 and add (k - 1) d per layer (not k d, and no extra "
+                              "1).")),
+            (sum(kernels), tr("you summed the kernel sizes; each layer adds (k - 1) d prod(strides below), and r starts "
+                              "at 1.")),
             (math.prod(kernels) if kernels else 1,
-             "you multiplied the kernel sizes; stacking layers adds to the window "
-             "(r = 1 + sum of (k - 1) d prod(strides below))."),
-            (reverse, "the layers were taken in the wrong order: the recursion r <- (r - 1) s + (k - 1) d + 1 must run "
-                      "from the last layer down to the first (or use the formula with strides of the layers below)."),
+             tr("you multiplied the kernel sizes; stacking layers adds to the window "
+                "(r = 1 + sum of (k - 1) d prod(strides below)).")),
+            (reverse, tr("the layers were taken in the wrong order: the recursion r <- (r - 1) s + (k - 1) d + 1 must "
+                         "run from the last layer down to the first (or use the formula with strides of the layers "
+                         "below).")),
         ]
         raise named_failure(
-            f"`receptive_field` returned {result} on the case {case.label}: ",
+            tr("`receptive_field` returned {result} on the case {case}: ").format(result=result, case=case.label),
             [message for value, message in diagnoses if value == result and value != expected],
-            f"`receptive_field` returned {result} on the case {case.label} where {expected} was expected (also measured "
-            "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i below l).",
+            tr("`receptive_field` returned {result} on the case {case} where {expected} was expected (also measured "
+               "with a Conv1d stack): r = 1 + sum over layers l of (k_l - 1) * d_l * (product of s_i for the layers i "
+               "below l).").format(result=result, case=case.label, expected=expected),
         )
 
     rules = (_an_int, _empty, _value)
@@ -253,11 +261,11 @@ class ReceptiveFieldCheck(Check):
 # ----------------------------------------------------------------------------------------
 
 # A product whose shapes do not fit points at the weights; any other shape error at the input's axes.
-RNN_WEIGHTS_HINT = (
+RNN_WEIGHTS_HINT = N_(
     "Mind the shapes: x_t @ W_xh needs W_xh (d_in, d_h) and h_{t-1} @ W_hh needs W_hh (d_h, d_h): "
     "check which weight goes with which input."
 )
-RNN_STEP_HINT = "Mind the shapes: x is (B, T, d_in), so the input at step t is x[:, t], shape (B, d_in)."
+RNN_STEP_HINT = N_("Mind the shapes: x is (B, T, d_in), so the input at step t is x[:, t], shape (B, d_in).")
 
 
 def _torch_rnn(x: torch.Tensor, h0: torch.Tensor, W_xh: torch.Tensor, W_hh: torch.Tensor, b_h: torch.Tensor):
@@ -286,7 +294,7 @@ def _loop(x, h0, W_xh, W_hh, b_h, step: Callable) -> torch.Tensor:
 class RnnForwardCheck(Check):
     function = "rnn_forward"
     trained_through = True  # a model learns through it: gradients must reach what it was made from
-    oracle = "torch.nn.RNN (tanh, batch_first) with the same weights"
+    oracle = N_("torch.nn.RNN (tanh, batch_first) with the same weights")
     forbidden = ("torch.nn.RNN", "torch.nn.RNNCell", "torch.rnn_tanh", "torch.rnn_tanh_cell")
     forbidden_ops = ("rnn_tanh", "rnn_relu")  # what nn.RNN and nn.RNNCell run
     hints = (Hint("RuntimeError", RNN_WEIGHTS_HINT, containing="cannot be multiplied"),
@@ -317,7 +325,7 @@ class RnnForwardCheck(Check):
         x, *rest = a.args
         x2 = x.clone()
         x2[:, 3:] = torch.randn(2, 3, 3, generator=g)  # only steps 4, 5, 6 change
-        out += [a, Case("the same weights with x changed from step 4 on", (x2, *rest), {}, "pair-b")]
+        out += [a, Case(tr("the same weights with x changed from step 4 on"), (x2, *rest), {}, "pair-b")]
         if hidden:
             out += [
                 case(5, 12, 8, 16, torch.float64),
@@ -339,19 +347,20 @@ class RnnForwardCheck(Check):
             h = torch.tanh(pre)
             states.append(h)
             parts = (from_input, from_state) if t == 0 else (from_state,)
-            out += [Stage(f"step {t + 1}'s " + ("parts x[:, 0] @ W_xh and h_0 @ W_hh" if t == 0 else f"h_{t} @ W_hh"),
-                          parts),
-                    Stage.of(f"step {t + 1}'s sum x[:, {t}] @ W_xh + h_{t} @ W_hh + b_h, before the tanh", pre,
-                             from_input + from_state),
-                    Stage.of(f"h_{t + 1} = tanh of that sum", h)]
-        return [*out, Stage.of("the states h_1..h_T stacked along dim=1, (B, T, d_h)", torch.stack(states, dim=1))]
+            out += [Stage(tr("step 1's parts x[:, 0] @ W_xh and h_0 @ W_hh") if t == 0 else
+                          tr("step {step}'s h_{previous} @ W_hh").format(step=t + 1, previous=t), parts),
+                    Stage.of(tr("step {step}'s sum x[:, {t}] @ W_xh + h_{t} @ W_hh + b_h, before the tanh").format(
+                        step=t + 1, t=t), pre, from_input + from_state),
+                    Stage.of(tr("h_{step} = tanh of that sum").format(step=t + 1), h)]
+        return [*out, Stage.of(tr("the states h_1..h_T stacked along dim=1, (B, T, d_h)"), torch.stack(states, dim=1))]
 
     @staticmethod
     def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """(outputs, h_T), each a tensor."""
         name = "`rnn_forward`"
         outputs, h_T = expect_tuple(result, 2, name, case, "outputs, h_T")
-        return expect_tensor(outputs, f"{name}'s outputs", case), expect_tensor(h_T, f"{name}'s h_T", case)
+        return (expect_tensor(outputs, tr("{name}'s outputs").format(name=name), case),
+                expect_tensor(h_T, tr("{name}'s h_T").format(name=name), case))
 
     @rule("outputs and h_T")
     def _two_tensors(self, case: Case, result: Any) -> None:
@@ -365,24 +374,25 @@ class RnnForwardCheck(Check):
         name = "`rnn_forward`"
         outputs, _ = self._returned(case, result)
         if tuple(outputs.shape) == (T, B, d_h) and T != B:
-            raise CheckFailed(
-                f"{name}'s outputs have shape {tuple(outputs.shape)} on the case {case.label}: the steps were stacked "
-                f"along dim 0. Stack h_1..h_T along dim=1, so that outputs is (B, T, d_h) = {(B, T, d_h)}, like x."
-            )
-        expect_shape(outputs, (B, T, d_h), f"{name}'s outputs", case, "outputs stacks h_1..h_T along dim=1: (B, T, d_h).")
+            raise CheckFailed(tr(
+                "{name}'s outputs have shape {shape} on the case {case}: the steps were stacked "
+                "along dim 0. Stack h_1..h_T along dim=1, so that outputs is (B, T, d_h) = {expected}, like x."
+            ).format(name=name, shape=tuple(outputs.shape), case=case.label, expected=(B, T, d_h)))
+        expect_shape(outputs, (B, T, d_h), tr("{name}'s outputs").format(name=name), case,
+                     tr("outputs stacks h_1..h_T along dim=1: (B, T, d_h)."))
 
     @rule("h_T is (B, d_h)")
     def _final_state_shape(self, case: Case, result: Any) -> None:
         x, W_hh = case.args[0], case.args[3]
         _, h_T = self._returned(case, result)
-        expect_shape(h_T, (x.shape[0], W_hh.shape[0]), "`rnn_forward`'s h_T", case,
-                     "h_T is the state after the last step: (B, d_h).")
+        expect_shape(h_T, (x.shape[0], W_hh.shape[0]), tr("{name}'s h_T").format(name="`rnn_forward`"), case,
+                     tr("h_T is the state after the last step: (B, d_h)."))
 
     @rule("finite")
     def _finite(self, case: Case, result: Any) -> None:
         outputs, _ = self._returned(case, result)
-        expect_finite(outputs, "`rnn_forward`'s outputs", case,
-                      "tanh keeps every state in (-1, 1): is it applied at each step?")
+        expect_finite(outputs, tr("{name}'s outputs").format(name="`rnn_forward`"), case,
+                      tr("tanh keeps every state in (-1, 1): is it applied at each step?"))
 
     @staticmethod
     def _expected(case: Case) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -404,32 +414,35 @@ class RnnForwardCheck(Check):
             return lambda: _loop(xd, h0d, Wx, Wh, b, step)
 
         diagnoses = [
-            (rnn(lambda xt, h: xt @ Wx + h @ Wh + b), "tanh is missing: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b_h)."),
-            (rnn(lambda xt, h: torch.sigmoid(xt @ Wx + h @ Wh + b)), "the nonlinearity is tanh, not sigmoid."),
-            (rnn(lambda xt, h: torch.relu(xt @ Wx + h @ Wh + b)), "the nonlinearity is tanh, not ReLU."),
+            (rnn(lambda xt, h: xt @ Wx + h @ Wh + b), tr("tanh is missing: h_t = tanh(x_t W_xh + h_{t-1} W_hh + b_h).")),
+            (rnn(lambda xt, h: torch.sigmoid(xt @ Wx + h @ Wh + b)), tr("the nonlinearity is tanh, not sigmoid.")),
+            (rnn(lambda xt, h: torch.relu(xt @ Wx + h @ Wh + b)), tr("the nonlinearity is tanh, not ReLU.")),
             (rnn(lambda xt, h: torch.tanh(xt @ Wx + h0d @ Wh + b)),
-             "every step used h0 instead of the previous state: carry h forward (h = tanh(...) inside the loop, "
-             "and use that h at the next step)."),
-            (rnn(lambda xt, h: torch.tanh(xt @ Wx + h @ Wh)), "the bias b_h is missing."),
+             tr("every step used h0 instead of the previous state: carry h forward (h = tanh(...) inside the loop, "
+                "and use that h at the next step).")),
+            (rnn(lambda xt, h: torch.tanh(xt @ Wx + h @ Wh)), tr("the bias b_h is missing.")),
             (rnn(lambda xt, h: torch.tanh(xt @ Wx + h @ Wh.T + b)),
-             "W_hh was used transposed: with row vectors the recurrence is h_{t-1} @ W_hh (nn.RNN stores its "
-             "transpose, weight_hh = W_hh.T)."),
+             tr("W_hh was used transposed: with row vectors the recurrence is h_{t-1} @ W_hh (nn.RNN stores its "
+                "transpose, weight_hh = W_hh.T).")),
             (rnn(lambda xt, h: torch.tanh(xt @ Wh + h @ Wx + b)),
-             "W_xh and W_hh are swapped: check which weight goes with which input (x_t @ W_xh, h_{t-1} @ W_hh)."),
-            (lambda: expected.flip(1), "the outputs are in reverse order: outputs[:, t] must be h_{t+1}, the state after "
-                                       "reading x[:, t] (append each new state, do not prepend)."),
-            (lambda: shifted, "the outputs are shifted by one step: they must be h_1..h_T (the states after each input), "
-                              "not h_0..h_{T-1}. Append h after updating it, not before."),
+             tr("W_xh and W_hh are swapped: check which weight goes with which input (x_t @ W_xh, h_{t-1} @ W_hh).")),
+            (lambda: expected.flip(1), tr("the outputs are in reverse order: outputs[:, t] must be h_{t+1}, the state "
+                                          "after reading x[:, t] (append each new state, do not prepend).")),
+            (lambda: shifted, tr("the outputs are shifted by one step: they must be h_1..h_T (the states after each "
+                                 "input), not h_0..h_{T-1}. Append h after updating it, not before.")),
             (lambda: _torch_rnn(xd.flip(1), h0d, Wx, Wh, b)[0],
-             "the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, ..., T-1."),
+             tr("the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, "
+                "..., T-1.")),
             (lambda: _torch_rnn(xd.flip(1), h0d, Wx, Wh, b)[0].flip(1),
-             "the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, ..., T-1."),
+             tr("the recurrence ran backwards in time (from x[:, T-1] to x[:, 0]); read the steps in order t = 0, 1, "
+                "..., T-1.")),
         ]
         if B == T:
             diagnoses.append((lambda: expected.transpose(0, 1),
-                              "the steps were stacked along dim 0; stack h_1..h_T along dim=1 so that outputs is (B, T, d_h)."))
-        expect_close(outputs, expected, f"{name}'s outputs", case, diagnoses, dtype=x.dtype,
-                     hint="Compare your first step with tanh(x[:, 0] @ W_xh + h0 @ W_hh + b_h).")
+                              tr("the steps were stacked along dim 0; stack h_1..h_T along dim=1 so that outputs is "
+                                 "(B, T, d_h).")))
+        expect_close(outputs, expected, tr("{name}'s outputs").format(name=name), case, diagnoses, dtype=x.dtype,
+                     hint=tr("Compare your first step with tanh(x[:, 0] @ W_xh + h0 @ W_hh + b_h)."))
 
     @rule("h_T")
     def _final_state(self, case: Case, result: Any) -> None:
@@ -437,12 +450,13 @@ class RnnForwardCheck(Check):
         expected, expected_T, shifted = self.worked_out(case, self._expected)
         h0d = case.args[1].double()
         expect_close(
-            h_T, expected_T, "`rnn_forward`'s h_T", case,
-            [(lambda: h0d, "h_T is h0: return the state after the last step (the h your loop ends with)."),
+            h_T, expected_T, tr("{name}'s h_T").format(name="`rnn_forward`"), case,
+            [(lambda: h0d, tr("h_T is h0: return the state after the last step (the h your loop ends with).")),
              (lambda: expected[:, 0],
-              "h_T is the state after the first step; return the one after the last step, outputs[:, -1]."),
-             (lambda: shifted[:, -1], "h_T is the state before the last step; return the one after it, outputs[:, -1].")],
-            hint="The outputs are right, so h_T should be outputs[:, -1].",
+              tr("h_T is the state after the first step; return the one after the last step, outputs[:, -1].")),
+             (lambda: shifted[:, -1],
+              tr("h_T is the state before the last step; return the one after it, outputs[:, -1]."))],
+            hint=tr("The outputs are right, so h_T should be outputs[:, -1]."),
             dtype=case.args[0].dtype,
         )
 
@@ -454,10 +468,10 @@ class RnnForwardCheck(Check):
         if pair is not None:
             case_a, (out_a, _), (out_b, _) = pair
             if not matches(out_a[:, :3], out_b[:, :3]):
-                raise CheckFailed(
-                    f"`rnn_forward`'s outputs at steps 1-3 changed when only x at steps 4-6 changed ({case_a.label}): "
+                raise CheckFailed(tr(
+                    "`rnn_forward`'s outputs at steps 1-3 changed when only x at steps 4-6 changed ({case}): "
                     "a state may depend on the past, never on the future. Read x[:, t] in order t = 0, 1, ..., T-1."
-                )
+                ).format(case=case_a.label))
 
     rules_across = (_causal,)
 
@@ -515,13 +529,13 @@ def _greedy(
 
 class GreedyDecodeCheck(Check):
     function = "greedy_decode"
-    oracle = "a greedy decoding loop run by the grader on its own copy of the model"
-    hints = (Hint("EncodedAgain", "The notebook says to call model.encode(src) once: the source does not change while "
-                                  "you decode, so its memory is the same at every step."),
+    oracle = N_("a greedy decoding loop run by the grader on its own copy of the model")
+    hints = (Hint("EncodedAgain", N_("The notebook says to call model.encode(src) once: the source does not change "
+                                     "while you decode, so its memory is the same at every step.")),
              Hint(("RuntimeError", "IndexError"),
-                  "Mind the shapes: model.decode(memory, ys) takes ys of shape (B, t) and returns logits (B, t, V); "
-                  "the next token of every row is logits[:, -1].argmax(dim=-1), shape (B,), which you append as a "
-                  "new column: torch.cat([ys, next_token.unsqueeze(1)], dim=1)."),)
+                  N_("Mind the shapes: model.decode(memory, ys) takes ys of shape (B, t) and returns logits (B, t, V); "
+                     "the next token of every row is logits[:, -1].argmax(dim=-1), shape (B,), which you append as a "
+                     "new column: torch.cat([ys, next_token.unsqueeze(1)], dim=1).")),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -534,16 +548,18 @@ class GreedyDecodeCheck(Check):
                 src[b, :n] = ordinary[torch.randint(len(ordinary), (n,), generator=g)]
             model = Provided("toy_translator", {"vocab_size": vocab_size, "d": d, "seed": seed, "bos_id": bos_id,
                                                 "eos_id": eos_id, "pad_id": pad_id, "encodes": 1})
-            label = (f"a batch of {len(lengths)} source(s) of lengths {list(lengths)}, max_len={max_len}, "
-                     f"bos_id={bos_id}, eos_id={eos_id}, pad_id={pad_id}{note}")
+            label = tr("a batch of {count} source(s) of lengths {lengths}, max_len={max_len}, "
+                       "bos_id={bos_id}, eos_id={eos_id}, pad_id={pad_id}{note}").format(
+                count=len(lengths), lengths=list(lengths), max_len=max_len, bos_id=bos_id, eos_id=eos_id,
+                pad_id=pad_id, note=note)
             kwargs = {"max_len": max_len, "bos_id": bos_id, "eos_id": eos_id, "pad_id": pad_id}
             return Case(label, (model, src), kwargs)
 
         out = [
-            case([3, 6, 1, 9], max_len=12, seed=0, note=" (every row ends)"),
-            case([4, 12, 2], max_len=8, seed=1, note=" (one row never ends)"),
+            case([3, 6, 1, 9], max_len=12, seed=0, note=tr(" (every row ends)")),
+            case([4, 12, 2], max_len=8, seed=1, note=tr(" (one row never ends)")),
             case([5], max_len=10, seed=2),
-            case([7, 3, 9, 8], max_len=3, seed=3, note=" (no row ends)"),
+            case([7, 3, 9, 8], max_len=3, seed=3, note=tr(" (no row ends)")),
             case([2, 10, 5, 6, 3], max_len=25, seed=4, vocab_size=20, d=12, ids=(5, 3, 7)),
         ]
         if hidden:
@@ -571,42 +587,43 @@ class GreedyDecodeCheck(Check):
             memory = model.encode(src)
             ys = torch.full((src.shape[0], 1), bos_id, dtype=torch.long)  # (B, 1)
             finished = torch.zeros(src.shape[0], dtype=torch.bool)
-            out = [Stage.of("the memory, model.encode(src)", memory),
-                   Stage.of("ys = [[bos_id]] for every row, and no row finished", ys, finished)]
+            out = [Stage.of(tr("the memory, model.encode(src)"), memory),
+                   Stage.of(tr("ys = [[bos_id]] for every row, and no row finished"), ys, finished)]
             for t in range(1, max_len + 1):
                 logits = model.decode(memory, ys)  # (B, t, V)
                 best = logits[:, -1].argmax(dim=-1)  # (B,)
                 token = best.masked_fill(finished, pad_id)
                 ys = torch.cat([ys, token.unsqueeze(1)], dim=1)  # (B, t + 1)
                 finished = finished | (token == eos_id)
-                out += [Stage.of(f"step {t}: the logits model.decode(memory, ys), (B, {t}, V)", logits, logits[:, -1]),
-                        Stage.of(f"step {t}: the next tokens, logits[:, -1].argmax(dim=-1), finished rows padded",
-                                 best, token, token.unsqueeze(1)),
-                        Stage.of(f"step {t}: ys with its new column, (B, {t + 1}), and the rows finished so far", ys,
-                                 finished)]
+                out += [Stage.of(tr("step {t}: the logits model.decode(memory, ys), (B, {t}, V)").format(t=t), logits,
+                                 logits[:, -1]),
+                        Stage.of(tr("step {t}: the next tokens, logits[:, -1].argmax(dim=-1), finished rows "
+                                    "padded").format(t=t), best, token, token.unsqueeze(1)),
+                        Stage.of(tr("step {t}: ys with its new column, (B, {columns}), and the rows finished so "
+                                    "far").format(t=t, columns=t + 1), ys, finished)]
                 if bool(finished.all()):
                     break
         return out
 
     @rule("integer ids")
     def _integer_ids(self, case: Case, result: Any) -> None:
-        name = "`greedy_decode`'s result"
+        name = tr("`{function}`'s result").format(function="greedy_decode")
         ys = expect_tensor(result, name, case)
         if ys.is_floating_point() or ys.dtype == torch.bool:
-            raise CheckFailed(
-                f"{name} has dtype {ys.dtype} on the case {case.label}: token ids are integers; return a LongTensor "
+            raise CheckFailed(tr(
+                "{name} has dtype {dtype} on the case {case}: token ids are integers; return a LongTensor "
                 "(argmax already gives one; avoid building ys with a float fill)."
-            )
+            ).format(name=name, dtype=ys.dtype, case=case.label))
         expect_dtype(ys, torch.long, name, case)
 
     @rule("(B, L)")
     def _shape(self, case: Case, ys: torch.Tensor) -> None:
         B = case.args[1].shape[0]
         if ys.dim() != 2 or ys.shape[0] != B:
-            raise CheckFailed(
-                f"`greedy_decode`'s result has shape {tuple(ys.shape)} on the case {case.label}; it should be (B, L) = "
-                f"({B}, L): one row per source sentence, one column per position, starting with BOS."
-            )
+            raise CheckFailed(tr(
+                "`greedy_decode`'s result has shape {shape} on the case {case}; it should be (B, L) = "
+                "({B}, L): one row per source sentence, one column per position, starting with BOS."
+            ).format(shape=tuple(ys.shape), case=case.label, B=B))
 
     @rule("known mistakes")
     def _known_mistakes(self, case: Case, ys: torch.Tensor) -> None:
@@ -619,31 +636,37 @@ class GreedyDecodeCheck(Check):
 
         diagnoses: list[tuple[Callable[[], torch.Tensor], str]] = [
             (lambda: run(keep_bos=False),
-             "BOS is missing: the output starts with bos_id in column 0, then the generated tokens."),
+             tr("BOS is missing: the output starts with bos_id in column 0, then the generated tokens.")),
             (lambda: run(pick=lambda lg: lg[:, 0].argmax(-1)),
-             "every step produced the token that follows [BOS] alone. Either you read the logits of the first "
-             "position (the next token comes from the last one, logits[:, -1]), or the decoder was always given "
-             "[BOS] only (feed the tokens you generate back in: ys grows by one column each step)."),
+             tr("every step produced the token that follows [BOS] alone. Either you read the logits of the first "
+                "position (the next token comes from the last one, logits[:, -1]), or the decoder was always given "
+                "[BOS] only (feed the tokens you generate back in: ys grows by one column each step).")),
             (lambda: run(pick=lambda lg: lg.argmax(1)[:, -1]),
-             "the argmax ran over the positions (dim=1); it must run over the vocabulary: logits[:, -1].argmax(dim=-1)."),
-            (lambda: run(stop="any"), "decoding stopped as soon as the first row produced EOS; continue until *every* row has."),
+             tr("the argmax ran over the positions (dim=1); it must run over the vocabulary: "
+                "logits[:, -1].argmax(dim=-1).")),
+            (lambda: run(stop="any"),
+             tr("decoding stopped as soon as the first row produced EOS; continue until *every* row has.")),
             (lambda: run(stop="never", pad_after_eos=False),
-             "EOS was ignored: after a row produces eos_id its later positions must be pad_id, and decoding stops as "
-             "soon as every row has produced EOS."),
+             tr("EOS was ignored: after a row produces eos_id its later positions must be pad_id, and decoding stops "
+                "as soon as every row has produced EOS.")),
             (lambda: run(pad_after_eos=False),
-             "a row kept generating after its EOS: positions after a row's EOS must be pad_id (keep a `finished` mask)."),
+             tr("a row kept generating after its EOS: positions after a row's EOS must be pad_id (keep a `finished` "
+                "mask).")),
             (lambda: run(stop="never"),
-             "decoding ran on after every row had produced EOS: stop as soon as all rows are finished, so that L is "
-             "as small as possible."),
-            (lambda: run(fill=eos_id), "positions after EOS were filled with eos_id; fill them with pad_id."),
-            (lambda: run(keep_eos=False), "the EOS token itself was replaced: keep eos_id where the row ended, pad after it."),
+             tr("decoding ran on after every row had produced EOS: stop as soon as all rows are finished, so that L "
+                "is as small as possible.")),
+            (lambda: run(fill=eos_id), tr("positions after EOS were filled with eos_id; fill them with pad_id.")),
+            (lambda: run(keep_eos=False),
+             tr("the EOS token itself was replaced: keep eos_id where the row ended, pad after it.")),
             (lambda: run(steps=max_len + 1),
-             "you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1."),
-            (lambda: run(steps=max_len - 1), "you generated only max_len - 1 tokens: up to max_len tokens may follow BOS."),
+             tr("you generated max_len + 1 tokens: at most max_len tokens follow BOS, so L <= max_len + 1.")),
+            (lambda: run(steps=max_len - 1),
+             tr("you generated only max_len - 1 tokens: up to max_len tokens may follow BOS.")),
         ]
         if pad_id != 0:
             diagnoses.append((lambda: run(fill=0),
-                              "positions after EOS were filled with 0; fill them with pad_id, which is not always 0."))
+                              tr("positions after EOS were filled with 0; fill them with pad_id, which is not always "
+                                 "0.")))
         explaining = []
         for mistaken, message in diagnoses:
             try:
@@ -653,47 +676,49 @@ class GreedyDecodeCheck(Check):
             if candidate.shape == ys.shape and torch.equal(candidate, ys):
                 explaining.append(message)
         if explaining:  # the rules below say what is wrong where these do not explain every case
-            raise named_failure(f"`greedy_decode`'s result is wrong on the case {case.label}: ", explaining, None)
+            raise named_failure(tr("`{function}`'s result is wrong on the case {case}: ").format(
+                function="greedy_decode", case=case.label), explaining, None)
 
     # No known mistake fits: say where the output first departs from greedy decoding.
     @rule("starts with BOS")
     def _starts_with_bos(self, case: Case, ys: torch.Tensor) -> None:
         bos_id = case.kwargs["bos_id"]
         if not bool((ys[:, 0] == bos_id).all()):
-            raise CheckFailed(
-                f"`greedy_decode`'s result does not start with bos_id={bos_id} in column 0 on the case {case.label}.")
+            raise CheckFailed(tr(
+                "`greedy_decode`'s result does not start with bos_id={bos_id} in column 0 on the case {case}.").format(
+                bos_id=bos_id, case=case.label))
 
     @rule("at most max_len + 1 columns")
     def _at_most_max_len(self, case: Case, ys: torch.Tensor) -> None:
-        max_len, name = case.kwargs["max_len"], "`greedy_decode`'s result"
+        max_len, name = case.kwargs["max_len"], tr("`{function}`'s result").format(function="greedy_decode")
         if ys.shape[1] > max_len + 1:
-            raise CheckFailed(
-                f"{name} has {ys.shape[1]} columns on the case {case.label}: at most max_len + 1 = {max_len + 1} "
+            raise CheckFailed(tr(
+                "{name} has {columns} columns on the case {case}: at most max_len + 1 = {most} "
                 "(BOS and up to max_len generated tokens)."
-            )
+            ).format(name=name, columns=ys.shape[1], case=case.label, most=max_len + 1))
 
     @rule("tokens")
     def _tokens(self, case: Case, ys: torch.Tensor) -> None:
-        expected, name = self.worked_out(case, self._run), "`greedy_decode`'s result"
+        expected, name = self.worked_out(case, self._run), tr("`{function}`'s result").format(function="greedy_decode")
         common = min(ys.shape[1], expected.shape[1])
         differ = (ys[:, :common] != expected[:, :common]).nonzero()
         if len(differ):
             b, t = (int(i) for i in differ[0])
-            raise CheckFailed(
-                f"{name} is wrong on the case {case.label}: row {b}, position {t} holds {int(ys[b, t])} where greedy "
-                f"decoding gives {int(expected[b, t])} (the positions before it agree). Each step appends "
+            raise CheckFailed(tr(
+                "{name} is wrong on the case {case}: row {row}, position {position} holds {token} where greedy "
+                "decoding gives {expected} (the positions before it agree). Each step appends "
                 "logits[:, -1].argmax(dim=-1) of model.decode(memory, ys) to ys; finished rows get pad_id."
-            )
+            ).format(name=name, case=case.label, row=b, position=t, token=int(ys[b, t]), expected=int(expected[b, t])))
 
     @rule("stops when every row has ended")
     def _length(self, case: Case, ys: torch.Tensor) -> None:
-        expected, name = self.worked_out(case, self._run), "`greedy_decode`'s result"
+        expected, name = self.worked_out(case, self._run), tr("`{function}`'s result").format(function="greedy_decode")
         if ys.shape != expected.shape:
-            raise CheckFailed(
-                f"{name} has {ys.shape[1]} columns on the case {case.label} where greedy decoding gives "
-                f"{expected.shape[1]} (the common positions agree): stop as soon as every row has produced EOS, or "
+            raise CheckFailed(tr(
+                "{name} has {columns} columns on the case {case} where greedy decoding gives "
+                "{expected} (the common positions agree): stop as soon as every row has produced EOS, or "
                 "after max_len tokens."
-            )
+            ).format(name=name, columns=ys.shape[1], case=case.label, expected=expected.shape[1]))
 
     rules = (_integer_ids, _shape, _known_mistakes, _starts_with_bos, _at_most_max_len, _tokens, _length)
 

@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from ..locate import Stage
+from ..messages import N_, tr
 from .layers import layer_norm
 from .states import State
 
@@ -21,9 +22,16 @@ def post_norm_stages(state: State, x: torch.Tensor, blocks: Sequence[tuple[str, 
         out = f(x)
         total = x + out
         x = layer_norm(state, total, prefix=f"{norm}.")
-        stages += [Stage.of(f"{label}'s output", out), Stage.of(f"the residual sum x + {label}(x)", total),
-                   Stage.of(f"{norm}'s output, {norm}(x + {label}(x))", x)]
+        stages += [Stage.of(tr("{label}'s output").format(label=label), out),
+                   Stage.of(tr("the residual sum x + {label}(x)").format(label=label), total),
+                   Stage.of(tr("{norm}'s output, {norm}(x + {label}(x))").format(norm=norm, label=label), x)]
     return stages
+
+
+#: the name of a stack's last layer's output, by the stack (``owner``), in words
+_LAST_LAYER = {"encoder": N_("the output of layers[{i}], the encoder's output"),
+               "decoder": N_("the output of layers[{i}], the decoder's output")}
+_LAST_OF_A_STACK = N_("the output of layers[{i}], the {owner}'s output")
 
 
 def stack_stages(x: torch.Tensor, n_layers: int, layer: Callable[[int, torch.Tensor], torch.Tensor],
@@ -34,7 +42,8 @@ def stack_stages(x: torch.Tensor, n_layers: int, layer: Callable[[int, torch.Ten
     for i in range(n_layers):
         with torch.no_grad():
             x = layer(i, x)
-        stages.append(Stage.of(f"the output of layers[{i}]" + (f", the {owner}'s output" if i == n_layers - 1 else ""),
+        last = tr(_LAST_LAYER.get(owner, _LAST_OF_A_STACK))
+        stages.append(Stage.of((last if i == n_layers - 1 else tr("the output of layers[{i}]")).format(i=i, owner=owner),
                                x))
     return stages
 
@@ -48,12 +57,12 @@ def layer_norm_stages(state: State | None, x: torch.Tensor, eps: float, prefix: 
     x_hat = centred / std
     gamma = torch.ones(x.shape[-1], dtype=x.dtype) if state is None else state[f"{prefix}gamma"].to(x.dtype)
     return [
-        Stage.of("the mean over the last axis (keepdim=True)", mean),
-        Stage.of("the centred values x - mean", centred),
-        Stage.of("the variance over the last axis, dividing by d_model (keepdim=True)", var),
+        Stage.of(tr("the mean over the last axis (keepdim=True)"), mean),
+        Stage.of(tr("the centred values x - mean"), centred),
+        Stage.of(tr("the variance over the last axis, dividing by d_model (keepdim=True)"), var),
         Stage.of("var + eps", var + eps),
-        Stage.of("the standard deviation sqrt(var + eps)", std),
-        Stage.of("the normalised values (x - mean) / sqrt(var + eps)", x_hat),
+        Stage.of(tr("the standard deviation sqrt(var + eps)"), std),
+        Stage.of(tr("the normalised values (x - mean) / sqrt(var + eps)"), x_hat),
         Stage.of("gamma * x_hat", gamma * x_hat),
-        Stage.of("the output gamma * x_hat + beta", layer_norm(state, x, prefix=prefix, eps=eps)),
+        Stage.of(tr("the output gamma * x_hat + beta"), layer_norm(state, x, prefix=prefix, eps=eps)),
     ]

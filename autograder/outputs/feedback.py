@@ -30,6 +30,7 @@ from course.layout import SUBMISSION_SECRET, TIMESTAMP, feedback_page
 
 from ..assignment import Assignment
 from ..engine import Result
+from ..messages import N_, current, tr
 from ..submissions import safe_name
 from .escapes import visible
 
@@ -57,8 +58,8 @@ pre{white-space:pre-wrap;background:#f6f6f6;padding:.5rem;margin:.3rem 0 0}
 
 
 #: all that is said of a test failed on hidden cases only
-HIDDEN_ONLY = ("Your function passes the visible tests but not the hidden ones: check cases the visible tests "
-               "do not try (other shapes, dtypes, masks, extreme values).")
+HIDDEN_ONLY = N_("Your function passes the visible tests but not the hidden ones: check cases the visible tests "
+                  "do not try (other shapes, dtypes, masks, extreme values).")
 
 
 def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | None = None) -> str:
@@ -69,30 +70,37 @@ def feedback_html(assignment: Assignment, result: Result, graded_at: datetime | 
     rows = []
     hidden_ids = {t.grade_id for t in assignment.tests if any(h for _, _, h in t.calls)}
     for o in result.outcomes:
-        verdict = '<span class="pass">passed</span>' if o.passed else '<span class="fail">failed</span>'
+        verdict = ('<span class="pass">' + tr("passed") if o.passed else '<span class="fail">' + tr("failed")) + "</span>"
         detail = ""
         if not o.passed and o.message and not o.hidden_failed:  # a hidden case is never described
             detail = f"<pre>{e(o.message)}</pre>"
         elif o.hidden_failed:
-            detail = f"<pre>{HIDDEN_ONLY}</pre>"
-        hidden = " (visible and hidden tests)" if o.grade_id in hidden_ids else ""
+            detail = "<pre>" + tr(HIDDEN_ONLY) + "</pre>"
+        hidden = tr(" (visible and hidden tests)") if o.grade_id in hidden_ids else ""
         score = f"{o.points:g} / {o.max_points:g}"
         rows.append(f"<tr><td>{e(o.grade_id)}{hidden}</td><td>{verdict}{detail}</td><td>{score}</td></tr>")
     notes = "".join(f'<div class="note">{e(n)}</div>' for n in result.notes)
     if result.flags:  # the learner is told too: the instructor will read this code
-        notes += f'<div class="note"><b>For the instructor to review:</b> {e("; ".join(result.flags))}</div>'
-    error = f'<div class="note"><b>Not graded:</b> {e(result.error)}</div>' if result.error else ""
+        notes += '<div class="note">' + tr("<b>For the instructor to review:</b> {flags}").format(
+            flags=e("; ".join(result.flags))) + "</div>"
+    error = ('<div class="note">' + tr("<b>Not graded:</b> {error}").format(error=e(result.error)) + "</div>"
+             if result.error else "")
     when = (graded_at or datetime.now(UTC)).strftime("%Y-%m-%d %H:%M UTC")
+    language = (current() or "en").replace("_", "-")  # HTML's name of the language: zh-CN
     return (
-        "<!doctype html><html lang='en'><head><meta charset='utf-8'>"
-        f"<title>{e(assignment.name)}: feedback for {e(result.learner)}</title>"
+        f"<!doctype html><html lang='{language}'><head><meta charset='utf-8'>"
+        "<title>" + tr("{assignment}: feedback for {learner}").format(assignment=e(assignment.name),
+                                                                       learner=e(result.learner)) + "</title>"
         f"<style>{STYLE}</style></head><body>"
-        f"<h1>{e(assignment.name)} / {e(assignment.notebook)}.ipynb: feedback for {e(result.learner)}</h1>"
-        f"<p>Score: <b>{result.score:g} / {assignment.max_score:g}</b> (graded {when})</p>{error}{notes}"
-        "<table><tr><th>test</th><th>result</th><th>points</th></tr>" + "".join(rows) + "</table>"
-        "<p>Hidden tests are reported as passed or failed only. Each function is graded on its own: where it "
-        "calls another graded function of this notebook, the course's version of that function is used, so "
-        "one mistake costs its own points only.</p></body></html>"
+        "<h1>" + tr("{assignment} / {notebook}.ipynb: feedback for {learner}").format(
+            assignment=e(assignment.name), notebook=e(assignment.notebook), learner=e(result.learner)) + "</h1>"
+        "<p>" + tr("Score: <b>{score} / {max_score}</b> (graded {when})").format(
+            score=f"{result.score:g}", max_score=f"{assignment.max_score:g}", when=when) + f"</p>{error}{notes}"
+        "<table><tr><th>" + tr("test") + "</th><th>" + tr("result") + "</th><th>" + tr("points") + "</th></tr>"
+        + "".join(rows) + "</table><p>"
+        + tr("Hidden tests are reported as passed or failed only. Each function is graded on its own: where it "
+             "calls another graded function of this notebook, the course's version of that function is used, so "
+             "one mistake costs its own points only.") + "</p></body></html>"
     )
 
 
@@ -131,7 +139,7 @@ def course_feedback(root: Path, db_url: str, assignment_name: str, learner: str)
         raise ValueError(
             f"the gradebook {db_url} holds no grading of {learner}'s {assignment_name} by the course's grader: "
             f"grade it with `python -m autograder grade {assignment_name}` (with the same --db). nbgrader's own "
-            "feedback page is not made, because it shows the hidden tests' source")
+            "feedback page is not made, because it shows the hidden tests' source")  # english: the instructor's
     return feedback_html(assignment, records[0].result, records[0].graded_at)
 
 

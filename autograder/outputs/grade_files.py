@@ -34,12 +34,13 @@ from course.layout import FEEDBACK, canvas_csv, grades_csv, gradescope_folder
 
 from ..assignment import Assignment, load_assignment
 from ..engine import Result
+from ..messages import tr
 from ..submissions import safe_name
 from .escapes import visible
 from .feedback import HIDDEN_ONLY, write_feedback
 from .gradebook import Gradebook, Record
 
-CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")
+CANVAS_COLUMNS = ("Student", "ID", "SIS User ID", "SIS Login ID", "Section")  # english: Canvas's own headers
 #: what makes a spreadsheet read a cell as a formula when it starts it (OWASP's list)
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 
@@ -50,7 +51,7 @@ def csv_cell(value: str | float) -> str:
     if isinstance(value, int | float) and not isinstance(value, bool):
         return f"{value:g}"
     if not isinstance(value, str):
-        raise TypeError(f"a CSV cell is a number or text, not {type(value).__name__}")
+        raise TypeError(f"a CSV cell is a number or text, not {type(value).__name__}")  # english: a programming error
     text = visible(value)
     return "'" + text if text.lstrip(" ").startswith(FORMULA_STARTS) else text
 
@@ -99,15 +100,15 @@ def gradescope_results(assignment: Assignment, result: Result, seconds: float | 
     tests = []
     for number, outcome in enumerate(result.outcomes, start=1):
         if outcome.passed:
-            output = "passed"
+            output = tr("passed")
         elif outcome.hidden_failed:
-            output = HIDDEN_ONLY  # whether it passed, never what it tried
+            output = tr(HIDDEN_ONLY)  # whether it passed, never what it tried
         else:
             output = outcome.message
-        name = outcome.grade_id + (" (visible and hidden tests)" if outcome.grade_id in hidden else "")
+        name = outcome.grade_id + (tr(" (visible and hidden tests)") if outcome.grade_id in hidden else "")
         tests.append({"name": name, "number": str(number), "score": outcome.points, "max_score": outcome.max_points,
                       "status": "passed" if outcome.passed else "failed", "visibility": "visible", "output": output})
-    lines = ([f"Not graded: {result.error}"] if result.error else []) + list(result.notes)
+    lines = ([tr("Not graded: {error}").format(error=result.error)] if result.error else []) + list(result.notes)
     return {
         "score": result.score,
         "execution_time": round(seconds if seconds is not None else result.seconds, 1),
@@ -184,9 +185,10 @@ def export(root: Path, gradebook: Gradebook, names: list[str]) -> list[str]:
         pages = [p for p in pages if p is not None]
         results = write_gradescope(gradescope_folder(root, name), assignment, rows)
         done.append(f"{name}: {len(rows)} learners: {csv_path}; {len(pages)} feedback pages under {root / FEEDBACK}; "
-                    f"{len(results)} Gradescope results under {gradescope_folder(root, name)}")
+                    f"{len(results)} Gradescope results under {gradescope_folder(root, name)}")  # english: the instructor's
     people = learners(gradebook, {r.learner for rs in records.values() for r in rs})
     canvas = canvas_csv(root)
     write_canvas(canvas, assignments, records, people)
-    done.append(f"Canvas gradebook import ({len(people)} learners, {len(assignments)} assignments): {canvas}")
+    counts = f"{len(people)} learners, {len(assignments)} assignments"
+    done.append(f"Canvas gradebook import ({counts}): {canvas}")  # english: the instructor's
     return done

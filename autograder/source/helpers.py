@@ -23,14 +23,14 @@ from typing import Any
 
 from course import source_trees
 
+from ..messages import N_, tr
+
 _LOADS = {"LOAD_GLOBAL", "LOAD_NAME"}
 
-#: explains, after a helper's failure, why the grader may score what the notebook fails
-DIFFERENCE = (
-    "Your notebook runs `{function}` with your own {helpers}, so {its} mistake shows up here too. "
-    "The class grader judges each function with the course's version of the others, so there one "
-    "mistake costs its own points only."
-)
+#: what the check of a function says when a helper it calls is not written yet: the words between the
+#: function and the helper, in the learner's language (the same message as the framework's "implemented" rule)
+NOT_IMPLEMENTED = N_("{name} could not run because `{origin}` is not implemented yet: it calls `{owner}`, so finish "
+                     "that first (its own test cell comes earlier).")
 
 
 def _codes_of(obj: Any) -> list[types.CodeType]:
@@ -93,8 +93,22 @@ def helpers_of(fn: Callable, graded: Iterable[str]) -> dict[str, Any]:
 
 
 def _phrase(names: Sequence[str]) -> str:
+    """The names quoted and listed (`a`; `a` and `b`; `a`, `b` and `c`), in the learner's language."""
     quoted = [f"`{n}`" for n in names]
-    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+    if len(quoted) == 1:
+        return quoted[0]
+    earlier = quoted[0]
+    for name in quoted[1:-1]:
+        earlier = tr("{earlier}, {later}").format(earlier=earlier, later=name)
+    return tr("{earlier} and {last}").format(earlier=earlier, last=quoted[-1])
+
+
+def _says_not_implemented(message: str, name: str) -> bool:
+    """Whether ``message`` already says that the helper ``name`` (or a method of it) is the one not written yet."""
+    template = tr(NOT_IMPLEMENTED)
+    before = template[:template.index("{origin}")]
+    between = before[before.rindex("}") + 1:] if "}" in before else before  # the words after {name}
+    return f"{between}{name}`" in message or f"{between}{name}." in message
 
 
 def blame_helpers(check_id: str, fn: Callable, message: str) -> str:
@@ -110,7 +124,7 @@ def blame_helpers(check_id: str, fn: Callable, message: str) -> str:
     checks = chapter_checks(notebook)
     failing = []
     for name, helper in helpers_of(fn, checks).items():
-        if f"because `{name}`" in message or f"because `{name}." in message:
+        if _says_not_implemented(message, name):
             continue
         try:
             run_check(checks[name], helper)
@@ -118,13 +132,17 @@ def blame_helpers(check_id: str, fn: Callable, message: str) -> str:
             failing.append(name)
     if not failing:
         return message
-    many = len(failing) > 1
-    lead = (
-        f"your {_phrase(failing)}, used here, {'fail their' if many else 'fails its'} own test{'s' if many else ''}: "
-        f"fix {'them' if many else 'it'} first. "
-        + DIFFERENCE.format(function=function, helpers=_phrase(failing), its="their" if many else "its")
-    )
-    return f"{lead}\nWhat this test saw with your {_phrase(failing)}:\n{message}"
+    helpers = _phrase(failing)
+    if len(failing) > 1:
+        lead = tr("your {helpers}, used here, fail their own tests: fix them first. Your notebook runs `{function}` "
+                  "with your own {helpers}, so their mistake shows up here too. The class grader judges each function "
+                  "with the course's version of the others, so there one mistake costs its own points only.")
+    else:
+        lead = tr("your {helpers}, used here, fails its own test: fix it first. Your notebook runs `{function}` with "
+                  "your own {helpers}, so its mistake shows up here too. The class grader judges each function with "
+                  "the course's version of the others, so there one mistake costs its own points only.")
+    saw = tr("What this test saw with your {helpers}:").format(helpers=helpers)
+    return f"{lead.format(helpers=helpers, function=function)}\n{saw}\n{message}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -190,12 +208,11 @@ def substitution_notes(tests: Sequence[Any], outcomes: Sequence[Any], cells: Seq
                     return notes
                 if failing is None:
                     continue  # it does not depend on the helper's mistake
-                consequence = (
-                    f"with your `{helper}` it fails some hidden cases" if failing
-                    else f"in your notebook it fails until `{helper}` is fixed"
-                )
-                notes.append(
-                    f"`{function}` was graded with the course's `{helper}`, because yours fails its own test; "
-                    f"{consequence}."
-                )
+                if failing:
+                    note = tr("`{function}` was graded with the course's `{helper}`, because yours fails its own "
+                              "test; with your `{helper}` it fails some hidden cases.")
+                else:
+                    note = tr("`{function}` was graded with the course's `{helper}`, because yours fails its own "
+                              "test; in your notebook it fails until `{helper}` is fixed.")
+                notes.append(note.format(function=function, helper=helper))
     return notes

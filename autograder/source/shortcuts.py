@@ -40,28 +40,29 @@ import torch
 from course import source_trees
 from harness.calls import plain_name, watched_names
 
+from ..messages import N_, tr
 from ..submissions import cell_name
 
-#: what every rule of the second kind says, by its key
+#: what every rule of the second kind says, by its key (marked: translated where a message uses it)
 RULES = {
-    "private": "torch's private internals (torch._C, torch._VF, torch.ops, native_* kernels) reach its built-ins "
-               "past every check",
-    "inside": "reaching inside functions or frames takes what the course's code keeps there",
-    "text": "eval, exec and compile run code the grader cannot read",
-    "grader": "the grader's own packages hold its checks and oracles",
-    "course": "the course's model and tools hold complete implementations",
-    "computed": "an attribute of torch, or of a module that starts threads or processes, named at run time "
-                "cannot be checked",
-    "concurrent": "a thread or process it starts runs where the grader's tripwires do not look",
+    "private": N_("torch's private internals (torch._C, torch._VF, torch.ops, native_* kernels) reach its built-ins "
+                  "past every check"),
+    "inside": N_("reaching inside functions or frames takes what the course's code keeps there"),
+    "text": N_("eval, exec and compile run code the grader cannot read"),
+    "grader": N_("the grader's own packages hold its checks and oracles"),
+    "course": N_("the course's model and tools hold complete implementations"),
+    "computed": N_("an attribute of torch, or of a module that starts threads or processes, named at run time "
+                   "cannot be checked"),
+    "concurrent": N_("a thread or process it starts runs where the grader's tripwires do not look"),
 }
 #: the review flags, by key
 REVIEW = {
-    "getattr": "an attribute named at run time (getattr, setattr, delattr)",
-    "namespace": "a namespace read as a dictionary (globals, vars, locals, __dict__, sys.modules)",
-    "lowlevel": "a module that reaches past Python's own rules",
-    "import": "a module imported by a name computed at run time",
-    "patch": "an attribute of torch changed",
-    "star": "a star import, whose names cannot be followed",
+    "getattr": N_("an attribute named at run time (getattr, setattr, delattr)"),
+    "namespace": N_("a namespace read as a dictionary (globals, vars, locals, __dict__, sys.modules)"),
+    "lowlevel": N_("a module that reaches past Python's own rules"),
+    "import": N_("a module imported by a name computed at run time"),
+    "patch": N_("an attribute of torch changed"),
+    "star": N_("a star import, whose names cannot be followed"),
 }
 GRADER_PACKAGES = ("autograder", "harness")
 #: what the notebooks themselves import from the grader, and the sandbox provides: the notebook's
@@ -95,7 +96,7 @@ class _Clock:
 
     def check(self) -> None:
         if self.deadline is not None and time.monotonic() > self.deadline:
-            raise OutOfTime("the submission's time ran out while the grader read its source")
+            raise OutOfTime(tr("the submission's time ran out while the grader read its source"))
 
 
 @dataclass(frozen=True)
@@ -109,7 +110,8 @@ class Finding:
         if self.cell >= len(cells):
             return ""
         place = cell_name(self.cell, cells[self.cell])
-        return f"line {self.line} of {place}" if self.line else place  # line 0: the whole cell
+        # line 0: the whole cell
+        return tr("line {line} of {place}").format(line=self.line, place=place) if self.line else place
 
 
 @dataclass
@@ -130,18 +132,21 @@ class Scan:
             return None
         first = found[0]
         if first.rule == "unread":
-            return (f"`{function}` scores 0: the grader could not read {first.where(self.cells)}: {first.what}. "
-                    "Code it cannot read cannot be checked, so graded code may not depend on it, nor may the "
-                    "notebook run it: write it more simply.")
+            return tr("`{function}` scores 0: the grader could not read {where}: {why}. Code it cannot read cannot "
+                      "be checked, so graded code may not depend on it, nor may the notebook run it: write it more "
+                      "simply.").format(function=function, where=first.where(self.cells), why=first.what)
         if first.rule == "forbidden":
-            return (f"`{function}` calls {first.what}, which this exercise asks you to build yourself "
-                    f"({first.where(self.cells)}): write it with basic tensor operations instead.")
-        return (f"`{function}` scores 0: {first.where(self.cells)} uses `{first.what}`, and {RULES[first.rule]}. "
-                "Graded code may not use it anywhere in the notebook.")
+            return tr("`{function}` calls {names}, which this exercise asks you to build yourself ({where}): write it "
+                      "with basic tensor operations instead.").format(
+                          function=function, names=first.what, where=first.where(self.cells))
+        return tr("`{function}` scores 0: {where} uses `{construct}`, and {reason}. Graded code may not use it "
+                  "anywhere in the notebook.").format(function=function, where=first.where(self.cells),
+                                                       construct=first.what, reason=tr(RULES[first.rule]))
 
     def flags(self) -> list[str]:
         """One line per construct to review, for the instructor."""
-        seen = dict.fromkeys(f"{REVIEW[f.rule]}: `{f.what}` ({f.where(self.cells)})" for f in self.review)
+        seen = dict.fromkeys(tr("{flag}: `{construct}` ({where})").format(
+            flag=tr(REVIEW[f.rule]), construct=f.what, where=f.where(self.cells)) for f in self.review)
         return list(seen)
 
 
@@ -339,8 +344,9 @@ def _read(reader: _Reader, stmt: _Statement, allowed_imports: Collection[str]) -
                 stmt.review.append(("patch", stmt.text.excerpt(node), line))
         elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
             if node.id in reader.crowded:
-                stmt.universal.append(("unread", f"`{node.id}` stands for more than {MAX_ALIASES} modules and objects, "
-                                       "more than the grader follows", line))
+                stmt.universal.append(("unread", tr("`{name}` stands for more than {count} modules and objects, more "
+                                                    "than the grader follows").format(name=node.id, count=MAX_ALIASES),
+                                       line))
             if node.id in TEXT:
                 stmt.universal.append(("text", node.id, line))
             elif node.id in NAMESPACES:
@@ -487,9 +493,9 @@ def _statement(reader: _Reader, cell: int, node: ast.stmt, trusted: bool, text: 
 def _why(exc: Exception) -> str:
     """Why the grader could not read something, for the learner."""
     if isinstance(exc, RecursionError):
-        return "it is nested too deeply for the grader to follow"
+        return tr("it is nested too deeply for the grader to follow")
     if isinstance(exc, MemoryError):
-        return "it is too complex for Python's parser"
+        return tr("it is too complex for Python's parser")
     return f"{type(exc).__name__}: {str(exc)[:120]}"
 
 

@@ -109,7 +109,7 @@ def _messages(args) -> int:
     if not args.check:
         for path in messages.write(REPO):
             print(f"wrote {path.relative_to(REPO)}")
-    problems = messages.stale(REPO)
+    problems = messages.stale(REPO) + [f"not marked for translation: {u}" for u in messages.unmarked(REPO)]
     for problem in problems:
         print(problem)
     return 1 if problems else 0

@@ -68,8 +68,9 @@ from reference.attention import scaled_dot_product_attention
 # * return `(output, lse)`: `output` of shape `(..., T_q, d_v)` and `lse` of shape `(..., T_q)`, in
 #   the dtype of `q`. A `block_size` below 1 raises `ValueError`.
 #
-# One of the tests gives a sequence of 24,576 keys: its scores alone would take 2.25 GiB, more than a
-# graded process may allocate (2 GiB). Only an answer that keeps one block of scores at a time passes it.
+# One of the visible tests gives a sequence of 24,576 keys: its scores alone would take 2.25 GiB, more
+# than a graded process may allocate (2 GiB). A hidden test does the same at another length, width and
+# block size. Only an answer that keeps one block of scores at a time passes them.
 
 # %% tags=["solution"] grade_id="tiled_attention"
 def tiled_attention(

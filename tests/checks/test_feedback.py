@@ -18,7 +18,7 @@ import pytest
 from nbclient import NotebookClient
 
 import reference.attention
-from autograder import CheckFailed, check
+from autograder import CheckFailed, check, messages
 from autograder.assignment import Assignment
 from autograder.checks import chapter_checks, get
 from autograder.engine import Result, grade_cells
@@ -28,6 +28,7 @@ from autograder.sandbox import Limits
 from autograder.source.helpers import helpers_in_source, helpers_of, substitution_notes
 from course.layout import SOLUTIONS
 from course.notebook_format import cell_role, complete, write_notebook
+from course.tools.messages import WORDS
 from tests.conftest import PYTHON, REPO
 from tests.mistakes import attention as attention_mistakes
 
@@ -202,6 +203,64 @@ def test_substitution_notes_only_for_a_pass_that_needed_the_course_helper():
         raise TimeoutError
 
     assert substitution_notes(tests, [failed, passed], cells, True, out_of_time) == []
+
+
+FFN_WITHOUT_RELU = '''
+class PositionwiseFeedForward(nn.Module):
+    def __init__(self, d_model, d_ff, dropout=0.1):
+        super().__init__()
+        self.w_1 = nn.Linear(d_model, d_ff)
+        self.w_2 = nn.Linear(d_ff, d_model)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, x):
+        return self.w_2(self.dropout(self.w_1(x)))
+'''
+
+
+def _what_the_helpers_say(source_nb) -> dict[str, str]:
+    """The notes and leads about a learner's helpers, produced for real, in the language spoken now."""
+    tests = [SimpleNamespace(calls=(("attention.softmax", "softmax", False),)),
+             SimpleNamespace(calls=(("attention.scaled_dot_product_attention", "scaled_dot_product_attention", False),
+                                    ("attention.scaled_dot_product_attention", "scaled_dot_product_attention", True)))]
+    cells = ["def softmax(x, dim=-1):\n    return x\n",
+             "def scaled_dot_product_attention(q, k, v, mask=None):\n    return softmax(q), q\n"]
+    outcomes = [SimpleNamespace(passed=False), SimpleNamespace(passed=True)]
+    said = {"hidden": substitution_notes(tests, outcomes, cells, True, lambda c, f, hidden, h: not hidden)[0],
+            "notebook": substitution_notes(tests, outcomes, cells, True, lambda *a: False)[0]}
+    sdpa = "attention.scaled_dot_product_attention"
+    ns = _namespace(_answers("attention", source_nb) + [_renamed(attention_mistakes.softmax_no_keepdim, "softmax")])
+    said["one"] = _failure(lambda: check(sdpa, ns["scaled_dot_product_attention"]))
+    ns = _namespace(_answers("encoder", source_nb) + [LAYERNORM_UNBIASED, FFN_WITHOUT_RELU])
+    said["two"] = _failure(lambda: check("encoder.EncoderLayer", ns["EncoderLayer"]))
+    ns = _namespace(_answers("attention", source_nb) + [SOFTMAX_STUB])
+    said["unwritten"] = _failure(lambda: check(sdpa, ns["scaled_dot_product_attention"]))
+    said["unwritten, alone"] = _failure(lambda: run_check(get(sdpa), ns["scaled_dot_product_attention"]))
+    return said
+
+
+def test_what_is_said_of_a_helper_reads_in_chinese_and_the_english_is_unchanged(source_nb):
+    english = _what_the_helpers_say(source_nb)
+    assert english["notebook"] == NOTE and english["hidden"] == NOTE.replace(
+        "in your notebook it fails until `softmax` is fixed.", "with your `softmax` it fails some hidden cases.")
+    assert english["two"].startswith(
+        "your `LayerNorm` and `PositionwiseFeedForward`, used here, fail their own tests: fix them first. Your notebook "
+        "runs `EncoderLayer` with your own `LayerNorm` and `PositionwiseFeedForward`, so their mistake shows up here "
+        "too. The class grader judges each function with the course's version of the others, so there one mistake "
+        "costs its own points only.\nWhat this test saw with your `LayerNorm` and `PositionwiseFeedForward`:\n")
+    messages.set_language("zh")
+    try:
+        chinese = _what_the_helpers_say(source_nb)
+    finally:
+        messages.set_language(None)
+    # the leads, not the check's own diagnosis that follows them (it quotes what torch raised)
+    spoken = [chinese["hidden"], chinese["notebook"], *chinese["one"].split("\n")[:2], *chinese["two"].split("\n")[:2]]
+    assert [(s, WORDS.findall(re.sub(r"`[^`]*`", "", s))) for s in spoken if WORDS.search(re.sub(r"`[^`]*`", "", s))] == []
+    assert chinese["two"].startswith("这里用到的你的 `LayerNorm` 和 `PositionwiseFeedForward` 没有通过它们自己的测试")
+    # an unwritten helper keeps the check's own message in either language: what decides it is no English phrase
+    assert english["unwritten"] == english["unwritten, alone"] and chinese["unwritten"] == chinese["unwritten, alone"]
+    assert "尚未实现" in chinese["unwritten"]
+    assert english == _what_the_helpers_say(source_nb), "the English is what it was before Chinese was spoken"
 
 
 # --------------------------------------------------------------------------------------------

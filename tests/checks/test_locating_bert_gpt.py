@@ -20,6 +20,9 @@ from tests.checks.test_locating import _message, assert_located_at_its_line
 #: the sentences that locate a wrong value or a crash (autograder.locate)
 LOCATED = ("the first value after that which does not", "the first that should is", "your values agree with",
            "is not what your function returns", "was given there comes from", "was given on that line are right")
+#: the same sentences in Chinese (autograder/locale/zh_CN)
+LOCATED_ZH = ("你的值与参考计算", "第一个不一致的值", "第一个本应一致的值", "你的函数返回的并不是这个值", "的值来自",
+              "的张量是对的")
 
 # ---------------------------------------------------------------------------------------------
 # sample_next
@@ -319,6 +322,20 @@ def test_a_decoder_whose_steps_the_trace_does_not_hold_is_not_located():
     # where the cache went wrong.
     message = _message("bert_gpt.generate_with_cache", generate_through_a_function_the_trace_does_not_follow)
     assert "(k, v)" in message and not any(m in message for m in LOCATED), message
+
+
+@pytest.mark.parametrize(("check_id", "fn", "located"), [
+    ("bert_gpt.generate_with_cache", generate_cache_newest_first, False),
+    ("bert_gpt.generate_with_cache", generate_values_after_the_cached_keys, True),
+    ("bert_gpt.mask_tokens", mask_draws_for_the_chosen_only_with_labels_off, False),
+    ("bert_gpt.mask_tokens", mask_chooses_above_rate, True),
+], ids=lambda v: getattr(v, "__name__", str(v)))
+def test_the_checks_that_read_locate_s_sentence_decide_alike_in_chinese(check_id, fn, located, monkeypatch):
+    # These two checks keep or drop the location by a phrase of the sentence locate wrote, which is Chinese here
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    message = _message(check_id, fn)
+    assert any(m in message for m in LOCATED_ZH) == located, message
+    assert not any(m in message for m in LOCATED), message
 
 
 def test_the_stages_of_the_cached_decoder_end_at_the_oracle_s_last_logits():

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import subprocess
 import sys
 
@@ -129,6 +130,30 @@ def test_gradescope_results_of_an_ungraded_submission_say_why():
     assignment = Assignment(sc.ASSIGNMENT, sc.NOTEBOOK, ())
     data = gradescope_results(assignment, Result("x", sc.ASSIGNMENT, sc.NOTEBOOK, error="the notebook file is empty"))
     assert data["score"] == 0 and "Not graded: the notebook file is empty" in data["output"]
+
+
+def test_a_chinese_class_reads_its_feedback_page_and_gradescope_results_in_chinese(exported):
+    """Graded with --lang zh, what the learner reads around the checks' messages is Chinese too."""
+    from autograder import messages
+    from autograder.outputs.feedback import feedback_html
+    from course.tools.messages import WORDS
+
+    bob, ungraded = exported["results"]["bob"], Result("x", sc.ASSIGNMENT, sc.NOTEBOOK, error="…")
+    messages.set_language("zh")
+    try:
+        page = feedback_html(exported["assignment"], bob)
+        unread = feedback_html(exported["assignment"], ungraded)
+        results = gradescope_results(exported["assignment"], ungraded)
+    finally:
+        messages.set_language(None)
+    assert "<html lang='zh-CN'>" in page and "给 bob 的反馈" in page and "隐藏测试只报告通过或未通过" in page
+    assert "未评分：" in unread and results["output"].startswith("未评分：")
+    # nothing English left but what the learner and the test wrote (bob's messages and notes, the grade ids)
+    for text in (page, unread):
+        prose = re.sub(r"<style>.*?</style>|<[^>]+>", " ", text, flags=re.S)
+        for own in ["your weights do not sum to 1", "a note for bob", *(t.grade_id for t in exported["assignment"].tests)]:
+            prose = prose.replace(own, " ")
+        assert not WORDS.search(prose), WORDS.search(prose)
 
 
 # -- shards ----------------------------------------------------------------------------------------

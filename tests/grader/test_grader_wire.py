@@ -43,6 +43,38 @@ MALFORMED = {
                                                               "details": {"missing": [1, 2]}}}},
     "a shared pair of three": {"result": {"$raised": {"type": "StateMismatch", "message": "",
                                                      "details": {"shared": [["a", "b", "c"]]}}}},
+    "where it was raised in four parts": {"result": {"$raised": {"type": "X", "message": "",
+                                                                 "details": {"where": ["", "f", "3", "its cell"]}}}},
+    "where it was raised with a number": {"result": {"$raised": {"type": "X", "message": "",
+                                                                 "details": {"where": ["", "f", 3, "its cell", ""]}}}},
+    "where a submodule is made in three parts": {"result": {"$raised": {"type": "StateMismatch", "message": "",
+        "details": {"made": ["w_1", "5", "FFN.__init__"]}}}},
+    "where a submodule is made on a line that is not a number": {"result": {"$raised": {"type": "StateMismatch",
+        "message": "", "details": {"made": ["w_1", "five", "FFN.__init__", "self.w_1 = ..."]}}}},
+    "where a submodule is made on a negative line": {"result": {"$raised": {"type": "StateMismatch",
+        "message": "", "details": {"made": ["w_1", "-5", "FFN.__init__", "self.w_1 = ..."]}}}},
+    "where a submodule is made, as a record": {"result": {"$raised": {"type": "StateMismatch", "message": "",
+        "details": {"made": {"attribute": "w_1"}}}}},
+    "a wrong shape whose shape is a list": {"result": {"$raised": {"type": "StateMismatch", "message": "",
+        "details": {"shape": ["w_1.weight", [16, 32], "(32, 16)"]}}}},
+    "a wrong shape in two parts": {"result": {"$raised": {"type": "StateMismatch", "message": "",
+        "details": {"shape": ["w_1.weight", "(16, 32)"]}}}},
+    "encoded a number of times that is a number": {"result": {"$raised": {"type": "EncodedAgain", "message": "",
+        "details": {"encoded": [2]}}}},
+    "encoded an empty number of times": {"result": {"$raised": {"type": "EncodedAgain", "message": "",
+        "details": {"encoded": [""]}}}},
+    "encoded a count of 40 digits": {"result": {"$raised": {"type": "EncodedAgain", "message": "",
+        "details": {"encoded": ["9" * 40]}}}},
+    "encoded a count in other digits": {"result": {"$raised": {"type": "EncodedAgain", "message": "",
+        "details": {"encoded": ["\u0663"]}}}},
+    "encoded twice over": {"result": {"$raised": {"type": "EncodedAgain", "message": "",
+        "details": {"encoded": ["2", "3"]}}}},
+    "positions read that are a float": {"result": {"$raised": {"type": "Recomputed", "message": "",
+        "details": {"read": ["head", "1.5", "10"]}}}},
+    "positions read without the budget": {"result": {"$raised": {"type": "Recomputed", "message": "",
+        "details": {"read": ["head", "15"]}}}},
+    "positions read by a weight that is a number": {"result": {"$raised": {"type": "Recomputed", "message": "",
+        "details": {"read": [7, "15", "10"]}}}},
     "forbidden names that are a dict": {"result": {"$forbidden": {"a": 1}}},
     "a module result of one": {"result": {"$module": [1]}},
     "a product count that is not a number": {"result": {"$module": [1, {"$dict": []}, [["w", [1, "2", 3]]]]}},
@@ -97,6 +129,65 @@ def test_a_state_mismatch_travels_as_fields_not_as_a_sentence():
     assert back.details["missing"] == ("w_q.weight",)
     assert back.details["unexpected"] == ("norm1.gamma",)
     assert back.details["shared"] == (("cross_attn", "self_attn"),)
+
+
+def test_what_a_state_mismatch_says_besides_its_names_travels_as_parts_cut_to_their_caps():
+    from autograder.framework import StateMismatch, raised
+
+    try:
+        raise StateMismatch([], [], ("w_1", "5", "FFN.__init__", "self.w_1 = nn.Linear(d_ff, d_model)"),
+                            shape=("w_1.weight", "(16, 32)", "(32, 16)"))
+    except StateMismatch as exc:
+        sent = raised(exc)
+    back = wire.decode(json.loads(json.dumps(wire.encode(sent))))
+    assert back.details["made"] == ("w_1", "5", "FFN.__init__", "self.w_1 = nn.Linear(d_ff, d_model)")
+    assert back.details["shape"] == ("w_1.weight", "(16, 32)", "(32, 16)")
+    long = {"$raised": {"type": "StateMismatch", "message": "",
+                        "details": {"made": ["a" * 5000, "5", "b" * 5000, "c" * 5000], "shape": ["d" * 5000] * 3}}}
+    back = wire.decode(long)
+    assert [len(p) for p in back.details["made"]] == [200, 1, 500, 200]
+    assert [len(p) for p in back.details["shape"]] == [200, 500, 500]
+
+
+def test_what_the_course_s_toys_say_travels_as_numbers_and_names():
+    from harness.calls import Case, call_learner
+    from harness.providers import Provided
+
+    def encodes_twice(model, src):
+        model.encode(src)
+        return model.encode(src)
+
+    model = Provided("toy_translator", {"encodes": 1})
+    sent = call_learner(encodes_twice, Case("src", (model, torch.ones(1, 3, dtype=torch.long))))
+    back = wire.decode(json.loads(json.dumps(wire.encode(sent))))
+    assert back.type == "EncodedAgain" and back.details["encoded"] == ("2",) and len(back.details["where"]) == 5
+
+    def reads_twice(model, ids):
+        model(ids)
+        return model(ids)
+
+    sent = call_learner(reads_twice, Case("ids", (Provided("toy_gpt", {"budget": 4}), torch.ones(1, 3, dtype=torch.long))))
+    back = wire.decode(json.loads(json.dumps(wire.encode(sent))))
+    assert back.type == "Recomputed" and back.details["read"] == ("blocks[0].self_attn.w_q", "6", "4")
+
+
+def test_where_it_was_raised_travels_in_parts_that_the_grader_words_in_the_learner_s_language(monkeypatch):
+    from autograder.framework import raised, raised_where
+
+    def learner():
+        return [1][2]
+
+    try:
+        learner()
+    except IndexError as exc:
+        sent = raised(exc, learner)
+    back = wire.decode(json.loads(json.dumps(wire.encode(sent))))
+    assert back.details["where"][1:3] == ("test_where_it_was_raised_travels_in_parts_that_the_grader_words_in_the_"
+                                          "learner_s_language.<locals>.learner", str(learner.__code__.co_firstlineno + 1))
+    # the English is the learner's process's own sentence, word for word; Chinese from the same parts
+    assert raised_where(back) == f"\n  ({sent.where})" and sent.where.startswith("in your `")
+    monkeypatch.setenv("COURSE_LANG", "zh")
+    assert raised_where(back).startswith("\n  (在你的 `") and "return [1][2]" in raised_where(back)
 
 
 def test_requests_carry_cases_and_provided_objects_to_the_learner():

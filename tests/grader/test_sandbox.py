@@ -541,17 +541,35 @@ def tiled_attention(q, k, v, block_size, causal=False):
 '''
 
 
+VISIBLE_ALONE = '''
+
+def tiled_attention(q, k, v, block_size, causal=False):
+    if tuple(q.shape) == (24_576, 16) and block_size == 256:
+        return _tiled(q, k, v, block_size, causal)
+    return _whole(q, k, v, block_size, causal)
+'''
+
+
 @needs_bubblewrap
-def test_tiled_attention_that_builds_the_score_matrix_fails_at_the_workers_memory_limit():
-    """Chapter 9's long case is decided outside the learner's process: a whole score matrix is refused by the
-    kernel at the worker's limit, even from code that lifts its own call's budget, and the learner is told why."""
+@pytest.mark.parametrize("hidden", [False, True], ids=["visible", "hidden"])
+def test_tiled_attention_that_builds_the_score_matrix_fails_at_the_workers_memory_limit(hidden):
+    """Chapter 9's long cases are decided outside the learner's process: a whole score matrix is refused by the
+    kernel at the worker's limit, even from code that lifts its own call's budget, and the learner is told why.
+    The hidden long case, of a length drawn from the course secret, is refused as the visible one is."""
     nb = to_nbgrader(source_path("hardware"))
     assignment = Assignment.from_notebook(chapter_of("hardware").assignment, "hardware", nb)
     cells, _ = notebook_cells(nb, assignment.test_ids)
-    cells = [WHOLE_MATRIX if "def tiled_attention(" in c else c for c in cells]
+    # hidden: the visible long case (public) is tiled by the solution's own code, every other case gets the matrix
+    cells = [(c.replace("def tiled_attention(", "def _tiled(") + WHOLE_MATRIX.replace("def tiled_attention(", "def _whole(")
+              + VISIBLE_ALONE if hidden else WHOLE_MATRIX) if "def tiled_attention(" in c else c for c in cells]
     tests = tuple(t for t in assignment.tests if t.grade_id == "test_tiled_attention")
     outcomes, _ = grade_cells(dataclasses.replace(assignment, tests=tests), cells, Limits(), [REPO],
-                              include_hidden=False)
+                              include_hidden=hidden)
     (outcome,) = outcomes
     assert not outcome.passed
-    assert "can't allocate memory" in outcome.message and "2.25 GiB" in outcome.message, outcome.message
+    if not hidden:
+        assert "can't allocate memory" in outcome.message and "2.25 GiB" in outcome.message, outcome.message
+        return
+    # A hidden failure is not told. A whole matrix is right attention, so of the hidden cases only the long one can
+    # fail it; the catalogue's "tiles the visible long case alone" shows, in the notebook's process, the message.
+    assert outcome.hidden_failed and not outcome.message, outcome

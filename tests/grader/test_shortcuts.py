@@ -3,6 +3,7 @@ reaches past the checks, is judged before anything runs; correct code in any sty
 from __future__ import annotations
 
 import csv
+import re
 import sys
 import threading
 import time
@@ -12,6 +13,7 @@ import nbformat
 import pytest
 import torch
 
+from autograder import messages
 from autograder.assignment import Assignment
 from autograder.checks import get
 from autograder.engine import Result, grade_cells
@@ -21,9 +23,10 @@ from autograder.outputs.feedback import feedback_html
 from autograder.outputs.grade_files import write_csv
 from autograder.run import summary
 from autograder.sandbox import Limits
-from autograder.source.shortcuts import OutOfTime, scan
+from autograder.source.shortcuts import REVIEW, RULES, OutOfTime, scan
 from autograder.submissions import Unreadable, code_cells, notebook_cells
 from course import source_trees
+from course.tools.messages import WORDS
 from harness.calls import follow_threads
 from tests.conftest import NOTEBOOKS, chapter_of
 
@@ -274,6 +277,58 @@ def test_a_cell_the_grader_cannot_parse_costs_every_function(source_nb):
     found = _scan(assignment, ["y = " + " + ".join(["1"] * 5000)])
     assert set(found.forbidden) == set(assignment.functions)
     assert "nested too deeply" in found.message("softmax")
+
+
+# A learner's cell for each rule and each flag for review: what the learner reads of each, in either language.
+SPOKEN = [
+    "def softmax(x, dim=-1):\n    return eval('x.softmax(dim)')",
+    "import torch\ndef softmax(x, dim=-1):\n    return torch.softmax(x, dim)",
+    "import torch._C as C",
+    "import torch\ndef softmax(x, dim=-1):\n    return softmax.__globals__, getattr(torch, 'soft' + 'max')",
+    "from autograder import oracles",
+    "from transformer import model",
+    "import threading",
+    "y = " + " + ".join(["1"] * 5000),
+    "".join(f"import m{i} as a\nb{i} = a\n" for i in range(40)) + "print(a.x)",
+    "import ctypes, importlib, torch\nfrom math import *\ng = globals()\ntorch.softmax = None\n"
+    "m = importlib.import_module(name)\ndef softmax(x, dim=-1):\n    return getattr(x, 'soft' + 'max')(dim)",
+]
+
+
+def _spoken(assignment: Assignment) -> tuple[list[str], set[str], set[str]]:
+    """Every message and flag the cells of SPOKEN give, and the rules and flags they come from."""
+    texts, rules, flags = [], set(), set()
+    for source in SPOKEN:
+        found = _scan(assignment, [source])
+        texts += [found.message(f) for f in sorted(found.forbidden)] + found.flags()
+        rules |= {f.rule for findings in found.forbidden.values() for f in findings}
+        flags |= {f.rule for f in found.review}
+    return texts, rules, flags
+
+
+def _english_outside_code(text: str) -> list[str]:
+    """Runs of three English words outside backquotes."""
+    return WORDS.findall(re.sub(r"`[^`]*`", "", text))
+
+
+def test_what_a_shortcut_costs_reads_in_chinese_and_the_english_is_unchanged(source_nb):
+    assignment = _assignment("attention", source_nb)
+    english, rules, flags = _spoken(assignment)
+    assert rules == {*RULES, "forbidden", "unread"} and flags == set(REVIEW), (rules, flags)
+    cell = len(assignment.given) + 1
+    assert english[0] == (f"`softmax` scores 0: line 2 of code cell {cell} (`def softmax(x, dim=-1):`) "
+                          "uses `eval`, and eval, exec and compile run code the grader cannot read. Graded code may "
+                          "not use it anywhere in the notebook.")
+    messages.set_language("zh")
+    try:
+        chinese, _, _ = _spoken(assignment)
+    finally:
+        messages.set_language(None)
+    assert len(chinese) == len(english)
+    assert [(c, _english_outside_code(c)) for c in chinese if _english_outside_code(c)] == []
+    assert chinese[1].startswith("`softmax` 调用了 torch.softmax（") and english[1].startswith(
+        "`softmax` calls torch.softmax, which this exercise asks you to build yourself (line 3 of code cell")
+    assert english == _spoken(assignment)[0], "the English is what it was before Chinese was spoken"
 
 
 def _in_a_thread(x, dim=-1):

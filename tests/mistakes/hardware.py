@@ -7,6 +7,7 @@ import torch
 from torch import nn
 
 from reference.attention import scaled_dot_product_attention
+from reference.hardware import tiled_attention
 
 from . import Mistake, Spoiled
 
@@ -165,6 +166,13 @@ def tiled_whole_matrix(q, k, v, block_size, causal=False):
         s = s.masked_fill(torch.ones(s.shape[-2:], dtype=torch.bool).triu(1), float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
     return torch.exp(s - lse[..., None]) @ v, lse
+
+
+def tiled_only_where_the_visible_case_is_long(q, k, v, block_size, causal=False):
+    # the visible long case's inputs are public: an answer may tile that one shape alone
+    if tuple(q.shape) == (24_576, 16) and block_size == 256:
+        return tiled_attention(q, k, v, block_size, causal)
+    return tiled_whole_matrix(q, k, v, block_size, causal)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -455,8 +463,10 @@ MISTAKES = [
     Mistake(TILED, "lse without the maximum", tiled_lse_without_max, "missing the running maximum", rule="lse"),
     Mistake(TILED, "lse keeps its last axis", tiled_lse_keeps_axis, "it kept the last axis",
             rule="output is (..., T_q, d_v), lse is (..., T_q)"),
-    # the long case is visible only: the graded test cell runs it beside the hidden ones
-    Mistake(TILED, "the whole score matrix", tiled_whole_matrix, "2.25 GiB", visible_only=True, rule="raises nothing"),
+    Mistake(TILED, "the whole score matrix", tiled_whole_matrix, "a graded process may allocate 2 GiB",
+            rule="raises nothing"),
+    Mistake(TILED, "tiles the visible long case alone", tiled_only_where_the_visible_case_is_long,
+            "a graded process may allocate 2 GiB", hidden_only=True, rule="raises nothing"),
     Mistake(ROPE, "rotate-half pairing", rope_halves, "paired as (i, i + d/2)", rule="the rotation of each pair"),
     Mistake(ROPE, "frequencies base^(-i/d)", rope_exponent, "base ** (-i / d)", rule="the rotation of each pair"),
     Mistake(ROPE, "turns the other way", rope_wrong_way, "the other way", rule="the rotation of each pair"),

@@ -56,3 +56,39 @@ def test_the_rule_sees_a_trend_without_an_assert():
     page = ("```{code-cell} ipython3\nprint(times)\n```\n\nThe time grows with the length.\n\n"
             "```{code-cell} ipython3\nprint(t)\nassert t[1] > t[0]\n```\n\nThe gap rises.\n")
     assert [(w, a) for _, w, a in trend_paragraphs(page)] == [("grows", False), ("rises", True)]
+
+
+#: the cells that read a clock and assert something else: (page, a line of the cell) -> why
+NOT_A_TIMING_CLAIM = {
+    ("book/ch09_hardware", "assert torch.equal(*same)"): "the tokens written, not the seconds taken",
+}
+
+
+def cells_that_time_and_assert(text: str, page: str):
+    """The code cells that read time.perf_counter themselves, when they or the cell after them (a
+    figure of the times, as a rule) assert, unless listed above."""
+    bodies = [cell["body"] for cell in CODE_CELL.finditer(text)] + [""]
+    for body, after in zip(bodies, bodies[1:]):
+        asserting = [cell for cell in (body, after) if re.search(r"^\s*assert\b", cell, re.M)]
+        if "perf_counter" in body and asserting and not any(
+                where == page and line in cell for where, line in NOT_A_TIMING_CLAIM for cell in asserting):
+            yield body.strip().splitlines()[0]
+
+
+@pytest.mark.parametrize("page", [p for p in toc_pages() if (REPO / f"{p}.md").is_file()])
+def test_a_claim_about_timings_is_measured_through_fastest(page):
+    """A page asserts a timing claim on the machine that builds the site, busy or not: a cell that
+    clocks its own runs and asserts fails the build when another program takes a core for a moment.
+    course.tools.page_timing.fastest takes the runs in turns and adds rounds while the claim is false."""
+    own_clocks = list(cells_that_time_and_assert((REPO / f"{page}.md").read_text(), page))
+    assert not own_clocks, f"{page}: time these cells' runs with fastest(runs, claim): {own_clocks}"
+
+
+def test_the_rule_sees_a_cell_that_clocks_its_own_runs_and_asserts():
+    own = ("```{code-cell} ipython3\nstart = time.perf_counter()\nf()\nt = time.perf_counter() - start\n"
+           "assert t < 1\n```\n")
+    through = "```{code-cell} ipython3\nbest = fastest(runs, claim)\nassert claim(best)\n```\n"
+    figure_after = own.replace("assert t < 1\n", "") + "\n```{code-cell} ipython3\nplot(t)\nassert t < 1\n```\n"
+    assert list(cells_that_time_and_assert(own, "book/x")) == ["start = time.perf_counter()"]
+    assert list(cells_that_time_and_assert(figure_after, "book/x")) == ["start = time.perf_counter()"]
+    assert not list(cells_that_time_and_assert(through, "book/x"))

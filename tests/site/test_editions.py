@@ -24,14 +24,24 @@ STRUCTURE = {
 }
 
 
+#: words inside display math (\text{if }, \text{so that}), which each edition writes in its language; a
+#: subscript's name (d_\text{model}) is one word without a space and stays the same in both
+MATH_WORDS = re.compile(r"\\text\{[^{}]*(?:\s|[\u4e00-\u9fff]|[,:.，：。])[^{}]*\}")
+
+
 def _prose(text: str) -> str:
     return editions.CODE_CELL.sub("", text)
+
+
+def _equation(math: str) -> str:
+    return MATH_WORDS.sub(r"\\text{…}", math)
 
 
 def structure(text: str) -> dict[str, Counter]:
     prose = _prose(text)
     found = {name: Counter(m.group(1) for m in pattern.finditer(prose)) for name, pattern in STRUCTURE.items()}
     found["glossary links"] = Counter(term.strip().lower() for term in found["glossary links"].elements())
+    found["display equations"] = Counter(map(_equation, found["display equations"].elements()))
     # a sentence the code glues is glued in each language, the Chinese one as <name>_zh (chapter 8's verdict)
     found["glued values"] = Counter(re.sub(r"_zh(?=$|:)", "", name) for name in found["glued values"].elements())
     return found

@@ -344,6 +344,19 @@ def test_the_chinese_font_is_the_sites_own(browser, server):
     assert family.startswith('"Course CJK"'), family
 
 
+def test_the_chinese_words_inside_equations_are_drawn_with_the_sites_font(browser, server):
+    """MathJax's fonts have no Chinese: a \\text{} of the Chinese edition falls back to the site's font, not to
+    whatever serif the reader has (on a machine without a Chinese font, boxes)."""
+    base, _ = server
+    browser.get(f"{base}/zh/book/ch02_attention.html")
+    _wait_for_mathjax(browser)
+    families = browser.execute_script(
+        "return [...document.querySelectorAll('mjx-container mjx-utext')]"
+        ".filter(e => /[\\u4e00-\\u9fff]/.test(e.textContent)).map(e => getComputedStyle(e).fontFamily)")
+    assert families, "no Chinese inside the page's equations"
+    assert all(f.startswith('"Course CJK"') for f in families), families
+
+
 def test_every_chapter_page_links_its_exercise(visits, server):
     base, _ = server
     chapters = [p for p in toc_pages() if p.startswith("book/ch") or p == "book/transformer"]

@@ -23,6 +23,7 @@ from ...framework import (
     rule,
     seeded,
 )
+from ...messages import N_, tr
 from .draws import RETURNED, bound, seed_groups, seeded_generator
 
 
@@ -40,15 +41,27 @@ def _bert_batch(g: torch.Generator, B: int, T: int, ordinary: list[int], pad: in
 
 
 #: the stages of the choice that a learner's values must reach for a location to be given
-FIRST_DRAW = "the first uniform draw, torch.rand(ids.shape, generator=generator)"
-BELOW_RATE = "the positions whose first draw is below rate"
+FIRST_DRAW = N_("the first uniform draw, torch.rand(ids.shape, generator=generator)")
+BELOW_RATE = N_("the positions whose first draw is below rate")
+
+
+def _label(shape: tuple, vocab_size: int, specials: Sequence[int], mask: int, seed: int, rate: float | None) -> str:
+    """A case's label: its ids, its arguments and its generator's seed."""
+    if rate is None:
+        text = tr("ids {shape} (sentence pairs with [CLS], [SEP] and padding), vocab_size={vocab_size}, "
+                  "special_ids={specials}, mask_id={mask}, generator seeded with {seed}")
+    else:
+        text = tr("ids {shape} (sentence pairs with [CLS], [SEP] and padding), vocab_size={vocab_size}, "
+                  "special_ids={specials}, mask_id={mask}, generator seeded with {seed}, rate={rate}")
+    return text.format(shape=tuple(shape), vocab_size=vocab_size, specials=list(specials), mask=mask, seed=seed,
+                       rate=rate)
 
 
 class MaskTokensCheck(Check):
     function = "mask_tokens"
     follows_device = False  # it draws from the caller\'s generator, which lives on the CPU
-    oracle = "BERT's rule: the exact properties, and its rates within a 5-sigma binomial bound"
-    invalid_hint = "a rate outside (0, 1] means nothing: raise ValueError with a message that names rate."
+    oracle = N_("BERT's rule: the exact properties, and its rates within a 5-sigma binomial bound")
+    invalid_hint = N_("a rate outside (0, 1] means nothing: raise ValueError with a message that names rate.")
     invalid_returned = RETURNED
     invalid_argument = "rate"
 
@@ -64,21 +77,24 @@ class MaskTokensCheck(Check):
                       "generator": seeded_generator(seed)}
             if rate is not None:
                 kwargs["rate"] = rate
-            label = (f"ids {tuple(ids.shape)} (sentence pairs with [CLS], [SEP] and padding), vocab_size={vocab_size}, "
-                     f"special_ids={list(specials)}, mask_id={mask}, generator seeded with {seed}"
-                     + ("" if rate is None else f", rate={rate}"))
+            label = _label(ids.shape, vocab_size, specials, mask, seed, rate)
             return Case(label, (ids,), kwargs, tag), ids
+
+        def reseeded(c: Case, seed: int) -> str:
+            """The label of ``c`` with a generator of another seed."""
+            kw = c.kwargs
+            return _label(c.args[0].shape, kw["vocab_size"], kw["special_ids"], kw["mask_id"], seed, kw.get("rate"))
 
         main, _ = case(96, 64, 40, seed=1, tag="main")
         out = [
             main,
             Case(main.label, main.args, dict(main.kwargs), "again"),
-            Case(main.label.replace("seeded with 1", "seeded with 2"), main.args,
+            Case(reseeded(main, 2), main.args,
                  dict(main.kwargs) | {"generator": seeded_generator(2)}, "other-seed"),
             case(160, 100, 12, seed=3, rate=1.0, tag="all")[0],
             case(48, 40, 30, specials=(0, 1, 2, 3, 4), seed=4, rate=0.4)[0],
             # Two ordinary ids: a random replacement gives the original token back half the time, as the text allows.
-            case(200, 60, 6, seed=6, rate=1.0, tag="two ordinary ids")[0],
+            case(200, 60, 6, seed=6, rate=1.0, tag="two ordinary ids")[0],  # english: a tag, matched in code
             case(4, 12, 20, seed=5, rate=0.0, tag="invalid")[0],
             case(4, 12, 20, seed=5, rate=1.5, tag="invalid")[0],
         ]
@@ -88,7 +104,7 @@ class MaskTokensCheck(Check):
             out += [
                 hidden_main,
                 Case(hidden_main.label, hidden_main.args, dict(hidden_main.kwargs), "again"),
-                Case(hidden_main.label.replace("seeded with 11", "seeded with 12"), hidden_main.args,
+                Case(reseeded(hidden_main, 12), hidden_main.args,
                      dict(hidden_main.kwargs) | {"generator": seeded_generator(12)}, "other-seed"),
                 case(200, 100, 10, specials=(7, 0, 9, 3), seed=13, rate=1.0, tag="all")[0],
                 case(64, 50, 60, seed=14, rate=0.05)[0],
@@ -113,11 +129,11 @@ class MaskTokensCheck(Check):
         drawn = [torch.rand(ids.shape, generator=seeded(seed), dtype=dtype) for dtype in (torch.float32, torch.float64)]
         below = [u < rate for u in drawn]
         return [
-            Stage.of("the positions of the special tokens (or of the ordinary ones), torch.isin(ids, special_ids)",
+            Stage.of(tr("the positions of the special tokens (or of the ordinary ones), torch.isin(ids, special_ids)"),
                      special, ~special),
-            Stage(FIRST_DRAW, tuple(drawn)),
-            Stage(BELOW_RATE, tuple(below)),
-            Stage("the chosen positions: below rate, and not a special token", tuple(b & ~special for b in below)),
+            Stage(tr(FIRST_DRAW), tuple(drawn)),
+            Stage(tr(BELOW_RATE), tuple(below)),
+            Stage(tr("the chosen positions: below rate, and not a special token"), tuple(b & ~special for b in below)),
         ]
 
     def where_values_part(self, case: Case, seen: Any) -> str:
@@ -125,7 +141,9 @@ class MaskTokensCheck(Check):
         agrees: a first draw of another kind, or one for something else, may be right, and a value after the
         choice may be made in another right way (:meth:`stages`)."""
         said = super().where_values_part(case, seen)
-        return said if any(f"({name})" in said for name in (FIRST_DRAW, BELOW_RATE)) else ""
+        # the stage's name as the sentence gives it, in parentheses (full-width ones in Chinese)
+        names = [tr(name) for name in (FIRST_DRAW, BELOW_RATE)]
+        return said if any(f"({name})" in said or f"（{name}）" in said for name in names) else ""
 
     #: a crash is not followed back: the values made after the choice are none of the stages', so an earlier
     #: line blamed could be a right one
@@ -145,7 +163,6 @@ class MaskTokensCheck(Check):
             K=len(ordinary), inputs=inputs, labels=labels,
             is_special=torch.isin(ids, torch.tensor(sorted(specials))),  # (B, T)
             chosen=labels != -100,  # (B, T)
-            where=f"on the case {case.label}",
         )
 
     @staticmethod
@@ -158,17 +175,18 @@ class MaskTokensCheck(Check):
         (ids,) = case.args
         inputs, labels = expect_tuple(result, 2, "`mask_tokens`", case, "inputs, labels")
         for name, t in (("inputs", inputs), ("labels", labels)):
-            t = expect_tensor(t, f"`mask_tokens`'s {name}", case)
+            t = expect_tensor(t, tr("`{function}`'s {name}").format(function=self.function, name=name), case)
             if tuple(t.shape) != tuple(ids.shape):
-                raise CheckFailed(
-                    f"`mask_tokens`'s {name} have shape {tuple(t.shape)} on the case {case.label}; they must have the "
-                    f"shape of ids, {tuple(ids.shape)}: one entry per position."
-                )
+                raise CheckFailed(tr(
+                    "`{function}`'s {name} have shape {shape} on the case {case}; they must have the shape of ids, "
+                    "{expected}: one entry per position."
+                ).format(function=self.function, name=name, shape=tuple(t.shape), case=case.label,
+                         expected=tuple(ids.shape)))
             if t.dtype != torch.long:
-                raise CheckFailed(
-                    f"`mask_tokens`'s {name} have dtype {t.dtype} on the case {case.label}; token ids and labels are "
-                    "torch.long, the dtype of ids (embeddings and F.cross_entropy need it)."
-                )
+                raise CheckFailed(tr(
+                    "`{function}`'s {name} have dtype {dtype} on the case {case}; token ids and labels are torch.long, "
+                    "the dtype of ids (embeddings and F.cross_entropy need it)."
+                ).format(function=self.function, name=name, dtype=t.dtype, case=case.label))
 
     @rule("labels: the original id where chosen, -100 elsewhere", returns=(1, "the labels"))
     def _labels(self, case: Case, result: Any) -> None:
@@ -179,33 +197,34 @@ class MaskTokensCheck(Check):
             b, t = self._first(wrong_label)
             values = labels[wrong_label].unique().tolist()
             if len(values) == 1 and (labels == values[0]).sum() > 0.5 * labels.numel():
-                raise CheckFailed(
-                    f"`mask_tokens`'s labels are {values[0]} at most positions on the case {case.label}: a position "
-                    "that was not chosen must have the label -100, the value F.cross_entropy ignores, and a chosen "
-                    "one its original id."
-                )
+                raise CheckFailed(tr(
+                    "`{function}`'s labels are {value} at most positions on the case {case}: a position that was not "
+                    "chosen must have the label -100, the value F.cross_entropy ignores, and a chosen one its original id."
+                ).format(function=self.function, value=values[0], case=case.label))
             if labels[b, t] == d.mask_id or (labels[wrong_label] == d.inputs[wrong_label]).all():
-                raise CheckFailed(
-                    f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the "
-                    f"original token was {int(ids[b, t])}: the labels were taken after the replacements were written. "
-                    "Did you write into ids itself (inputs = ids, then inputs[...] = mask_id)? Clone ids first, and "
-                    "take the labels from the original ids."
-                )
-            raise CheckFailed(
-                f"`mask_tokens`'s label at {(b, t)} is {int(labels[b, t])} on the case {case.label}, where the original "
-                f"token was {int(ids[b, t])}: a chosen position's label is its original id, every other one is -100."
-            )
+                raise CheckFailed(tr(
+                    "`{function}`'s label at {position} is {label} on the case {case}, where the original token was "
+                    "{original}: the labels were taken after the replacements were written. Did you write into ids "
+                    "itself (inputs = ids, then inputs[...] = mask_id)? Clone ids first, and take the labels from the "
+                    "original ids."
+                ).format(function=self.function, position=(b, t), label=int(labels[b, t]), case=case.label,
+                         original=int(ids[b, t])))
+            raise CheckFailed(tr(
+                "`{function}`'s label at {position} is {label} on the case {case}, where the original token was "
+                "{original}: a chosen position's label is its original id, every other one is -100."
+            ).format(function=self.function, position=(b, t), label=int(labels[b, t]), case=case.label,
+                     original=int(ids[b, t])))
 
     @rule("no special token chosen", returns=(1, "the labels"))
     def _no_special_chosen(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
         if (d.chosen & d.is_special).any():
             b, t = self._first(d.chosen & d.is_special)
-            raise CheckFailed(
-                f"`mask_tokens` chose the special token {int(d.ids[b, t])} at {(b, t)} on the case {case.label}: special "
-                "tokens (those in special_ids: padding, [CLS], [SEP], ...) are never chosen. Choose only among the "
-                "positions whose id is not in special_ids (torch.isin helps)."
-            )
+            raise CheckFailed(tr(
+                "`{function}` chose the special token {token} at {position} on the case {case}: special tokens (those "
+                "in special_ids: padding, [CLS], [SEP], ...) are never chosen. Choose only among the positions whose "
+                "id is not in special_ids (torch.isin helps)."
+            ).format(function=self.function, token=int(d.ids[b, t]), position=(b, t), case=case.label))
 
     @rule("only chosen positions change", returns=(0, "the inputs"))
     def _only_chosen_change(self, case: Case, result: Any) -> None:
@@ -216,13 +235,14 @@ class MaskTokensCheck(Check):
             b, t = self._first(changed)
             hint = ""
             if (inputs[changed] != mask_id).all() and chosen.any() and (inputs[chosen] == mask_id).all():
-                hint = (" It looks as if only the [MASK] positions got a label: every chosen position gets its label, "
-                        "whether it became [MASK], a random token or stayed as it was.")
-            raise CheckFailed(
-                f"`mask_tokens` changed the input at {(b, t)} from {int(ids[b, t])} to {int(inputs[b, t])} on the case "
-                f"{case.label}, where the label is -100 (not chosen). Only chosen positions may change; draw the chosen "
-                f"positions once and use that one mask for the inputs and the labels.{hint}"
-            )
+                hint = tr(" It looks as if only the [MASK] positions got a label: every chosen position gets its "
+                          "label, whether it became [MASK], a random token or stayed as it was.")
+            raise CheckFailed(tr(
+                "`{function}` changed the input at {position} from {before} to {after} on the case {case}, where the "
+                "label is -100 (not chosen). Only chosen positions may change; draw the chosen positions once and use "
+                "that one mask for the inputs and the labels.{hint}"
+            ).format(function=self.function, position=(b, t), before=int(ids[b, t]), after=int(inputs[b, t]),
+                     case=case.label, hint=hint))
 
     @rule("replacements are ordinary ids", returns=(0, "the inputs"))
     def _ordinary_replacements(self, case: Case, result: Any) -> None:
@@ -230,43 +250,45 @@ class MaskTokensCheck(Check):
         bad_draw = d.chosen & (d.inputs != d.mask_id) & torch.isin(d.inputs, torch.tensor(sorted(d.specials)))
         if bad_draw.any():
             b, t = self._first(bad_draw)
-            raise CheckFailed(
-                f"`mask_tokens` put the special token {int(d.inputs[b, t])} at {(b, t)} on the case {case.label}: a "
-                "random replacement is drawn from the ordinary ids only, never a special one. Draw an index into the "
-                "list of ordinary ids (torch.randint(len(ordinary), ..., generator=generator))."
-            )
+            raise CheckFailed(tr(
+                "`{function}` put the special token {token} at {position} on the case {case}: a random replacement is "
+                "drawn from the ordinary ids only, never a special one. Draw an index into the list of ordinary ids "
+                "(torch.randint(len(ordinary), ..., generator=generator))."
+            ).format(function=self.function, token=int(d.inputs[b, t]), position=(b, t), case=case.label))
 
     # The rates. Counts of independent draws: binomial, judged with a 5-sigma bound.
     @rule("rate", about=("rate",))
     def _rate(self, case: Case, result: Any) -> None:
         d = self._draws(case, result)
-        rate, where = d.rate, d.where
+        rate = d.rate
         n_candidates, n_chosen = int((~d.is_special).sum()), int(d.chosen.sum())
         if rate == 1.0:
             if n_chosen != n_candidates:
-                raise CheckFailed(
-                    f"`mask_tokens` chose {n_chosen} of the {n_candidates} ordinary tokens {where}: with rate=1.0 every "
-                    "ordinary token is chosen. Choose each with probability rate, e.g. torch.rand(...) < rate."
-                )
+                raise CheckFailed(tr(
+                    "`{function}` chose {chosen} of the {candidates} ordinary tokens on the case {case}: with rate=1.0 "
+                    "every ordinary token is chosen. Choose each with probability rate, e.g. torch.rand(...) < rate."
+                ).format(function=self.function, chosen=n_chosen, candidates=n_candidates, case=case.label))
         else:
             low, high = n_candidates * rate - bound(n_candidates, rate), n_candidates * rate + bound(n_candidates, rate)
             if not low <= n_chosen <= high:
                 share = n_chosen / max(1, d.ids.numel())
-                hint = (" That is about rate times all positions: count only the ordinary tokens (specials and padding "
-                        "are never candidates), and choose each of them with probability rate."
+                hint = (tr(" That is about rate times all positions: count only the ordinary tokens (specials and "
+                           "padding are never candidates), and choose each of them with probability rate.")
                         if abs(share - rate) < abs(n_chosen / max(1, n_candidates) - rate) else
-                        " Choose each ordinary token independently with probability rate: torch.rand(ids.shape, "
-                        "generator=generator) < rate, restricted to the ordinary positions.")
-                raise CheckFailed(
-                    f"`mask_tokens` chose {n_chosen} of the {n_candidates} ordinary tokens ({n_chosen / n_candidates:.1%}) "
-                    f"{where}, where rate={rate} expects between {max(low, 0):.0f} and {high:.0f} (a 5-sigma bound).{hint}"
-                )
+                        tr(" Choose each ordinary token independently with probability rate: torch.rand(ids.shape, "
+                           "generator=generator) < rate, restricted to the ordinary positions."))
+                raise CheckFailed(tr(
+                    "`{function}` chose {chosen} of the {candidates} ordinary tokens ({share}) on the case {case}, where "
+                    "rate={rate} expects between {low} and {high} (a 5-sigma bound).{hint}"
+                ).format(function=self.function, chosen=n_chosen, candidates=n_candidates,
+                         share=f"{n_chosen / n_candidates:.1%}", case=case.label, rate=rate, low=f"{max(low, 0):.0f}",
+                         high=f"{high:.0f}", hint=hint))
 
     @rule("80 / 10 / 10", returns=(0, "the inputs"))
     def _shares(self, case: Case, result: Any) -> None:
         """The shares of the chosen tokens that became [MASK], another token, or stayed (on 200 chosen or more)."""
         d = self._draws(case, result)
-        chosen, inputs, ids, K, where = d.chosen, d.inputs, d.ids, d.K, d.where
+        chosen, inputs, ids, K = d.chosen, d.inputs, d.ids, d.K
         n_chosen = int(chosen.sum())
         if n_chosen < 200:
             return
@@ -275,41 +297,46 @@ class MaskTokensCheck(Check):
         other = n_chosen - masked - same
         p_same = 0.1 + 0.1 / K  # left alone, or replaced by itself
         p_other = 0.1 * (K - 1) / K
-        shares = f"{masked} became [MASK], {other} another token, {same} stayed as they were"
-        one_draw = (" Draw one number u per chosen position: u < 0.8 gives [MASK], 0.8 <= u < 0.9 a random ordinary "
-                    "token, the rest stay as they are (a second draw that overwrites some [MASK]s changes the shares).")
+        shares = tr("{masked} became [MASK], {other} another token, {same} stayed as they were").format(
+            masked=masked, other=other, same=same)
+        one_draw = tr(" Draw one number u per chosen position: u < 0.8 gives [MASK], 0.8 <= u < 0.9 a random ordinary "
+                      "token, the rest stay as they are (a second draw that overwrites some [MASK]s changes the shares).")
 
         def outside(count: int, p: float) -> bool:
             return abs(count - n_chosen * p) > bound(n_chosen, p)
 
         if outside(masked, 0.8):
-            hint = ("every chosen token became [MASK]; only 80% do: 10% get a random ordinary token and 10% keep their own."
+            hint = (tr("every chosen token became [MASK]; only 80% do: 10% get a random ordinary token and 10% keep "
+                       "their own.")
                     if masked == n_chosen else
-                    "80% of the chosen tokens become [MASK]." + one_draw)
-            raise CheckFailed(
-                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {0.8 * n_chosen:.0f} "
-                f"(80%, within {bound(n_chosen, 0.8):.0f}) should have become [MASK]: {hint}"
-            )
+                    tr("80% of the chosen tokens become [MASK].{draw}").format(draw=one_draw))
+            raise CheckFailed(tr(
+                "`{function}`: of the {chosen} chosen tokens on the case {case}, {shares}; about {expected} (80%, within "
+                "{bound}) should have become [MASK]: {hint}"
+            ).format(function=self.function, chosen=n_chosen, case=case.label, shares=shares,
+                     expected=f"{0.8 * n_chosen:.0f}", bound=f"{bound(n_chosen, 0.8):.0f}", hint=hint))
         if outside(other, p_other) and not outside(other, 0.1) and not outside(same, 0.1):
-            raise CheckFailed(
-                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_other * n_chosen:.0f} "
-                f"(within {bound(n_chosen, p_other):.0f}) should have become another token: a random replacement "
-                f"never gave back the original token, but it is drawn from all {K} ordinary ids, the original "
-                f"included, so 1 time in {K} it is the token itself, which then stays as it was."
-            )
+            raise CheckFailed(tr(
+                "`{function}`: of the {chosen} chosen tokens on the case {case}, {shares}; about {expected} (within "
+                "{bound}) should have become another token: a random replacement never gave back the original token, "
+                "but it is drawn from all {K} ordinary ids, the original included, so 1 time in {K} it is the token "
+                "itself, which then stays as it was."
+            ).format(function=self.function, chosen=n_chosen, case=case.label, shares=shares,
+                     expected=f"{p_other * n_chosen:.0f}", bound=f"{bound(n_chosen, p_other):.0f}", K=K))
         if outside(other, p_other):
-            raise CheckFailed(
-                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_other * n_chosen:.0f} "
-                f"(within {bound(n_chosen, p_other):.0f}) should have been replaced by a random ordinary token, 10% of "
-                "the chosen ones (a random draw that happens to give the original token leaves it as it was)."
-                + one_draw
-            )
+            raise CheckFailed(tr(
+                "`{function}`: of the {chosen} chosen tokens on the case {case}, {shares}; about {expected} (within "
+                "{bound}) should have been replaced by a random ordinary token, 10% of the chosen ones (a random draw "
+                "that happens to give the original token leaves it as it was).{draw}"
+            ).format(function=self.function, chosen=n_chosen, case=case.label, shares=shares,
+                     expected=f"{p_other * n_chosen:.0f}", bound=f"{bound(n_chosen, p_other):.0f}", draw=one_draw))
         if outside(same, p_same):
-            raise CheckFailed(
-                f"`mask_tokens`: of the {n_chosen} chosen tokens {where}, {shares}; about {p_same * n_chosen:.0f} "
-                f"(within {bound(n_chosen, p_same):.0f}) should have kept their own id: 10%, plus the random draws "
-                "that happen to give the original token." + one_draw
-            )
+            raise CheckFailed(tr(
+                "`{function}`: of the {chosen} chosen tokens on the case {case}, {shares}; about {expected} (within "
+                "{bound}) should have kept their own id: 10%, plus the random draws that happen to give the original "
+                "token.{draw}"
+            ).format(function=self.function, chosen=n_chosen, case=case.label, shares=shares,
+                     expected=f"{p_same * n_chosen:.0f}", bound=f"{bound(n_chosen, p_same):.0f}", draw=one_draw))
 
     @rule("replacements spread evenly", returns=(0, "the inputs"))
     def _even_replacements(self, case: Case, result: Any) -> None:
@@ -323,14 +350,14 @@ class MaskTokensCheck(Check):
             drawn = int((chosen & (ids != v) & (inputs == v)).sum())
             p = 0.1 / K
             if abs(drawn - could * p) > bound(could, p) and could * p > 20:
-                hint = (" It is the largest ordinary id: the upper end of torch.randint(low, high) is excluded."
+                hint = (tr(" It is the largest ordinary id: the upper end of torch.randint(low, high) is excluded.")
                         if v == max(ordinary) and drawn == 0 else "")
-                raise CheckFailed(
-                    f"`mask_tokens`'s random replacements are not spread evenly over the ordinary ids {d.where}: the id "
-                    f"{v} replaced a chosen token {drawn} times, where about {could * p:.0f} (within "
-                    f"{bound(could, p):.0f}) were expected. Draw uniformly from all the ids of range(vocab_size) "
-                    f"that are not in special_ids.{hint}"
-                )
+                raise CheckFailed(tr(
+                    "`{function}`'s random replacements are not spread evenly over the ordinary ids on the case {case}: "
+                    "the id {id} replaced a chosen token {drawn} times, where about {expected} (within {bound}) were "
+                    "expected. Draw uniformly from all the ids of range(vocab_size) that are not in special_ids.{hint}"
+                ).format(function=self.function, case=case.label, id=v, drawn=drawn, expected=f"{could * p:.0f}",
+                         bound=f"{bound(could, p):.0f}", hint=hint))
 
     rules = (_two_long_tensors, _labels, _no_special_chosen, _only_chosen_change, _ordinary_replacements, _rate, _shares,
              _even_replacements)
@@ -342,20 +369,20 @@ class MaskTokensCheck(Check):
             if "again" in group:
                 again_inputs, again_labels = group["again"][1]
                 if not (torch.equal(inputs, again_inputs) and torch.equal(labels, again_labels)):
-                    raise CheckFailed(
-                        f"`mask_tokens` gave different results for the same arguments and a generator with the same seed "
-                        f"({main_case.label}): draw every random number from the generator passed in "
-                        "(torch.rand(shape, generator=generator), torch.randint(n, shape, generator=generator)), "
-                        "never from torch's global generator."
-                    )
+                    raise CheckFailed(tr(
+                        "`{function}` gave different results for the same arguments and a generator with the same seed "
+                        "({case}): draw every random number from the generator passed in (torch.rand(shape, "
+                        "generator=generator), torch.randint(n, shape, generator=generator)), never from torch's global "
+                        "generator."
+                    ).format(function=self.function, case=main_case.label))
             if "other-seed" in group:
                 other_inputs, other_labels = group["other-seed"][1]
                 if torch.equal(inputs, other_inputs) and torch.equal(labels, other_labels):
-                    raise CheckFailed(
-                        f"`mask_tokens` gave the same result with generators of different seeds (the case "
-                        f"{main_case.label}, and the same with another seed): the random choices must come from the "
-                        "generator passed in, not from torch's global generator or a generator of your own."
-                    )
+                    raise CheckFailed(tr(
+                        "`{function}` gave the same result with generators of different seeds (the case {case}, and the "
+                        "same with another seed): the random choices must come from the generator passed in, not from "
+                        "torch's global generator or a generator of your own."
+                    ).format(function=self.function, case=main_case.label))
 
     rules_across = (_from_the_generator,)
 

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ...framework import Case, Provided
+from ...messages import N_
 
 #: half-width of an acceptance interval, in standard deviations of the binomial count
 SIGMAS = 5.0
@@ -25,8 +26,8 @@ def seeded_generator(seed: int) -> Provided:
 
 
 #: what the checks of chapter 7 tell a learner whose function returned on arguments it must refuse
-RETURNED = ("{name} returned a result on the case {label}: raise ValueError instead, with a message that says what is "
-            "wrong with `{argument}`.")
+RETURNED = N_("{name} returned a result on the case {label}: raise ValueError instead, with a message that says what "
+              "is wrong with `{argument}`.")
 
 
 def seed_groups(cases: Sequence[Case], results: Sequence[Any]) -> list[dict[str, tuple[Case, Any]]]:

@@ -33,9 +33,12 @@ from ...framework import (
     expect_tuple,
     matches,
     named_failure,
+    opaque_kind,
+    raised_text,
     rule,
     where_it_differs,
 )
+from ...messages import N_, tr
 from ...oracles.gpt import generate_cached, generate_plain
 from ...oracles.layers import split_heads
 from ...oracles.sampling import nucleus_margin, sampling_distribution, sorted_positions, top_ids
@@ -45,28 +48,42 @@ from .draws import RETURNED, bound, seed_groups, seeded_generator
 class SampleNextCheck(Check):
     function = "sample_next"
     follows_device = False  # it draws from the caller\'s generator, which lives on the CPU
-    oracle = ("the renormalised top-k / top-p distribution, over thousands of seeded draws per row "
-              "(a 5-sigma binomial bound per token), and argmax where the choice is greedy")
-    invalid_hint = "raise ValueError with a message that names the argument that is wrong."
+    oracle = N_("the renormalised top-k / top-p distribution, over thousands of seeded draws per row "
+                "(a 5-sigma binomial bound per token), and argmax where the choice is greedy")
+    invalid_hint = N_("raise ValueError with a message that names the argument that is wrong.")
     invalid_returned = RETURNED
     hints = (
-        Hint((), "A temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing by "
-             "the temperature or drawing.", when=lambda case, result: case.tag == "greedy"),
-        Hint((), lambda name, case, result: (
-            f"top_k={case.kwargs['top_k']} is more than the vocabulary's {case.args[0].shape[-1]} tokens: the exercise "
-            "keeps every token then, as top_k=0 does (topk cannot take more elements than a row has)."),
+        Hint((), N_("A temperature of 0, or top_k=1, is greedy decoding: return logits.argmax(dim=-1) without dividing "
+                    "by the temperature or drawing."), when=lambda case, result: case.tag == "greedy"),
+        Hint((), lambda name, case, result: tr(
+            "top_k={top_k} is more than the vocabulary's {V} tokens: the exercise keeps every token then, as top_k=0 "
+            "does (topk cannot take more elements than a row has).").format(
+                top_k=case.kwargs['top_k'], V=case.args[0].shape[-1]),
             when=lambda case, result: case.tag == "top_k above V"),
         Hint("RuntimeError", lambda name, case, result: (
-            ("some row kept no token at all: the most likely token is always kept, even when its probability alone "
-             "passes top_p (keep a token when the tokens more likely than it hold less than top_p together: "
-             "cumsum - probs < top_p, not cumsum <= top_p). " if case.kwargs.get("top_p", 1.0) < 1 else "")
-            + "torch.multinomial needs, in every row, non-negative probabilities with a positive sum: keep at least the "
-            "most likely token, and give removed tokens probability 0 (logit -inf before the softmax), not NaN."),
+            (tr("some row kept no token at all: the most likely token is always kept, even when its probability alone "
+                "passes top_p (keep a token when the tokens more likely than it hold less than top_p together: "
+                "cumsum - probs < top_p, not cumsum <= top_p). ") if case.kwargs.get("top_p", 1.0) < 1 else "")
+            + tr("torch.multinomial needs, in every row, non-negative probabilities with a positive sum: keep at least "
+                 "the most likely token, and give removed tokens probability 0 (logit -inf before the softmax), not "
+                 "NaN.")),
             containing=("multinomial", "probability tensor")),
     )
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
+
+        def describe(n_rows: int, V: int, n: int, shown: list[str], seed: int) -> str:
+            """A case's label: its logits, the settings given and the generator's seed."""
+            if shown:
+                return tr("logits ({rows}, {V}): {n_rows} random rows, each repeated {n} times, {settings}, generator "
+                          "seeded with {seed}").format(rows=n_rows * n, V=V, n_rows=n_rows, n=n,
+                                                       settings=", ".join(shown), seed=seed)
+            return tr("logits ({rows}, {V}): {n_rows} random rows, each repeated {n} times, generator seeded with "
+                      "{seed}").format(rows=n_rows * n, V=V, n_rows=n_rows, n=n, seed=seed)
+
+        #: each label's case described again with another seed
+        reseeded: dict[str, Callable[[int], str]] = {}
 
         def case(n_rows, V, n, seed, temperature=None, top_k=None, top_p=None, tag="", scale=1.5, rows_from=None):
             kwargs: dict[str, Any] = {"generator": seeded_generator(seed)}
@@ -75,8 +92,8 @@ class SampleNextCheck(Check):
                 if value is not None:
                     kwargs[key] = value
                     shown.append(f"{key}={value}")
-            label = (f"logits ({n_rows * n}, {V}): {n_rows} random rows, each repeated {n} times"
-                     + (", " + ", ".join(shown) if shown else "") + f", generator seeded with {seed}")
+            label = describe(n_rows, V, n, shown, seed)
+            reseeded[label] = lambda other: describe(n_rows, V, n, shown, other)
             # Rows whose nucleus ends within rounding of top_p have no one right answer: drawn again.
             for _ in range(100):
                 rows = torch.randn(n_rows, V, generator=rows_from or g, dtype=torch.float64) * scale  # (n_rows, V)
@@ -85,13 +102,13 @@ class SampleNextCheck(Check):
                 t, k, p = self._settings(c) if tag != "invalid" else (0, 0, 1.0)
                 if t <= 0 or all(nucleus_margin(r, t, k, p) >= 1e-4 for r in logits[::n].double().tolist()):
                     return c
-            raise RuntimeError(f"grader error: top_p sits on a boundary in {label}, draw after draw")
+            raise RuntimeError(tr("grader error: top_p sits on a boundary in {case}, draw after draw").format(case=label))
 
         main = case(4, 12, 5000, seed=1, tag="main")
         out = [
             main,
             Case(main.label, main.args, dict(main.kwargs), "again"),
-            Case(main.label.replace("seeded with 1", "seeded with 2"), main.args,
+            Case(reseeded[main.label](2), main.args,
                  dict(main.kwargs) | {"generator": seeded_generator(2)}, "other-seed"),
             case(3, 10, 5000, seed=3, temperature=0.5),
             case(3, 10, 5000, seed=4, temperature=2.0),
@@ -117,7 +134,7 @@ class SampleNextCheck(Check):
             out += [
                 hidden_main,
                 Case(hidden_main.label, hidden_main.args, dict(hidden_main.kwargs), "again"),
-                Case(hidden_main.label.replace("seeded with 11", "seeded with 12"), hidden_main.args,
+                Case(reseeded[hidden_main.label](12), hidden_main.args,
                      dict(hidden_main.kwargs) | {"generator": seeded_generator(12)}, "other-seed"),
                 case(3, 30, 5000, seed=13, top_k=30),
                 case(4, 25, 4000, seed=14, temperature=0.7, top_k=10),
@@ -143,20 +160,22 @@ class SampleNextCheck(Check):
         temperature, top_k, top_p = self._settings(case)
         x = logits.double()
         if temperature == 0 or top_k == 1:
-            return [Stage.of("the most likely token of each row, logits.argmax(dim=-1)", x.argmax(dim=-1))]
+            return [Stage.of(tr("the most likely token of each row, logits.argmax(dim=-1)"), x.argmax(dim=-1))]
         scores = x / temperature  # (B, V)
-        out = [] if temperature == 1 else [Stage.of("the logits (as float64)", x)]
-        out.append(Stage.of(f"the scaled logits, logits / temperature (temperature={temperature})", scores))
+        out = [] if temperature == 1 else [Stage.of(tr("the logits (as float64)"), x)]
+        out.append(Stage.of(tr("the scaled logits, logits / temperature (temperature={temperature})").format(
+            temperature=temperature), scores))
         V = scores.shape[-1]
         if 0 < top_k < V:
             largest = scores.topk(top_k, dim=-1).values  # (B, top_k)
             kth = largest[:, -1:]  # (B, 1)
             below = scores < kth
-            out += [Stage.of(f"the {top_k} largest scaled logits of each row (the k-th is the smallest kept)", kth,
-                             kth[:, 0], largest, scores.sort(dim=-1, descending=True).values),
-                    Stage.of("the tokens below the k-th largest, to remove", below, ~below)]
+            out += [Stage.of(tr("the {top_k} largest scaled logits of each row (the k-th is the smallest kept)").format(
+                top_k=top_k), kth, kth[:, 0], largest, scores.sort(dim=-1, descending=True).values),
+                    Stage.of(tr("the tokens below the k-th largest, to remove"), below, ~below)]
             scores = scores.masked_fill(below, float("-inf"))
-            out.append(Stage.of(f"the scaled logits after top-k (top_k={top_k}), -inf where a token is removed", scores))
+            out.append(Stage.of(tr("the scaled logits after top-k (top_k={top_k}), -inf where a token is removed").format(
+                top_k=top_k), scores))
         if top_p < 1:
             probs = torch.softmax(scores, dim=-1)
             ranked, order = probs.sort(dim=-1, descending=True)
@@ -164,19 +183,20 @@ class SampleNextCheck(Check):
             ahead = running - ranked  # the mass of the tokens more likely than each
             drop_sorted = ahead >= top_p
             drop = torch.zeros_like(drop_sorted).scatter(-1, order, drop_sorted)  # vocabulary order
-            out += [Stage.of("the probabilities of the tokens kept so far, softmax of those logits", probs),
+            out += [Stage.of(tr("the probabilities of the tokens kept so far, softmax of those logits"), probs),
                     # the order is certain only where no two probabilities tie (the zeros of removed tokens do)
-                    Stage("those probabilities sorted from the most likely down",
+                    Stage(tr("those probabilities sorted from the most likely down"),
                           (ranked,) + ((order,) if bool((probs > 0).all()) else ())),
-                    Stage.of("their running sum, cumsum(dim=-1)", running),
-                    Stage.of("the probability of the tokens more likely than each, cumsum - probs", ahead),
-                    Stage.of(f"the sorted tokens to remove, those with top_p={top_p} or more ahead of them",
-                             drop_sorted, ~drop_sorted),
-                    Stage.of("the tokens to remove, in vocabulary order", drop, ~drop)]
+                    Stage.of(tr("their running sum, cumsum(dim=-1)"), running),
+                    Stage.of(tr("the probability of the tokens more likely than each, cumsum - probs"), ahead),
+                    Stage.of(tr("the sorted tokens to remove, those with top_p={top_p} or more ahead of them").format(
+                        top_p=top_p), drop_sorted, ~drop_sorted),
+                    Stage.of(tr("the tokens to remove, in vocabulary order"), drop, ~drop)]
             scores = scores.masked_fill(drop, float("-inf"))
-            out.append(Stage.of(f"the logits after top-p (top_p={top_p}), -inf where a token is removed", scores))
+            out.append(Stage.of(tr("the logits after top-p (top_p={top_p}), -inf where a token is removed").format(
+                top_p=top_p), scores))
         final = torch.softmax(scores, dim=-1)
-        out.append(Stage.of("the probabilities to draw from, softmax of the kept logits (0 where removed)", final,
+        out.append(Stage.of(tr("the probabilities to draw from, softmax of the kept logits (0 where removed)"), final,
                             final.sort(dim=-1, descending=True).values))
         return out
 
@@ -190,35 +210,35 @@ class SampleNextCheck(Check):
 
     @rule("one id per row", returns=(WHOLE_RESULT, "the ids"))
     def _one_per_row(self, case: Case, result: Any) -> None:
-        drawn = expect_tensor(result, "`sample_next`'s result", case)
+        drawn = expect_tensor(result, tr("`{function}`'s result").format(function=self.function), case)
         B = case.args[0].shape[0]
         if tuple(drawn.shape) == (B, 1):
-            raise CheckFailed(
-                f"`sample_next`'s result has shape {(B, 1)} on the case {case.label}: return one id per row, shape "
-                f"({B},); torch.multinomial(probs, 1) gives (B, 1), so .squeeze(-1) it."
-            )
+            raise CheckFailed(tr(
+                "`{function}`'s result has shape {shape} on the case {case}: return one id per row, shape ({B},); "
+                "torch.multinomial(probs, 1) gives (B, 1), so .squeeze(-1) it."
+            ).format(function=self.function, shape=(B, 1), case=case.label, B=B))
         if tuple(drawn.shape) != (B,):
-            raise CheckFailed(
-                f"`sample_next`'s result has shape {tuple(drawn.shape)} on the case {case.label}; it must have shape "
-                f"({B},): one token id per row of logits."
-            )
+            raise CheckFailed(tr(
+                "`{function}`'s result has shape {shape} on the case {case}; it must have shape ({B},): one token id "
+                "per row of logits."
+            ).format(function=self.function, shape=tuple(drawn.shape), case=case.label, B=B))
 
     @rule("torch.long", returns=(WHOLE_RESULT, "the ids"))
     def _long(self, case: Case, drawn: torch.Tensor) -> None:
         if drawn.dtype != torch.long:
-            raise CheckFailed(
-                f"`sample_next`'s result has dtype {drawn.dtype} on the case {case.label}; token ids are torch.long "
-                "(what argmax and torch.multinomial return)."
-            )
+            raise CheckFailed(tr(
+                "`{function}`'s result has dtype {dtype} on the case {case}; token ids are torch.long (what argmax and "
+                "torch.multinomial return)."
+            ).format(function=self.function, dtype=drawn.dtype, case=case.label))
 
     @rule("ids in the vocabulary", returns=(WHOLE_RESULT, "the ids"))
     def _in_vocabulary(self, case: Case, drawn: torch.Tensor) -> None:
         V = case.args[0].shape[1]
         if ((drawn < 0) | (drawn >= V)).any():
             bad = int(drawn[(drawn < 0) | (drawn >= V)][0])
-            raise CheckFailed(
-                f"`sample_next` returned the id {bad} on the case {case.label}, outside the vocabulary 0..{V - 1}."
-            )
+            raise CheckFailed(tr(
+                "`{function}` returned the id {id} on the case {case}, outside the vocabulary 0..{last}."
+            ).format(function=self.function, id=bad, case=case.label, last=V - 1))
 
     @rule("greedy without temperature", about=("temperature", "top_k"))
     def _greedy(self, case: Case, drawn: torch.Tensor) -> None:
@@ -227,11 +247,12 @@ class SampleNextCheck(Check):
             expected = logits.argmax(dim=-1)
             if not torch.equal(drawn, expected):
                 row = int((drawn != expected).nonzero()[0])
-                raise CheckFailed(
-                    f"`sample_next` returned {int(drawn[row])} for row {row} on the case {case.label}, where the largest "
-                    f"logit is that of token {int(expected[row])}: a temperature of 0, or top_k=1, is greedy "
-                    "decoding, logits.argmax(dim=-1), and draws nothing."
-                )
+                raise CheckFailed(tr(
+                    "`{function}` returned {got} for row {row} on the case {case}, where the largest logit is that of "
+                    "token {expected}: a temperature of 0, or top_k=1, is greedy decoding, logits.argmax(dim=-1), and "
+                    "draws nothing."
+                ).format(function=self.function, got=int(drawn[row]), row=row, case=case.label,
+                         expected=int(expected[row])))
 
     @rule("draws follow the distribution", about=("temperature", "top_k", "top_p"))
     def _distribution(self, case: Case, drawn: torch.Tensor) -> None:
@@ -275,57 +296,59 @@ class SampleNextCheck(Check):
         if temperature != 1:
             diagnoses += [
                 (rules(temperature_rule="multiply"),
-                 "the logits were multiplied by the temperature; divide them by it: softmax(logits / temperature), "
-                 "so that a temperature below 1 sharpens the distribution."),
+                 tr("the logits were multiplied by the temperature; divide them by it: softmax(logits / temperature), "
+                    "so that a temperature below 1 sharpens the distribution.")),
                 (rules(temperature_rule="ignore"),
-                 "the temperature was ignored: divide the logits by it before the softmax."),
+                 tr("the temperature was ignored: divide the logits by it before the softmax.")),
             ]
         if top_k > 0 and top_p < 1:
             # Before "top_k was ignored": where the nucleus of the whole vocabulary fits inside the top-k, the two agree.
             diagnoses.append((
                 rules(order="p-then-k"),
-                "the nucleus was taken from the whole vocabulary; take it from the tokens top-k kept, with their "
-                "probabilities renormalised (temperature, then top-k, then top-p).",
+                tr("the nucleus was taken from the whole vocabulary; take it from the tokens top-k kept, with their "
+                   "probabilities renormalised (temperature, then top-k, then top-p)."),
             ))
         if top_k > 0:
             diagnoses += [
                 (rules(k_shift=-1),
-                 f"only {top_k - 1} tokens were kept; top_k={top_k} keeps the {top_k} largest logits, the k-th "
-                 "included (remove the logits strictly below the k-th largest, < not <=)."),
+                 tr("only {kept} tokens were kept; top_k={top_k} keeps the {top_k} largest logits, the k-th included "
+                    "(remove the logits strictly below the k-th largest, < not <=).").format(kept=top_k - 1, top_k=top_k)),
                 (rules(k_shift=1),
-                 f"{top_k + 1} tokens were kept; top_k={top_k} keeps exactly the {top_k} largest logits."),
+                 tr("{kept} tokens were kept; top_k={top_k} keeps exactly the {top_k} largest logits.").format(
+                     kept=top_k + 1, top_k=top_k)),
                 (lambda row: sampling_distribution(row, temperature, 0, top_p),
-                 f"top_k={top_k} was ignored: keep only the {top_k} tokens with the largest logits."),
+                 tr("top_k={top_k} was ignored: keep only the {top_k} tokens with the largest logits.").format(
+                     top_k=top_k)),
             ]
         if top_p < 1:
             diagnoses += [
                 (rules(nucleus_extra=1),
-                 "the nucleus kept one token more than it should: the token after the one whose probability takes the "
-                 "total past top_p was kept too. Keep a token when the tokens more likely than it hold less than top_p "
-                 "together (cumsum - probs < top_p): the crossing token is the last one kept."),
+                 tr("the nucleus kept one token more than it should: the token after the one whose probability takes "
+                    "the total past top_p was kept too. Keep a token when the tokens more likely than it hold less than "
+                    "top_p together (cumsum - probs < top_p): the crossing token is the last one kept.")),
                 (rules(crossing=False),
-                 "the nucleus left out the token that takes the total past top_p; keep the smallest set whose "
-                 "probabilities reach top_p, that token included: a token is kept when the tokens more likely than "
-                 "it hold less than top_p together (cumsum - probs < top_p)."),
+                 tr("the nucleus left out the token that takes the total past top_p; keep the smallest set whose "
+                    "probabilities reach top_p, that token included: a token is kept when the tokens more likely than "
+                    "it hold less than top_p together (cumsum - probs < top_p).")),
                 (rules(sorted_nucleus=False),
-                 "the nucleus was cut in vocabulary order; sort the probabilities from the most likely down first, "
-                 "then add them up."),
+                 tr("the nucleus was cut in vocabulary order; sort the probabilities from the most likely down first, "
+                    "then add them up.")),
                 (lambda row: sampling_distribution(row, temperature, top_k, 1.0),
-                 f"top_p={top_p} was ignored: keep only the nucleus, the smallest set of most likely tokens whose "
-                 "probabilities reach top_p."),
+                 tr("top_p={top_p} was ignored: keep only the nucleus, the smallest set of most likely tokens whose "
+                    "probabilities reach top_p.").format(top_p=top_p)),
             ]
             if temperature != 1:
                 diagnoses.append((
                     rules(p_before_temperature=True),
-                    "the temperature was applied after top-k and top-p (the nucleus was chosen from the probabilities "
-                    "without it); apply the temperature first, then top-k, then top-p on what is left.",
+                    tr("the temperature was applied after top-k and top-p (the nucleus was chosen from the probabilities "
+                       "without it); apply the temperature first, then top-k, then top-p on what is left."),
                 ))
         if top_k > 0 or top_p < 1:
             diagnoses.append((
                 lambda row: sorted_positions(row, temperature, top_k, top_p),
-                "the ids returned are positions in the sorted order, not token ids: after sorting, map a drawn "
-                "position back to its token with the indices the sort returned (or scatter the filter back to "
-                "vocabulary order before drawing).",
+                tr("the ids returned are positions in the sorted order, not token ids: after sorting, map a drawn "
+                   "position back to its token with the indices the sort returned (or scatter the filter back to "
+                   "vocabulary order before drawing)."),
             ))
         fitting = [(rule, message) for rule, message in diagnoses if consistent(rule)]
         if fitting:
@@ -333,8 +356,9 @@ class SampleNextCheck(Check):
             # both give this case the same distribution: every one that fits is kept, the likeliest first, and
             # another case tells which one was made.
             fitting.sort(key=lambda pair: -likelihood(pair[0]))
-            raise named_failure(f"`sample_next`'s draws are wrong on the case {case.label}: ",
-                                [message for _, message in fitting], self._plain(case, blocks, observed, rules()))
+            lead = tr("`{function}`'s draws are wrong on the case {case}: ").format(function=self.function,
+                                                                                   case=case.label)
+            raise named_failure(lead, [message for _, message in fitting], self._plain(case, blocks, observed, rules()))
         raise named_failure("", [], self._plain(case, blocks, observed, rules()))
 
     rules = (_one_per_row, _long, _in_vocabulary, _greedy, _distribution)
@@ -347,35 +371,42 @@ class SampleNextCheck(Check):
             p = expected_rule(row)
             for v in range(len(row)):
                 if p[v] == 0.0 and counts[v] > 0:
-                    return (
-                        f"`sample_next` drew token {v} {counts[v]} times out of {n} from row {blocks[block][0]} on the "
-                        f"case {case.label}, although it is outside "
-                        + ("the top-k" if top_k > 0 and v not in top_ids(row, top_k) else "the nucleus")
-                        + ": a removed token must get probability exactly 0 (logit -inf before the softmax).")
+                    text = (tr("`{function}` drew token {token} {count} times out of {n} from row {row} on the case "
+                               "{case}, although it is outside the top-k: a removed token must get probability exactly "
+                               "0 (logit -inf before the softmax).")
+                            if top_k > 0 and v not in top_ids(row, top_k) else
+                            tr("`{function}` drew token {token} {count} times out of {n} from row {row} on the case "
+                               "{case}, although it is outside the nucleus: a removed token must get probability "
+                               "exactly 0 (logit -inf before the softmax)."))
+                    return text.format(function="sample_next", token=v, count=counts[v], n=n, row=blocks[block][0],
+                                       case=case.label)
             for v in range(len(row)):
                 if abs(counts[v] - n * p[v]) > bound(n, p[v]):
-                    return (
-                        f"`sample_next` drew token {v} {counts[v]} times out of {n} from row {blocks[block][0]} on the "
-                        f"case {case.label}, where its probability {p[v]:.4f} gives {n * p[v]:.0f} ± "
-                        f"{bound(n, p[v]):.0f} (a 5-sigma bound): divide the logits by the temperature, keep the "
-                        "top-k, then the nucleus, renormalise, and draw once per row with torch.multinomial.")
-        return f"`sample_next`'s draws do not follow the distribution they should on the case {case.label}."
+                    return tr(
+                        "`{function}` drew token {token} {count} times out of {n} from row {row} on the case {case}, "
+                        "where its probability {p} gives {expected} ± {bound} (a 5-sigma bound): divide the logits by "
+                        "the temperature, keep the top-k, then the nucleus, renormalise, and draw once per row with "
+                        "torch.multinomial."
+                    ).format(function="sample_next", token=v, count=counts[v], n=n, row=blocks[block][0],
+                             case=case.label, p=f"{p[v]:.4f}", expected=f"{n * p[v]:.0f}", bound=f"{bound(n, p[v]):.0f}")
+        return tr("`{function}`'s draws do not follow the distribution they should on the case {case}.").format(
+            function="sample_next", case=case.label)
 
     @rule("draws only from the generator")
     def _from_the_generator(self, cases: Sequence[Case], results: Sequence[Any]) -> None:
         for group in seed_groups(cases, results):
             main_case, main = group["main"]
             if "again" in group and not torch.equal(main, group["again"][1]):
-                raise CheckFailed(
-                    f"`sample_next` gave different tokens for the same logits and a generator with the same seed "
-                    f"({main_case.label}): draw with torch.multinomial(probs, 1, generator=generator), never from "
-                    "torch's global generator."
-                )
+                raise CheckFailed(tr(
+                    "`{function}` gave different tokens for the same logits and a generator with the same seed "
+                    "({case}): draw with torch.multinomial(probs, 1, generator=generator), never from torch's global "
+                    "generator."
+                ).format(function=self.function, case=main_case.label))
             if "other-seed" in group and torch.equal(main, group["other-seed"][1]):
-                raise CheckFailed(
-                    f"`sample_next` gave the same tokens with generators of different seeds ({main_case.label}): the "
-                    "draw must come from the generator passed in (torch.multinomial(probs, 1, generator=generator))."
-                )
+                raise CheckFailed(tr(
+                    "`{function}` gave the same tokens with generators of different seeds ({case}): the draw must come "
+                    "from the generator passed in (torch.multinomial(probs, 1, generator=generator))."
+                ).format(function=self.function, case=main_case.label))
 
     rules_across = (_from_the_generator,)
 
@@ -423,35 +454,39 @@ def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> t
     with torch.no_grad():
         for step in range(steps):
             T_new, last_step = new.shape[1], step == steps - 1
-            at = f"step {step + 1}" + (" (the prompt)" if step == 0 else f" (position {start})")
+            at = (tr("step {step} (the prompt)") if step == 0 else tr("step {step} (position {start})")).format(
+                step=step + 1, start=start)
             embedded = model.embed(new)  # (B, T_new, d_model)
             pos = model.pos_embed(torch.arange(start, start + T_new))  # (T_new, d_model)
             x = embedded + pos
             full = torch.arange(start + T_new)[None, :] <= torch.arange(start + T_new)[:, None]  # (T, T)
             allow = full[start:]  # (T_new, start + T_new): query t may see the keys 0 .. start + t
             beside: list[Stage] = []  # made beside the chain: never the furthest, nor the one after the inputs
-            found = [Stage.of(f"{at}: the token read, logits.argmax(dim=-1) of the step before", new, new[:, 0])
-                     ] if step else []
-            found += [Stage.of(f"{at}: the causal mask subsequent_mask(start + T_new)[start:]", allow, full),
-                      Stage.of(f"{at}: the position embeddings pos_embed(arange(start, start + T_new))",
+            found = [Stage.of(tr("{at}: the token read, logits.argmax(dim=-1) of the step before").format(at=at), new,
+                              new[:, 0])] if step else []
+            found += [Stage.of(tr("{at}: the causal mask subsequent_mask(start + T_new)[start:]").format(at=at), allow,
+                               full),
+                      Stage.of(tr("{at}: the position embeddings pos_embed(arange(start, start + T_new))").format(at=at),
                                pos, pos.unsqueeze(0)),
-                      Stage.of(f"{at}: the token embeddings embed(new)", embedded)]
-            links = [((step, -1), Stage.of(f"{at}: x = embed(new) + pos_embed(positions)", x))]
+                      Stage.of(tr("{at}: the token embeddings embed(new)").format(at=at), embedded)]
+            links = [((step, -1), Stage.of(tr("{at}: x = embed(new) + pos_embed(positions)").format(at=at), x))]
             for i, block in enumerate(model.blocks):
-                attn, here = block.self_attn, f"{at}, block {i}"
+                attn, here = block.self_attn, tr("{at}, block {block}").format(at=at, block=i)
                 a = block.norm1(x)
                 q_flat, k_flat, v_flat = attn.w_q(a), attn.w_k(a), attn.w_v(a)  # (B, T_new, d_model)
                 q, k, v = (split_heads(y, attn.h) for y in (q_flat, k_flat, v_flat))  # (B, h, T_new, d_k)
-                stages = [Stage.of(f"{here}: norm1(x)", a),
-                          Stage.of(f"{here}: the queries split into heads", q, q_flat),
-                          Stage.of(f"{here}: the new keys split into heads", k, k_flat, k.transpose(-2, -1)),
-                          Stage.of(f"{here}: the new values split into heads", v, v_flat)]
+                stages = [Stage.of(tr("{here}: norm1(x)").format(here=here), a),
+                          Stage.of(tr("{here}: the queries split into heads").format(here=here), q, q_flat),
+                          Stage.of(tr("{here}: the new keys split into heads").format(here=here), k, k_flat,
+                                   k.transpose(-2, -1)),
+                          Stage.of(tr("{here}: the new values split into heads").format(here=here), v, v_flat)]
                 if i < len(cache):
                     k_all, v_all = torch.cat([cache[i][0], k], dim=2), torch.cat([cache[i][1], v], dim=2)
                     cache[i] = (k_all, v_all)
-                    keys = Stage.of(f"{here}: the keys so far, the cached ones then the new, along dim=2", k_all,
-                                    k_all.transpose(-2, -1))
-                    values = Stage.of(f"{here}: the values so far, the cached ones then the new, along dim=2", v_all)
+                    keys = Stage.of(tr("{here}: the keys so far, the cached ones then the new, along dim=2").format(
+                        here=here), k_all, k_all.transpose(-2, -1))
+                    values = Stage.of(tr("{here}: the values so far, the cached ones then the new, along dim=2").format(
+                        here=here), v_all)
                     if last_step:
                         returned += [keys, values]
                     else:
@@ -461,7 +496,8 @@ def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> t
                     k_all, v_all = k, v
                     cache.append((k, v))
                     if last_step:
-                        returned.append(Stage.of(f"{here}: the keys and values the cache returns", k, v))
+                        returned.append(Stage.of(tr("{here}: the keys and values the cache returns").format(here=here),
+                                                 k, v))
                 product = q @ k_all.transpose(-2, -1)  # (B, h, T_new, start + T_new)
                 scores = product / math.sqrt(attn.d_k)
                 weights = torch.softmax(scores.masked_fill(~allow, float("-inf")), dim=-1)
@@ -471,35 +507,37 @@ def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> t
                 mid = x + attended
                 b = block.norm2(mid)
                 fed = block.feed_forward(b)
-                stages += [Stage.of(f"{here}: q k^T, before the scaling", product),
-                           Stage.of(f"{here}: the scores q k^T / sqrt(d_k)", scores)]
+                stages += [Stage.of(tr("{here}: q k^T, before the scaling").format(here=here), product),
+                           Stage.of(tr("{here}: the scores q k^T / sqrt(d_k)").format(here=here), scores)]
                 if not bool(allow.all()):
-                    stages.append(Stage.of(f"{here}: the masked scores, -inf where a query may not see a key",
-                                           scores.masked_fill(~allow, float("-inf")), scores.masked_fill(~allow, -1e9)))
+                    stages.append(Stage.of(tr("{here}: the masked scores, -inf where a query may not see a key").format(
+                        here=here), scores.masked_fill(~allow, float("-inf")), scores.masked_fill(~allow, -1e9)))
                 if start + T_new > 1:  # a lone query's weights over a lone key are all ones, in every block
-                    beside.append(Stage.of(f"{here}: the attention weights", weights))
-                stages += [Stage.of(f"{here}: the attention's output weights @ v, per head", context),
-                           Stage.of(f"{here}: the heads merged, merge_heads(context)", merged),
-                           Stage.of(f"{here}: w_o of the merged heads", attended),
-                           Stage.of(f"{here}: x + the attention's output", mid),
-                           Stage.of(f"{here}: norm2(x)", b),
-                           Stage.of(f"{here}: the feed-forward output feed_forward(norm2(x))", fed),
-                           Stage.of(f"{here}: the block's output x + feed_forward(norm2(x))", mid + fed)]
+                    beside.append(Stage.of(tr("{here}: the attention weights").format(here=here), weights))
+                stages += [Stage.of(tr("{here}: the attention's output weights @ v, per head").format(here=here), context),
+                           Stage.of(tr("{here}: the heads merged, merge_heads(context)").format(here=here), merged),
+                           Stage.of(tr("{here}: w_o of the merged heads").format(here=here), attended),
+                           Stage.of(tr("{here}: x + the attention's output").format(here=here), mid),
+                           Stage.of(tr("{here}: norm2(x)").format(here=here), b),
+                           Stage.of(tr("{here}: the feed-forward output feed_forward(norm2(x))").format(here=here), fed),
+                           Stage.of(tr("{here}: the block's output x + feed_forward(norm2(x))").format(here=here),
+                                    mid + fed)]
                 links += [((step, i), stage) for stage in stages]
                 x = mid + fed
             normed = model.norm(x)  # (B, T_new, d_model): every new position, of which the newest counts
             logits = model.head(normed[:, -1])  # (B, V)
             links += [((step, len(cache)), stage) for stage in (
-                Stage(f"{at}: the newest position's output x[:, -1]", (x[:, -1],) + ((x[:, -1:],) if T_new > 1 else ())),
-                Stage.of(f"{at}: the final LayerNorm model.norm(x[:, -1])", normed[:, -1], normed))]
+                Stage(tr("{at}: the newest position's output x[:, -1]").format(at=at),
+                      (x[:, -1],) + ((x[:, -1:],) if T_new > 1 else ())),
+                Stage.of(tr("{at}: the final LayerNorm model.norm(x[:, -1])").format(at=at), normed[:, -1], normed))]
             if last_step:  # without the keys and values the cache returns (the new ones, when it is the first step)
                 kept = [(group, Stage(stage.name, tuple(v for v in stage.values if not any(
                     w.shape == v.shape and torch.equal(w, v) for r in returned for w in r.values))))
                     for group, stage in links]
                 found += _unique(kept)
             else:
-                chain += links + [((step, len(cache)), Stage.of(f"{at}: the logits model.head(model.norm(x[:, -1]))",
-                                                                 logits, model.head(normed)))]
+                chain += links + [((step, len(cache)), Stage.of(
+                    tr("{at}: the logits model.head(model.norm(x[:, -1]))").format(at=at), logits, model.head(normed)))]
             early.append(beside + found)
             if step == 0:
                 beside_first = beside
@@ -508,11 +546,12 @@ def generation_stages(model: toys.ToyGPT, prompt: torch.Tensor, steps: int) -> t
             all_logits.append(logits)
             start += T_new
             new = token.unsqueeze(1)  # (B, 1)
-    returned += [Stage.of("the tokens, stacked (B, steps)", torch.stack(tokens, dim=1)),
-                 Stage.of("the logits, stacked (B, steps, V)", torch.stack(all_logits, dim=1)),
-                 Stage.of(f"step {steps}: the token, logits.argmax(dim=-1)", tokens[-1], tokens[-1].unsqueeze(1))]
-    final = Stage.of(f"the last step's logits, model.head(model.norm(x[:, -1])) at step {steps}", all_logits[-1],
-                     model.head(normed))
+    returned += [Stage.of(tr("the tokens, stacked (B, steps)"), torch.stack(tokens, dim=1)),
+                 Stage.of(tr("the logits, stacked (B, steps, V)"), torch.stack(all_logits, dim=1)),
+                 Stage.of(tr("step {step}: the token, logits.argmax(dim=-1)").format(step=steps), tokens[-1],
+                          tokens[-1].unsqueeze(1))]
+    final = Stage.of(tr("the last step's logits, model.head(model.norm(x[:, -1])) at step {step}").format(step=steps),
+                     all_logits[-1], model.head(normed))
     quiet = returned + [stage for found in reversed(early[1:]) for stage in found] + beside_first
     return quiet + early[0][len(beside_first):] + _unique(chain) + [final], len(quiet)
 
@@ -531,37 +570,50 @@ def _unique(stages: Sequence[tuple[Any, Stage]]) -> list[Stage]:
 
 GENERATE_MISTAKES: list[tuple[dict, str]] = [
     (dict(prompt_mask=False),
-     "the prompt was read without a causal mask, so its positions saw each other's future and their keys and values "
-     "are wrong from the second block on. When several positions are read at once, query t (at position start + t) "
-     "may see the keys 0 .. start + t: subsequent_mask(start + T_new)[start:]."),
+     N_("the prompt was read without a causal mask, so its positions saw each other's future and their keys and values "
+        "are wrong from the second block on. When several positions are read at once, query t (at position start + t) "
+        "may see the keys 0 .. start + t: subsequent_mask(start + T_new)[start:].")),
     (dict(positions="restart"),
-     "each new token got position 0 (or positions counted from 0 at every step): a token's position is its place in "
-     "the whole sequence, so the first generated token sits at position T0, the next at T0 + 1, and so on: "
-     "model.pos_embed(torch.arange(start, start + T_new))."),
+     N_("each new token got position 0 (or positions counted from 0 at every step): a token's position is its place in "
+        "the whole sequence, so the first generated token sits at position T0, the next at T0 + 1, and so on: "
+        "model.pos_embed(torch.arange(start, start + T_new)).")),
     (dict(extend=False),
-     "each new position attended to its own key and value only: the cache never grew. Concatenate the new keys and "
-     "values to the cached ones along the positions, torch.cat([k_cached, k_new], dim=2), and attend over all of them."),
+     N_("each new position attended to its own key and value only: the cache never grew. Concatenate the new keys and "
+        "values to the cached ones along the positions, torch.cat([k_cached, k_new], dim=2), and attend over all of them.")),
     (dict(final_norm=False),
-     "the final LayerNorm was skipped: the logits are model.head(model.norm(x)) at the newest position."),
+     N_("the final LayerNorm was skipped: the logits are model.head(model.norm(x)) at the newest position.")),
 ]
+
+
+def _tokens_name() -> str:
+    return tr("`{function}`'s tokens").format(function="generate_with_cache")
+
+
+def _logits_name() -> str:
+    return tr("`{function}`'s logits").format(function="generate_with_cache")
+
+
+def _cache_name() -> str:
+    return tr("`{function}`'s cache").format(function="generate_with_cache")
 
 
 class GenerateWithCacheCheck(Check):
     function = "generate_with_cache"
-    oracle = "the same model read without a cache, step by step (logits, tokens and keys and values)"
-    invalid_hint = "fewer than 1 step means nothing to generate: raise ValueError with a message that names steps."
+    oracle = N_("the same model read without a cache, step by step (logits, tokens and keys and values)")
+    invalid_hint = N_("fewer than 1 step means nothing to generate: raise ValueError with a message that names steps.")
     invalid_returned = RETURNED
     invalid_argument = "steps"
     hints = (
-        Hint("Recomputed", lambda name, case, result: (
-            f"{name} read positions again on the case {case.label}: {result.message}. Each step after the first reads "
-            "only the newest token, shape (B, 1), through the blocks; the keys and values of the earlier positions "
-            "come from the cache. Do not call model(...) or a block's forward, which read the whole sequence."),
+        Hint("Recomputed", lambda name, case, result: tr(
+            "{name} read positions again on the case {case}: {message}. Each step after the first reads only the "
+            "newest token, shape (B, 1), through the blocks; the keys and values of the earlier positions come from "
+            "the cache. Do not call model(...) or a block's forward, which read the whole sequence.").format(
+                name=name, case=case.label, message=raised_text(result)),
             whole=True),
         Hint(("RuntimeError", "ValueError", "IndexError"),
-             "Mind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); the cache "
-             "of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join along dim=2. Keep "
-             "every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item()."),
+             N_("Mind the shapes: the first step reads the prompt (B, T0), each later one the new tokens (B, 1); the "
+                "cache of a block holds k and v of shape (B, h, positions so far, d_k), and the new ones join along "
+                "dim=2. Keep every row of the batch: next_token = logits.argmax(dim=-1) has shape (B,), no .item().")),
     )
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -571,8 +623,9 @@ class GenerateWithCacheCheck(Check):
             spec = {"vocab_size": 11, "d_model": 16, "h": 4, "d_ff": 32, "N": 2} | shape
             model = Provided("toy_gpt", spec | {"seed": seed, "budget": B * (T_0 + max(steps, 1))})
             prompt = torch.randint(spec["vocab_size"], (B, T_0), generator=g)
-            label = (f"a prompt ({B}, {T_0}), steps={steps}, a model of {spec['N']} blocks, d_model={spec['d_model']}, "
-                     f"h={spec['h']}, vocabulary {spec['vocab_size']}")
+            label = tr("a prompt ({B}, {T0}), steps={steps}, a model of {N} blocks, d_model={d_model}, h={h}, "
+                       "vocabulary {V}").format(B=B, T0=T_0, steps=steps, N=spec['N'], d_model=spec['d_model'],
+                                                h=spec['h'], V=spec['vocab_size'])
             return Case(label, (model, prompt), {"steps": steps}, tag)
 
         out = [
@@ -614,7 +667,8 @@ class GenerateWithCacheCheck(Check):
         logits" would point past the second. In the second the trace holds no value of the decoding (a helper
         the trace does not follow did it): a returned value that agrees says nothing of where the others part."""
         said = super().where_values_part(case, seen)
-        if not said or "is not what your function returns" in said:
+        # a phrase of locate's sentence, as the learner's language gives it (locate.py, "computes {stage} correctly")
+        if not said or tr("is not what your function returns") in said:
             return ""
         stages, first = self.worked_out(case, self._stages)
         _, _, agree = self._compared(case, seen)
@@ -630,9 +684,8 @@ class GenerateWithCacheCheck(Check):
     @staticmethod
     def _returned(case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor, Any]:
         """(tokens, logits, cache), the first two tensors."""
-        fn = "`generate_with_cache`"
-        tokens, logits, cache = expect_tuple(result, 3, fn, case, "tokens, logits, cache")
-        return expect_tensor(tokens, f"{fn}'s tokens", case), expect_tensor(logits, f"{fn}'s logits", case), cache
+        tokens, logits, cache = expect_tuple(result, 3, "`generate_with_cache`", case, "tokens, logits, cache")
+        return expect_tensor(tokens, _tokens_name(), case), expect_tensor(logits, _logits_name(), case), cache
 
     @rule("tokens, logits and cache")
     def _three(self, case: Case, result: Any) -> None:
@@ -640,49 +693,48 @@ class GenerateWithCacheCheck(Check):
 
     @rule("tokens are (B, steps)", returns=(0, "the tokens"))
     def _tokens_shape(self, case: Case, result: Any) -> None:
-        fn = "`generate_with_cache`"
         tokens, _, _ = self._returned(case, result)
         _, prompt = case.args
         steps = case.kwargs["steps"]
         B, T_0 = prompt.shape
         if tuple(tokens.shape) == (B, T_0 + steps) and torch.equal(tokens[:, :T_0], prompt):
-            raise CheckFailed(
-                f"{fn}'s tokens have shape {tuple(tokens.shape)} on the case {case.label}: they begin with the prompt. "
-                f"Return the generated tokens only, shape (B, steps) = ({B}, {steps})."
-            )
-        expect_shape(tokens, (B, steps), f"{fn}'s tokens", case, "One row per prompt, one column per generated token.")
+            raise CheckFailed(tr(
+                "`{function}`'s tokens have shape {shape} on the case {case}: they begin with the prompt. Return the "
+                "generated tokens only, shape (B, steps) = ({B}, {steps})."
+            ).format(function=self.function, shape=tuple(tokens.shape), case=case.label, B=B, steps=steps))
+        expect_shape(tokens, (B, steps), _tokens_name(), case,
+                     tr("One row per prompt, one column per generated token."))
 
     @rule("logits are float64 (B, steps, V)", returns=(1, "the logits"))
     def _logits_shape(self, case: Case, result: Any) -> None:
-        fn = "`generate_with_cache`"
         _, logits, _ = self._returned(case, result)
         model, _ = self.worked_out(case, self._expected)
-        expect_shape(logits, (case.args[1].shape[0], case.kwargs["steps"], model.vocab_size), f"{fn}'s logits", case,
-                     "Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1.")
-        expect_dtype(logits, torch.float64, f"{fn}'s logits", case)
+        expect_shape(logits, (case.args[1].shape[0], case.kwargs["steps"], model.vocab_size), _logits_name(), case,
+                     tr("Step s's logits over the vocabulary, one row per prompt: stack the (B, V) logits along dim=1."))
+        expect_dtype(logits, torch.float64, _logits_name(), case)
 
     @rule("logits", returns=(1, "the logits"))
     def _logits(self, case: Case, result: Any) -> None:
-        fn = "`generate_with_cache`"
         _, logits, _ = self._returned(case, result)
         _, prompt = case.args
         steps = case.kwargs["steps"]
         model, (_, expected_logits, _) = self.worked_out(case, self._expected)
         if not matches(logits, expected_logits):
             assert matches(generate_cached(model, prompt, steps)[1], expected_logits), (
-                "grader error: the cached decoder disagrees with the plain one")
+                "grader error: the cached decoder disagrees with the plain one")  # english: the grader's own assertion
             bad_step = int((~torch.isclose(logits, expected_logits, atol=1e-9, rtol=1e-7)).any(dim=-1).any(dim=0)
                            .nonzero()[0])
-            hint = ("The first step's logits (the prompt, read at once) are wrong: check the causal mask over the "
-                    "prompt, the positions 0 .. T0 - 1, the pre-norm wiring of each block and the final LayerNorm."
+            hint = (tr("The first step's logits (the prompt, read at once) are wrong: check the causal mask over the "
+                       "prompt, the positions 0 .. T0 - 1, the pre-norm wiring of each block and the final LayerNorm.")
                     if bad_step == 0 else
-                    f"The first {bad_step} step(s) agree, so the prompt is read right; look at what a later step "
-                    "reads: the new token at its own position (start), its query against every cached key plus its own, "
-                    "and the cache of each block extended by the new keys and values.")
-            diagnoses = [(lambda kw=kw: generate_cached(model, prompt, steps, **kw)[1], message)
+                    tr("The first {steps} step(s) agree, so the prompt is read right; look at what a later step reads: "
+                       "the new token at its own position (start), its query against every cached key plus its own, "
+                       "and the cache of each block extended by the new keys and values.").format(steps=bad_step))
+            diagnoses = [(lambda kw=kw: generate_cached(model, prompt, steps, **kw)[1], tr(message))
                          for kw, message in GENERATE_MISTAKES]
-            expect_close(logits, expected_logits, f"{fn}'s logits tensor", case, diagnoses, hint=hint,
-                         dtype=torch.float64)
+            expect_close(logits, expected_logits,
+                         tr("`{function}`'s logits tensor").format(function=self.function), case, diagnoses,
+                         hint=hint, dtype=torch.float64)
 
     @rule("tokens are the argmax", returns=(0, "the tokens"))
     def _tokens(self, case: Case, result: Any) -> None:
@@ -690,25 +742,26 @@ class GenerateWithCacheCheck(Check):
         _, (expected_tokens, _, _) = self.worked_out(case, self._expected)
         if not torch.equal(tokens, expected_tokens):
             b, s = (int(i) for i in (tokens != expected_tokens).nonzero()[0])
-            raise CheckFailed(
-                f"`generate_with_cache`'s tokens are wrong on the case {case.label}, though the logits are right: row "
-                f"{b}, step {s} holds {int(tokens[b, s])} where the largest logit is that of token "
-                f"{int(expected_tokens[b, s])}. Each step's token is logits.argmax(dim=-1) over the vocabulary, and it "
-                "is the token read next."
-            )
+            raise CheckFailed(tr(
+                "`{function}`'s tokens are wrong on the case {case}, though the logits are right: row {row}, step {step} "
+                "holds {got} where the largest logit is that of token {expected}. Each step's token is "
+                "logits.argmax(dim=-1) over the vocabulary, and it is the token read next."
+            ).format(function=self.function, case=case.label, row=b, step=s, got=int(tokens[b, s]),
+                     expected=int(expected_tokens[b, s])))
 
     def _cache(self, case: Case, result: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """The cache's (k, v) pairs, one per block, each a pair of tensors."""
-        fn = "`generate_with_cache`'s cache"
+        fn = _cache_name()
         _, _, cache = self._returned(case, result)
         model, _ = self.worked_out(case, self._expected)
         N = model.N
         if isinstance(cache, Opaque) or not isinstance(cache, (list, tuple)) or len(cache) != N:
-            got = cache.type if isinstance(cache, Opaque) else (
-                f"{len(cache)} entries" if isinstance(cache, (list, tuple)) else type(cache).__name__)
-            raise CheckFailed(
-                f"{fn} is {got} on the case {case.label}; return a list with one (k, v) pair per block, {N} here."
-            )
+            got = opaque_kind(cache) if isinstance(cache, Opaque) else (
+                tr("{count} entries").format(count=len(cache)) if isinstance(cache, (list, tuple))
+                else type(cache).__name__)
+            raise CheckFailed(tr(
+                "{cache} is {got} on the case {case}; return a list with one (k, v) pair per block, {N} here."
+            ).format(cache=fn, got=got, case=case.label, N=N))
         pairs = []
         for i, pair in enumerate(cache):
             k, v = expect_tuple(pair, 2, f"{fn}[{i}]", case, "k, v")
@@ -721,7 +774,7 @@ class GenerateWithCacheCheck(Check):
 
     @rule("cache is (B, h, T0 + steps - 1, d_k)", returns=(2, "the cache"))
     def _cache_shape(self, case: Case, result: Any) -> None:
-        fn = "`generate_with_cache`'s cache"
+        fn = _cache_name()
         model, _ = self.worked_out(case, self._expected)
         B, T_0 = case.args[1].shape
         steps, h, d_k = case.kwargs["steps"], model.h, model.d_model // model.h
@@ -729,35 +782,40 @@ class GenerateWithCacheCheck(Check):
         for i, (k, v) in enumerate(self._cache(case, result)):
             for what, t in (("k", k), ("v", v)):
                 if tuple(t.shape) == (B, h, length + 1, d_k):
-                    raise CheckFailed(
-                        f"{fn}[{i}] holds {length + 1} positions on the case {case.label}, one more than were needed: "
-                        f"the last generated token was read too. After {steps} step(s) the model has read the prompt "
-                        f"and the first {steps - 1} generated token(s), T0 + steps - 1 = {length} positions; the last "
-                        "token is returned, not read."
-                    )
+                    raise CheckFailed(tr(
+                        "{cache}[{i}] holds {held} positions on the case {case}, one more than were needed: the last "
+                        "generated token was read too. After {steps} step(s) the model has read the prompt and the first "
+                        "{read} generated token(s), T0 + steps - 1 = {length} positions; the last token is returned, not "
+                        "read."
+                    ).format(cache=fn, i=i, held=length + 1, case=case.label, steps=steps, read=steps - 1,
+                             length=length))
                 if tuple(t.shape) == (B, length, h * d_k):
-                    raise CheckFailed(
-                        f"{fn}[{i}]'s {what} has shape {tuple(t.shape)} on the case {case.label}: keep the heads apart, "
-                        f"(B, h, positions, d_k) = {(B, h, length, d_k)}, as split_heads gives them."
-                    )
-                expect_shape(t, (B, h, length, d_k), f"{fn}[{i}]'s {what}", case,
-                             "The cache of a block holds the keys (and the values) of every position read so far, "
-                             "T0 + steps - 1 of them, one new position per step after the prompt.")
+                    raise CheckFailed(tr(
+                        "{cache}[{i}]'s {what} has shape {shape} on the case {case}: keep the heads apart, "
+                        "(B, h, positions, d_k) = {expected}, as split_heads gives them."
+                    ).format(cache=fn, i=i, what=what, shape=tuple(t.shape), case=case.label,
+                             expected=(B, h, length, d_k)))
+                expect_shape(t, (B, h, length, d_k), tr("{cache}[{i}]'s {what}").format(cache=fn, i=i, what=what), case,
+                             tr("The cache of a block holds the keys (and the values) of every position read so far, "
+                                "T0 + steps - 1 of them, one new position per step after the prompt."))
 
     @rule("cached keys and values", returns=(2, "the cache"))
     def _cache_values(self, case: Case, result: Any) -> None:
-        fn = "`generate_with_cache`'s cache"
+        fn = _cache_name()
         _, (_, _, expected_kv) = self.worked_out(case, self._expected)
         for i, ((k, v), (k_expected, v_expected)) in enumerate(zip(self._cache(case, result), expected_kv)):
             if matches(k, v_expected) and matches(v, k_expected):
-                raise CheckFailed(f"{fn}[{i}] holds (v, k) on the case {case.label}: store each pair as (k, v).")
+                raise CheckFailed(tr("{cache}[{i}] holds (v, k) on the case {case}: store each pair as (k, v).").format(
+                    cache=fn, i=i, case=case.label))
             for what, got, expected in (("keys", k, k_expected), ("values", v, v_expected)):
                 if not matches(got, expected):
-                    raise CheckFailed(
-                        f"{fn}[{i}]'s {what} are wrong on the case {case.label}, though the logits are right: "
-                        f"{where_it_differs(got, expected)}. Store, for block {i}, the {what} of every position read: "
-                        "w_k (or w_v) of norm1(x), split into heads, the cached ones first."
-                    )
+                    text = (tr("{cache}[{i}]'s keys are wrong on the case {case}, though the logits are right: {where}. "
+                               "Store, for block {i}, the keys of every position read: w_k (or w_v) of norm1(x), split "
+                               "into heads, the cached ones first.") if what == "keys" else
+                            tr("{cache}[{i}]'s values are wrong on the case {case}, though the logits are right: "
+                               "{where}. Store, for block {i}, the values of every position read: w_k (or w_v) of "
+                               "norm1(x), split into heads, the cached ones first."))
+                    raise CheckFailed(text.format(cache=fn, i=i, case=case.label, where=where_it_differs(got, expected)))
 
     rules = (_three, _tokens_shape, _logits_shape, _logits, _tokens, _cache_pairs, _cache_shape, _cache_values)
 

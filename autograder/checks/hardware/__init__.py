@@ -11,8 +11,9 @@ multi-head attention with each key/value head repeated; the filled prefix of a c
 concatenation of what was written; the window's rule written position by position.
 
 The memory bound of tiled attention is the sandbox's: each learner process may allocate 2 GiB
-(``Limits.memory_mb``, a kernel limit set before any learner code runs), and the long case's
-scores alone would take 2.25 GiB (an instructor who raises ``--memory-mb`` past that lets a whole
+(``Limits.memory_mb``, a kernel limit set before any learner code runs), and a long case's scores
+alone would take more: 2.25 GiB for the visible one, 2.0 to 2.4 GiB for the hidden one, whose length,
+width, block size and mask are drawn (an instructor who raises ``--memory-mb`` past that lets a whole
 score matrix through). The case's own budget (:mod:`harness.memory_budget`) makes a notebook,
 which has no such limit, fail the same answer at once.
 """

@@ -30,10 +30,11 @@ from ...framework import (
     expect_tuple,
     rule,
 )
+from ...messages import N_, tr
 from ..attention import SDPA_BUILTINS, SDPA_OPS, _AttentionCheck
 
-GROUPS = ("consecutive query heads share one key/value head: head j reads key/value head j // g, g = h / h_kv "
-          "(k.repeat_interleave(g, dim=1), or q viewed as (B, h_kv, g, T_q, d_k) against k.unsqueeze(2))")
+GROUPS = N_("consecutive query heads share one key/value head: head j reads key/value head j // g, g = h / h_kv "
+            "(k.repeat_interleave(g, dim=1), or q viewed as (B, h_kv, g, T_q, d_k) against k.unsqueeze(2))")
 
 
 def _group(case: Case) -> int:
@@ -44,11 +45,13 @@ def _group(case: Case) -> int:
 class GroupedQueryAttentionCheck(_AttentionCheck):
     function = "grouped_query_attention"
     trained_through = True
-    oracle = "multi-head attention with each key/value head repeated for its group, and F.scaled_dot_product_attention"
+    oracle = N_("multi-head attention with each key/value head repeated for its group, and "
+                "F.scaled_dot_product_attention")
     forbidden = SDPA_BUILTINS
     forbidden_ops = SDPA_OPS
-    hints = (Hint("RuntimeError", "Mind the heads: q has h of them and k and v h_kv. Line them up before the scores: "
-                  "q.view(B, h_kv, g, T_q, d_k) against k.unsqueeze(2), or k.repeat_interleave(g, dim=1).",
+    hints = (Hint("RuntimeError", N_("Mind the heads: q has h of them and k and v h_kv. Line them up before the "
+                                     "scores: q.view(B, h_kv, g, T_q, d_k) against k.unsqueeze(2), or "
+                                     "k.repeat_interleave(g, dim=1)."),
                   containing=("must match the size", "shape", "size of tensor")),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -71,23 +74,23 @@ class GroupedQueryAttentionCheck(_AttentionCheck):
         blind[1, 2, 0] = False  # one query of one head sees no key
         out = [
             case(2, 4, 2, 5, 6, 8),
-            case(1, 6, 3, 4, 4, 16, mask=causal, about="causal mask (4, 4)"),
-            case(2, 8, 1, 3, 7, 8, d_v=5, mask=padding, about="padding mask (2, 1, 1, 7), one key/value head"),
-            case(2, 4, 4, 4, 4, 8, dtype=torch.float64, about="as many key/value heads as query heads"),
-            case(2, 4, 2, 3, 5, 8, mask=blind, tag="fully-masked", about="mask (2, 4, 3, 5) hiding every key from one query"),
-            case(1, 6, 4, 3, 3, 8, tag=INVALID, about="6 query heads cannot share 4 key/value heads"),
+            case(1, 6, 3, 4, 4, 16, mask=causal, about=tr("causal mask (4, 4)")),
+            case(2, 8, 1, 3, 7, 8, d_v=5, mask=padding, about=tr("padding mask (2, 1, 1, 7), one key/value head")),
+            case(2, 4, 4, 4, 4, 8, dtype=torch.float64, about=tr("as many key/value heads as query heads")),
+            case(2, 4, 2, 3, 5, 8, mask=blind, tag="fully-masked", about=tr("mask (2, 4, 3, 5) hiding every key from one query")),
+            case(1, 6, 4, 3, 3, 8, tag=INVALID, about=tr("6 query heads cannot share 4 key/value heads")),
         ]
         if hidden:
             h_kv, groups = draw(g, 1, 3), draw(g, 2, 4)
             T = draw(g, 3, 9)
             out += [
                 case(draw(g, 1, 3), h_kv * groups, h_kv, T, T, 8, mask=torch.tril(torch.ones(T, T, dtype=torch.bool)),
-                     about="causal mask"),
+                     about=tr("causal mask")),
                 case(2, 2 * groups, 2, draw(g, 2, 6), draw(g, 4, 9), 16, d_v=draw(g, 2, 7), dtype=torch.float64),
                 case(1, groups, 1, T, draw(g, 2, 8), 4),
                 case(2, 3 * h_kv, h_kv, 4, 4, 8, mask=torch.rand(2, 3 * h_kv, 4, 4, generator=g) > 0.4, tag="fully-masked",
-                     about="a random mask (B, h, T_q, T_k)"),
-                case(1, 2 * groups + 1, 2, 3, 3, 4, tag=INVALID, about="an odd number of query heads for 2 key/value heads"),
+                     about=tr("a random mask (B, h, T_q, T_k)")),
+                case(1, 2 * groups + 1, 2, 3, 3, 4, tag=INVALID, about=tr("an odd number of query heads for 2 key/value heads")),
             ]
         return out
 
@@ -102,18 +105,19 @@ class GroupedQueryAttentionCheck(_AttentionCheck):
 
     def score_stages(self, case: Case) -> list[Stage]:
         k, v = self.keys_values(case)
-        return [Stage.of("the keys of each query head's group, (B, h, T_k, d_k)", k.double()),
-                Stage.of("the values of each query head's group, (B, h, T_k, d_v)", v.double())]
+        return [Stage.of(tr("the keys of each query head's group, (B, h, T_k, d_k)"), k.double()),
+                Stage.of(tr("the values of each query head's group, (B, h, T_k, d_v)"), v.double())]
 
     def mistaken_scores(self, case: Case):
         q, k, _ = (t.double() for t in case.args)
         g = _group(case)
         tiled = k.repeat(1, g, 1, 1)  # head j reads key head j % h_kv
         out = [(q @ k.repeat_interleave(g, dim=1).transpose(-2, -1),
-                "the scores were not divided by sqrt(d_k): use (q @ k.transpose(-2, -1)) / math.sqrt(d_k).")]
+                tr("the scores were not divided by sqrt(d_k): use (q @ k.transpose(-2, -1)) / math.sqrt(d_k)."))]
         if 1 < g < q.shape[1]:
             out.append((q @ tiled.transpose(-2, -1) / math.sqrt(q.shape[-1]),
-                        f"query head j read key/value head j % h_kv (k.repeat tiles the heads); {GROUPS}."))
+                        tr("query head j read key/value head j % h_kv (k.repeat tiles the heads); {groups}.")
+                        .format(groups=tr(GROUPS))))
         return out
 
     def mistaken_outputs(self, case: Case, weights: torch.Tensor):
@@ -122,7 +126,8 @@ class GroupedQueryAttentionCheck(_AttentionCheck):
         if not 1 < g < weights.shape[1]:
             return []
         return [(weights @ v.double().repeat(1, g, 1, 1),
-                 f"the keys were grouped right but the values were tiled (v.repeat): {GROUPS}; values as keys.")]
+                 tr("the keys were grouped right but the values were tiled (v.repeat): {groups}; values as keys.")
+                 .format(groups=tr(GROUPS)))]
 
     @rule("output agrees with PyTorch's kernel")
     def _kernel(self, case: Case, result: Any) -> None:
@@ -130,7 +135,8 @@ class GroupedQueryAttentionCheck(_AttentionCheck):
         k, v = self.keys_values(case)
         mask = case.kwargs.get("mask")
         expected = F.scaled_dot_product_attention(q, k.double(), v.double(), attn_mask=mask)
-        expect_close(result[0], expected.nan_to_num(0.0), "`grouped_query_attention`'s output", case,
+        expect_close(result[0], expected.nan_to_num(0.0),
+                     tr("`{function}`'s output").format(function="grouped_query_attention"), case,
                      dtype=case.args[0].dtype, scale=self.rounding_scale(case))
 
     rules = (*_AttentionCheck.rules, _kernel)
@@ -146,10 +152,11 @@ def _filled(B: int, h_kv: int, max_len: int, d: int, length: int, g: torch.Gener
 
 class KVCacheCheck(Check):
     function = "KVCache"
-    oracle = "the keys and values written so far, concatenated"
+    oracle = N_("the keys and values written so far, concatenated")
     follows_device = False
-    hints = (Hint("RuntimeError", "Mind the shapes: the buffers are (batch, n_kv_heads, max_len, d_head), and the new "
-                  "keys go into the positions length .. length + T_new - 1 of axis 2: self.keys[:, :, start:end] = k.",
+    hints = (Hint("RuntimeError", N_("Mind the shapes: the buffers are (batch, n_kv_heads, max_len, d_head), and the "
+                                     "new keys go into the positions length .. length + T_new - 1 of axis 2: "
+                                     "self.keys[:, :, start:end] = k."),
                   containing=("must match the size", "shape", "expanded size")),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -160,8 +167,9 @@ class KVCacheCheck(Check):
             k = torch.randn(B, h_kv, T_new, d, generator=g, dtype=torch.float64).to(dtype)
             v = torch.randn(B, h_kv, T_new, d, generator=g, dtype=torch.float64).to(dtype)
             kind = str(dtype).replace("torch.", "")
-            held = "an empty cache" if length == 0 else f"a cache holding {length} positions"
-            label = f"KVCache(batch={B}, n_kv_heads={h_kv}, max_len={max_len}, d_head={d}), {held}, {T_new} new {kind}"
+            held = tr("an empty cache") if length == 0 else tr("a cache holding {length} positions").format(length=length)
+            label = tr("KVCache(batch={B}, n_kv_heads={h_kv}, max_len={max_len}, d_head={d}), {held}, {T_new} new {kind}")
+            label = label.format(B=B, h_kv=h_kv, max_len=max_len, d=d, held=held, T_new=T_new, kind=kind)
             state = _filled(B, h_kv, max_len, d, length, g, dtype) if length or dtype != torch.float32 else None
             return Case(label, (k, v), {}, tag, init=init, state=state, collect=("keys", "values", "length"))
 
@@ -197,8 +205,10 @@ class KVCacheCheck(Check):
 
     def _returned(self, case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
         output = result.output if isinstance(result, ModuleResult) else result
-        keys, values = expect_tuple(output, 2, "`KVCache`'s forward", case, "keys, values")
-        return expect_tensor(keys, "`KVCache`'s keys", case), expect_tensor(values, "`KVCache`'s values", case)
+        keys, values = expect_tuple(output, 2, tr("`{function}`'s forward").format(function="KVCache"), case,
+                                    "keys, values")
+        return (expect_tensor(keys, tr("`{function}`'s keys").format(function="KVCache"), case),
+                expect_tensor(values, tr("`{function}`'s values").format(function="KVCache"), case))
 
     @rule("keys and values")
     def _pair(self, case: Case, result: Any) -> None:
@@ -209,43 +219,47 @@ class KVCacheCheck(Check):
         k, _ = case.args
         B, h_kv, T_new, d = k.shape
         end, max_len = self._length(case) + T_new, case.init["max_len"]
-        for name, value in zip(("keys", "values"), self._returned(case, result)):
+        whats = (tr("`{function}`'s keys").format(function="KVCache"),
+                 tr("`{function}`'s values").format(function="KVCache"))
+        for what, value in zip(whats, self._returned(case, result)):
             shape = tuple(value.shape)
             if shape == (B, h_kv, max_len, d) and max_len != end:
-                raise CheckFailed(f"`KVCache`'s {name} have shape {shape} on the case {case.label}: the whole buffer, "
-                                  "positions not yet written included. Return the positions filled so far: "
-                                  "self.keys[:, :, :length].")
+                raise CheckFailed(tr("{what} have shape {shape} on the case {case}: the whole buffer, "
+                                     "positions not yet written included. Return the positions filled so far: "
+                                     "self.keys[:, :, :length].").format(what=what, shape=shape, case=case.label))
             if shape == (B, h_kv, T_new, d) and T_new != end:
-                raise CheckFailed(f"`KVCache`'s {name} have shape {shape} on the case {case.label}: only the new ones. "
-                                  "Attention reads every position written so far: return self.keys[:, :, :length] "
-                                  "after writing.")
-            expect_shape(value, (B, h_kv, end, d), f"`KVCache`'s {name}", case,
-                         "Every position filled so far: (batch, n_kv_heads, length, d_head).")
+                raise CheckFailed(tr("{what} have shape {shape} on the case {case}: only the new ones. "
+                                     "Attention reads every position written so far: return self.keys[:, :, :length] "
+                                     "after writing.").format(what=what, shape=shape, case=case.label))
+            expect_shape(value, (B, h_kv, end, d), what, case,
+                         tr("Every position filled so far: (batch, n_kv_heads, length, d_head)."))
 
     @rule("the length advances")
     def _advances(self, case: Case, result: ModuleResult) -> None:
         length = result.attributes.get("length")
         end = self._length(case) + case.args[0].shape[2]
         if not isinstance(length, torch.Tensor) or length.dim() != 0 or length.is_floating_point():
-            held = ("not a tensor" if not isinstance(length, torch.Tensor)
-                    else f"a {length.dtype} tensor of shape {tuple(length.shape)}")
-            raise CheckFailed(f"`KVCache`'s `length` after the call on the case {case.label} is {held}:"
-                              " keep it as a 0-dimensional torch.long buffer (register_buffer), so that it moves and is "
-                              "saved with the cache.")
+            held = (tr("not a tensor") if not isinstance(length, torch.Tensor)
+                    else tr("a {dtype} tensor of shape {shape}").format(dtype=length.dtype, shape=tuple(length.shape)))
+            raise CheckFailed(tr("`KVCache`'s `length` after the call on the case {case} is {held}:"
+                                 " keep it as a 0-dimensional torch.long buffer (register_buffer), so that it moves and "
+                                 "is saved with the cache.").format(case=case.label, held=held))
         if int(length) != end:
-            raise CheckFailed(f"`KVCache`'s `length` is {int(length)} after the call on the case {case.label}; it held "
-                              f"{self._length(case)} positions and was given {case.args[0].shape[2]}, so {end}. Advance "
-                              "it by the number of new positions: self.length += k.shape[2].")
+            raise CheckFailed(tr("`KVCache`'s `length` is {length} after the call on the case {case}; it held "
+                                 "{held} positions and was given {given}, so {end}. Advance "
+                                 "it by the number of new positions: self.length += k.shape[2].").format(
+                length=int(length), case=case.label, held=self._length(case), given=case.args[0].shape[2], end=end))
 
     @rule("the keys and values written so far")
     def _values(self, case: Case, result: Any) -> None:
         keys, values = self._returned(case, result)
         want_k, want_v = self._expected(case)
-        swapped = "keys and values were swapped: the keys go into self.keys and come back first."
-        expect_close(keys, want_k, "`KVCache`'s keys", case, [(lambda: want_v, swapped)],
-                     hint="Write the new keys at positions length .. length + T_new - 1 and keep the earlier ones.")
-        expect_close(values, want_v, "`KVCache`'s values", case, [(lambda: want_k, swapped)],
-                     hint="Write the new values at positions length .. length + T_new - 1 and keep the earlier ones.")
+        swapped = tr("keys and values were swapped: the keys go into self.keys and come back first.")
+        expect_close(keys, want_k, tr("`{function}`'s keys").format(function="KVCache"), case, [(lambda: want_v, swapped)],
+                     hint=tr("Write the new keys at positions length .. length + T_new - 1 and keep the earlier ones."))
+        expect_close(values, want_v, tr("`{function}`'s values").format(function="KVCache"), case,
+                     [(lambda: want_k, swapped)],
+                     hint=tr("Write the new values at positions length .. length + T_new - 1 and keep the earlier ones."))
 
     @rule("written into the buffers")
     def _in_place(self, case: Case, result: ModuleResult) -> None:
@@ -254,12 +268,14 @@ class KVCacheCheck(Check):
         B, h_kv, max_len, d = (case.init[n] for n in ("batch", "n_kv_heads", "max_len", "d_head"))
         if not isinstance(buffer, torch.Tensor) or tuple(buffer.shape) != (B, h_kv, max_len, d):
             shape = tuple(buffer.shape) if isinstance(buffer, torch.Tensor) else None
-            raise CheckFailed(f"`KVCache`'s buffer `keys` has shape {shape} after the call on the case {case.label}; it "
-                              f"should stay ({B}, {h_kv}, {max_len}, {d}). Write into it in place, "
-                              "self.keys[:, :, start:end] = k, instead of making a new tensor (torch.cat copies every "
-                              "key so far at every step, which is what the cache is there to avoid).")
-        expect_close(buffer[:, :, :want_k.shape[2]], want_k, "`KVCache`'s buffer `keys` after the call", case,
-                     hint="The returned keys are right but the buffer does not hold them: write into self.keys itself.")
+            raise CheckFailed(tr("`KVCache`'s buffer `keys` has shape {shape} after the call on the case {case}; it "
+                                 "should stay ({B}, {h_kv}, {max_len}, {d}). Write into it in place, "
+                                 "self.keys[:, :, start:end] = k, instead of making a new tensor (torch.cat copies every "
+                                 "key so far at every step, which is what the cache is there to avoid).").format(
+                shape=shape, case=case.label, B=B, h_kv=h_kv, max_len=max_len, d=d))
+        expect_close(buffer[:, :, :want_k.shape[2]], want_k, tr("`KVCache`'s buffer `keys` after the call"), case,
+                     hint=tr("The returned keys are right but the buffer does not hold them: write into self.keys "
+                             "itself."))
 
     rules = (_pair, _shapes, _advances, _values, _in_place)
 

@@ -27,6 +27,7 @@ from ...framework import (
     named_failure,
     rule,
 )
+from ...messages import N_, tr
 
 
 def frequencies(d: int, base: float, exponent: float = 2.0) -> torch.Tensor:
@@ -64,8 +65,8 @@ def _rotated(xd: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, pairs: str)
 
 
 RELATIVE = "relative"
-FLOAT32_ANGLES = ("the angles were computed in float32: a position in the hundreds times a frequency keeps only a few "
-                  "digits there. Compute positions * theta_i in float64, then give the cosines and sines x's dtype.")
+FLOAT32_ANGLES = N_("the angles were computed in float32: a position in the hundreds times a frequency keeps only a few "
+                    "digits there. Compute positions * theta_i in float64, then give the cosines and sines x's dtype.")
 
 
 def _relative_case(g: torch.Generator, T: int, d: int) -> Case:
@@ -73,17 +74,18 @@ def _relative_case(g: torch.Generator, T: int, d: int) -> Case:
     query, key = torch.randn(d, generator=g), torch.randn(d, generator=g)
     x = torch.stack([query.expand(T, d), key.expand(T, d)]).clone()  # (2, T, d)
     positions = torch.arange(T) * 3 + 2  # evenly spaced positions, not starting at 0
-    return Case(f"x (2, {T}, {d}): row 0 one query, row 1 one key, each repeated at positions 2, 5, 8, ...",
-                (x, positions), {}, RELATIVE)
+    return Case(tr("x (2, {T}, {d}): row 0 one query, row 1 one key, each repeated at positions 2, 5, 8, ...").format(
+        T=T, d=d), (x, positions), {}, RELATIVE)
 
 
 class ApplyRopeCheck(Check):
     function = "apply_rope"
-    oracle = "the rotation written with complex numbers, in float64, and the scores' dependence on m - n"
+    oracle = N_("the rotation written with complex numbers, in float64, and the scores' dependence on m - n")
     trained_through = True  # queries and keys are learned through it
     follows_device = True
-    hints = (Hint("RuntimeError", "Mind the shapes: the angles are (T, d/2), one per position and pair, and the pairs "
-                  "of x are x[..., 0::2] and x[..., 1::2], (..., T, d/2) each; they broadcast against each other.",
+    hints = (Hint("RuntimeError", N_("Mind the shapes: the angles are (T, d/2), one per position and pair, and the "
+                                     "pairs of x are x[..., 0::2] and x[..., 1::2], (..., T, d/2) each; they broadcast "
+                                     "against each other."),
                   containing=("must match the size", "shape")),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -93,7 +95,8 @@ class ApplyRopeCheck(Check):
             x = torch.randn(shape, generator=g, dtype=torch.float64).to(dtype)
             kind = str(dtype).replace("torch.", "")
             shown = positions.tolist()
-            where = f"positions {shown[0]}..{shown[-1]}" if len(shown) > 2 else f"positions {shown}"
+            where = (tr("positions {first}..{last}").format(first=shown[0], last=shown[-1]) if len(shown) > 2
+                     else tr("positions {positions}").format(positions=shown))
             label = f"x {tuple(shape)} {kind}, {where}" + ("" if base is None else f", base={base:g}")
             return Case(label, (x, positions), {} if base is None else {"base": base}, tag)
 
@@ -123,13 +126,14 @@ class ApplyRopeCheck(Check):
 
     @rule("a tensor of x's shape")
     def _shape(self, case: Case, result: Any) -> None:
-        y = expect_tensor(result, "`apply_rope`'s result", case)
+        what = tr("`{function}`'s result").format(function="apply_rope")
+        y = expect_tensor(result, what, case)
         x = case.args[0]
         if tuple(y.shape) == (*x.shape[:-1], x.shape[-1] // 2, 2):
-            raise CheckFailed(f"`apply_rope`'s result has shape {tuple(y.shape)} on the case {case.label}: the pairs "
-                              "were stacked on a new last axis and left there. Put them back in their places: "
-                              ".flatten(-2) gives (..., T, d).")
-        expect_shape(y, x.shape, "`apply_rope`'s result", case, "A rotation keeps the shape of x: (..., T, d).")
+            raise CheckFailed(tr("`apply_rope`'s result has shape {shape} on the case {case}: the pairs "
+                                 "were stacked on a new last axis and left there. Put them back in their places: "
+                                 ".flatten(-2) gives (..., T, d).").format(shape=tuple(y.shape), case=case.label))
+        expect_shape(y, x.shape, what, case, tr("A rotation keeps the shape of x: (..., T, d)."))
 
     @rule("the score depends on m - n only")
     def _relative(self, case: Case, y: torch.Tensor) -> None:
@@ -140,13 +144,19 @@ class ApplyRopeCheck(Check):
         for offset in range(-(T - 1), T):
             along = torch.diagonal(scores, offset=offset)
             if not matches(along, along[:1].expand_as(along), y.dtype, scale=float(scores.abs().max()) / 10):
-                raise CheckFailed(
-                    f"`apply_rope`'s result breaks the property that defines rotary embedding on the case {case.label}: "
-                    f"the score of the query at one position with the key {abs(offset)} positions "
-                    f"{'before' if offset <= 0 else 'after'} it changes with where the pair sits "
-                    f"({along.min().item():.4g} to {along.max().item():.4g}). Rotate each pair by an angle "
-                    "proportional to its position, m * theta_i; then only the difference of two angles reaches the score."
+                broken = tr(
+                    "`apply_rope`'s result breaks the property that defines rotary embedding on the case {case}: "
+                    "the score of the query at one position with the key {offset} positions before it changes with "
+                    "where the pair sits ({low} to {high}). Rotate each pair by an angle proportional to its position, "
+                    "m * theta_i; then only the difference of two angles reaches the score."
+                ) if offset <= 0 else tr(
+                    "`apply_rope`'s result breaks the property that defines rotary embedding on the case {case}: "
+                    "the score of the query at one position with the key {offset} positions after it changes with "
+                    "where the pair sits ({low} to {high}). Rotate each pair by an angle proportional to its position, "
+                    "m * theta_i; then only the difference of two angles reaches the score."
                 )
+                raise CheckFailed(broken.format(case=case.label, offset=abs(offset), low=f"{along.min().item():.4g}",
+                                                high=f"{along.max().item():.4g}"))
 
     @rule("the rotation of each pair")
     def _values(self, case: Case, y: torch.Tensor) -> None:
@@ -156,27 +166,28 @@ class ApplyRopeCheck(Check):
         if x.dtype == torch.float64 and not matches(y, self._expected(case)) and matches(
                 y, rope(x, positions, base, angles_in=torch.float32), torch.float32):
             # the float32 angles are rounded as the learner rounds them only to float32's tolerance
-            raise named_failure(f"`apply_rope`'s result is wrong on the case {case.label}: ", [FLOAT32_ANGLES], None)
+            raise named_failure(tr("`{function}`'s result is wrong on the case {case}: ").format(
+                function="apply_rope", case=case.label), [tr(FLOAT32_ANGLES)], None)
         diagnoses = [
             (lambda: rope(x, positions, base, pairs="halves"),
-             "the features were paired as (i, i + d/2), the rotate-half convention of some libraries; this "
-             "exercise pairs neighbours, (0, 1), (2, 3), ...: x[..., 0::2] with x[..., 1::2]."),
+             tr("the features were paired as (i, i + d/2), the rotate-half convention of some libraries; this "
+                "exercise pairs neighbours, (0, 1), (2, 3), ...: x[..., 0::2] with x[..., 1::2].")),
             (lambda: rope(x, positions, base, exponent=1.0),
-             "the frequencies are base ** (-i / d); the formula's are base ** (-2i / d), i = 0 .. d/2 - 1."),
+             tr("the frequencies are base ** (-i / d); the formula's are base ** (-2i / d), i = 0 .. d/2 - 1.")),
             (lambda: rope(x, positions, base, sign=-1.0),
-             "each pair was turned the other way: x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos."),
+             tr("each pair was turned the other way: x'_2i = x_2i cos - x_2i+1 sin, x'_2i+1 = x_2i sin + x_2i+1 cos.")),
             (lambda: rope(x, torch.arange(len(positions)), base),
-             "the rows were rotated by their index 0 .. T-1, not by `positions`: a cache adds tokens at later "
-             "positions, which the argument gives."),
+             tr("the rows were rotated by their index 0 .. T-1, not by `positions`: a cache adds tokens at later "
+                "positions, which the argument gives.")),
             (lambda: rope(x, positions, 10000.0),
-             f"the base was 10000, not the `base` argument ({base:g})."),
+             tr("the base was 10000, not the `base` argument ({base}).").format(base=f"{base:g}")),
             (lambda: rope(x, positions, base, shift=1),
-             "every position was moved by one: the token at position m turns by m * theta_i."),
+             tr("every position was moved by one: the token at position m turns by m * theta_i.")),
             (lambda: x.double() + torch.stack([torch.sin(angles), torch.cos(angles)], dim=-1).flatten(-2),
-             "a sinusoid was added to x, as chapter 6 adds its encoding; rotary embedding multiplies each pair by "
-             "a rotation matrix."),
+             tr("a sinusoid was added to x, as chapter 6 adds its encoding; rotary embedding multiplies each pair by "
+                "a rotation matrix.")),
         ]
-        expect_close(y, self._expected(case), "`apply_rope`'s result", case, diagnoses,
+        expect_close(y, self._expected(case), tr("`{function}`'s result").format(function="apply_rope"), case, diagnoses,
                      scale=float(case.args[0].abs().max()))
 
     rules = (_shape, _relative, _values)
@@ -191,16 +202,16 @@ class ApplyRopeCheck(Check):
         xd = x.double()
         even, odd = xd[..., 0::2], xd[..., 1::2]
         cos, sin = torch.cos(angles), torch.sin(angles)
-        return [Stage.of("the frequencies theta_i = base ** (-2i / d), (d/2,)", theta),
-                Stage.of("the angles positions * theta_i, (T, d/2)", angles),
-                Stage.of("the cosines of the angles", cos), Stage.of("the sines of the angles", sin),
-                Stage.of("the even features x[..., 0::2]", even), Stage.of("the odd features x[..., 1::2]", odd),
-                Stage.of("the rotated even features, x_2i cos - x_2i+1 sin", even * cos - odd * sin),
-                Stage.of("the rotated odd features, x_2i sin + x_2i+1 cos", even * sin + odd * cos),
+        return [Stage.of(tr("the frequencies theta_i = base ** (-2i / d), (d/2,)"), theta),
+                Stage.of(tr("the angles positions * theta_i, (T, d/2)"), angles),
+                Stage.of(tr("the cosines of the angles"), cos), Stage.of(tr("the sines of the angles"), sin),
+                Stage.of(tr("the even features x[..., 0::2]"), even), Stage.of(tr("the odd features x[..., 1::2]"), odd),
+                Stage.of(tr("the rotated even features, x_2i cos - x_2i+1 sin"), even * cos - odd * sin),
+                Stage.of(tr("the rotated odd features, x_2i sin + x_2i+1 cos"), even * sin + odd * cos),
                 # the solution's way back: each pair stacked on a new last axis, which a flatten then removes
-                Stage.of("the rotated pairs, (..., T, d/2, 2)",
+                Stage.of(tr("the rotated pairs, (..., T, d/2, 2)"),
                          torch.stack([even * cos - odd * sin, even * sin + odd * cos], dim=-1)),
-                Stage.of("the rotated x, (..., T, d)", self._expected(case))]
+                Stage.of(tr("the rotated x, (..., T, d)"), self._expected(case))]
 
 
 STATED = {

@@ -21,6 +21,7 @@ from ...framework import (
     named_failure,
     rule,
 )
+from ...messages import N_, tr
 
 
 def window_rule(T: int, window: int, *, low: int = 1, causal: bool = True) -> torch.Tensor:
@@ -32,23 +33,23 @@ def window_rule(T: int, window: int, *, low: int = 1, causal: bool = True) -> to
 
 MISTAKES = (
     (lambda T, w: window_rule(T, w, low=0),
-     "each query reads window + 1 keys: the window holds `window` keys, itself included, i - window < j <= i."),
+     N_("each query reads window + 1 keys: the window holds `window` keys, itself included, i - window < j <= i.")),
     (lambda T, w: window_rule(T, w, low=2),
-     "each query reads window - 1 keys: the window holds `window` keys, itself included, i - window < j <= i."),
+     N_("each query reads window - 1 keys: the window holds `window` keys, itself included, i - window < j <= i.")),
     (lambda T, w: window_rule(T, w, causal=False),
-     "the window reaches into the future: a query reads only keys at or before its own position, j <= i."),
+     N_("the window reaches into the future: a query reads only keys at or before its own position, j <= i.")),
     (lambda T, w: ~window_rule(T, w),
-     "the mask is inverted: in the course's convention True means 'may read' (chapter 2)."),
+     N_("the mask is inverted: in the course's convention True means 'may read' (chapter 2).")),
     (lambda T, w: window_rule(T, w).T,
-     "the mask is transposed: rows are queries and columns keys, mask[i, j] says whether query i reads key j."),
+     N_("the mask is transposed: rows are queries and columns keys, mask[i, j] says whether query i reads key j.")),
     (lambda T, w: torch.tril(torch.ones(T, T, dtype=torch.bool)),
-     "this is plain causal attention: the window was not applied (j > i - window)."),
+     N_("this is plain causal attention: the window was not applied (j > i - window).")),
 )
 
 
 class SlidingWindowMaskCheck(Check):
     function = "sliding_window_mask"
-    oracle = "the rule i - window < j <= i, position by position"
+    oracle = N_("the rule i - window < j <= i, position by position")
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -63,15 +64,16 @@ class SlidingWindowMaskCheck(Check):
     @rule("a (T, T) tensor")
     def _shape(self, case: Case, result: Any) -> None:
         T, _ = case.args
-        m = expect_tensor(result, "`sliding_window_mask`'s result", case)
-        expect_shape(m, (T, T), "`sliding_window_mask`'s result", case, "One row per query, one column per key.")
+        m = expect_tensor(result, tr("`sliding_window_mask`'s result"), case)
+        expect_shape(m, (T, T), tr("`sliding_window_mask`'s result"), case, tr("One row per query, one column per key."))
 
     @rule("boolean")
     def _boolean(self, case: Case, m: torch.Tensor) -> None:
         if m.dtype != torch.bool:
-            raise CheckFailed(f"`sliding_window_mask` returned a {str(m.dtype).replace('torch.', '')} tensor on the case "
-                              f"{case.label}: the course's masks are boolean (dtype torch.bool), True where a query may "
-                              "read a key. A comparison such as j <= i is boolean already.")
+            raise CheckFailed(tr("`sliding_window_mask` returned a {dtype} tensor on the case "
+                                 "{case}: the course's masks are boolean (dtype torch.bool), True where a query may "
+                                 "read a key. A comparison such as j <= i is boolean already.").format(
+                dtype=str(m.dtype).replace('torch.', ''), case=case.label))
 
     @rule("True where i - window < j <= i")
     def _values(self, case: Case, m: torch.Tensor) -> None:
@@ -79,12 +81,15 @@ class SlidingWindowMaskCheck(Check):
         expected = window_rule(T, window)
         if torch.equal(m, expected):
             return
-        named = [advice for mistaken, advice in MISTAKES if torch.equal(m, mistaken(T, window))]
+        named = [tr(advice) for mistaken, advice in MISTAKES if torch.equal(m, mistaken(T, window))]
         i, j = (m != expected).nonzero()[0].tolist()
-        raise named_failure(f"`sliding_window_mask`'s result is wrong on the case {case.label}: ", named, (
-            f"`sliding_window_mask`'s result is wrong on the case {case.label}: query {i} "
-            f"{'reads' if bool(m[i, j]) else 'does not read'} key {j}, but with window={window} it "
-            f"{'may' if bool(expected[i, j]) else 'may not'}: query i reads the keys i - window + 1 .. i."))
+        # m and expected are boolean and differ at (i, j): the query reads the key exactly where it may not
+        plain = (tr("`sliding_window_mask`'s result is wrong on the case {case}: query {i} reads key {j}, but with "
+                    "window={window} it may not: query i reads the keys i - window + 1 .. i.") if bool(m[i, j]) else
+                 tr("`sliding_window_mask`'s result is wrong on the case {case}: query {i} does not read key {j}, but "
+                    "with window={window} it may: query i reads the keys i - window + 1 .. i."))
+        raise named_failure(tr("`sliding_window_mask`'s result is wrong on the case {case}: ").format(case=case.label),
+                            named, plain.format(case=case.label, i=i, j=j, window=window))
 
     rules = (_shape, _boolean, _values)
 
@@ -94,11 +99,11 @@ class SlidingWindowMaskCheck(Check):
         T, window = case.args
         i, j = torch.arange(T)[:, None], torch.arange(T)[None, :]
         causal, near = (j <= i), (j > i - window)
-        return [Stage.of("the query positions i, (T, 1)", i), Stage.of("the key positions j, (1, T)", j),
+        return [Stage.of(tr("the query positions i, (T, 1)"), i), Stage.of(tr("the key positions j, (1, T)"), j),
                 Stage.of("i - window", i - window),
-                Stage.of("j <= i: no key after the query", causal, (i >= j)),
-                Stage.of("j > i - window: the keys inside the window", near, (i - j < window)),
-                Stage.of("the mask, both at once", window_rule(T, window))]
+                Stage.of(tr("j <= i: no key after the query"), causal, (i >= j)),
+                Stage.of(tr("j > i - window: the keys inside the window"), near, (i - j < window)),
+                Stage.of(tr("the mask, both at once"), window_rule(T, window))]
 
 
 STATED = {

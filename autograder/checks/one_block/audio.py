@@ -27,6 +27,7 @@ from ...framework import (
     expect_tensor,
     rule,
 )
+from ...messages import N_, tr
 
 STFT = ("torch.stft", "torch.istft")
 
@@ -46,12 +47,13 @@ def frames_of(wave: torch.Tensor, L: int, hop: int, window: torch.Tensor | None 
 
 class FrameSignalCheck(Check):
     function = "frame_signal"
-    oracle = "the frames indexed sample by sample times the periodic Hann window, and torch.stft's power spectrum"
+    oracle = N_("the frames indexed sample by sample times the periodic Hann window, and torch.stft's power spectrum")
     forbidden = STFT
     forbidden_ops = ("stft",)
     trained_through = True
-    hints = (Hint("RuntimeError", "wave.unfold(-1, frame_length, hop) gives (..., n_frames, frame_length); the window, "
-                  "(frame_length,), then broadcasts over the frames.", containing=("shape", "must match the size")),)
+    hints = (Hint("RuntimeError", N_("wave.unfold(-1, frame_length, hop) gives (..., n_frames, frame_length); the "
+                                     "window, (frame_length,), then broadcasts over the frames."),
+                  containing=("shape", "must match the size")),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -78,37 +80,39 @@ class FrameSignalCheck(Check):
         wave, L, hop = case.args
         S = wave.shape[-1]
         n = 1 + (S - L) // hop
-        frames = expect_tensor(result, "`frame_signal`'s result", case)
+        frames = expect_tensor(result, tr("`frame_signal`'s result"), case)
         got = tuple(frames.shape)
         if got[:-2] == tuple(wave.shape[:-1]) and len(got) == wave.dim() + 1 and got[-1] == L and got[-2] != n:
-            why = ("one frame short: the last frame that fits whole starts at (n_frames - 1) * hop, "
-                   "n_frames = 1 + (S - frame_length) // hop" if got[-2] == n - 1 else
-                   "frames past the end of the wave, padded: keep only the frames that fit whole, "
-                   "n_frames = 1 + (S - frame_length) // hop" if got[-2] > n else
+            why = (tr("one frame short: the last frame that fits whole starts at (n_frames - 1) * hop, "
+                      "n_frames = 1 + (S - frame_length) // hop") if got[-2] == n - 1 else
+                   tr("frames past the end of the wave, padded: keep only the frames that fit whole, "
+                      "n_frames = 1 + (S - frame_length) // hop") if got[-2] > n else
                    "n_frames = 1 + (S - frame_length) // hop")
-            raise CheckFailed(f"`frame_signal` returned {got[-2]} frames on the case {case.label}, not {n}: {why}.")
-        expect_shape(frames, (*wave.shape[:-1], n, L), "`frame_signal`'s result", case,
-                     "Every whole frame, one every hop samples: (..., 1 + (S - frame_length) // hop, frame_length).")
+            raise CheckFailed(tr("`frame_signal` returned {count} frames on the case {case}, not {n}: {why}.").format(
+                count=got[-2], case=case.label, n=n, why=why))
+        expect_shape(frames, (*wave.shape[:-1], n, L), tr("`frame_signal`'s result"), case,
+                     tr("Every whole frame, one every hop samples: (..., 1 + (S - frame_length) // hop, "
+                        "frame_length)."))
 
     @rule("each frame times the periodic Hann window")
     def _values(self, case: Case, frames: torch.Tensor) -> None:
         wave, L, hop = case.args
         diagnoses = [
             (lambda: frames_of(wave, L, hop, torch.ones(L, dtype=torch.float64)),
-             "the frames were not windowed: multiply each by the Hann window, torch.hann_window(frame_length)."),
+             tr("the frames were not windowed: multiply each by the Hann window, torch.hann_window(frame_length).")),
             (lambda: frames_of(wave, L, hop, hann(L, periodic=False)),
-             "the window is the symmetric Hann window, cos(2 pi n / (L - 1)): the exercise's is the periodic one, "
-             "cos(2 pi n / L), torch.hann_window(L) with its default periodic=True."),
+             tr("the window is the symmetric Hann window, cos(2 pi n / (L - 1)): the exercise's is the periodic "
+                "one, cos(2 pi n / L), torch.hann_window(L) with its default periodic=True.")),
             (lambda: frames_of(wave, L, hop, hann(L, a=0.54)),
-             "the window is Hamming's, 0.54 - 0.46 cos(2 pi n / L): Hann's is 0.5 - 0.5 cos(2 pi n / L)."),
+             tr("the window is Hamming's, 0.54 - 0.46 cos(2 pi n / L): Hann's is 0.5 - 0.5 cos(2 pi n / L).")),
         ]
-        expect_close(frames, frames_of(wave, L, hop), "`frame_signal`'s result", case, diagnoses,
-                     hint="Frame t holds the samples t * hop .. t * hop + frame_length - 1, times the window.")
+        expect_close(frames, frames_of(wave, L, hop), tr("`frame_signal`'s result"), case, diagnoses,
+                     hint=tr("Frame t holds the samples t * hop .. t * hop + frame_length - 1, times the window."))
         spectrum = torch.stft(wave.double().reshape(-1, wave.shape[-1]), L, hop, window=hann(L), center=False,
                               return_complex=True).abs() ** 2  # (batch, L // 2 + 1, n_frames)
         mine = torch.fft.rfft(frames.double(), dim=-1).abs() ** 2  # (..., n_frames, L // 2 + 1)
-        expect_close(mine.reshape(-1, *mine.shape[-2:]), spectrum.transpose(1, 2), "the power spectrum of "
-                     "`frame_signal`'s frames", case, hint="It should be torch.stft's with the same window.",
+        expect_close(mine.reshape(-1, *mine.shape[-2:]), spectrum.transpose(1, 2), tr("the power spectrum of "
+                     "`frame_signal`'s frames"), case, hint=tr("It should be torch.stft's with the same window."),
                      dtype=wave.dtype, scale=float(spectrum.max()))
 
     rules = (_shape, _values)
@@ -118,9 +122,9 @@ class FrameSignalCheck(Check):
             return []
         wave, L, hop = case.args
         plain = frames_of(wave, L, hop, torch.ones(L, dtype=torch.float64))
-        return [Stage.of("the frames before the window, (..., n_frames, frame_length)", plain),
-                Stage.of("the Hann window, (frame_length,)", hann(L)),
-                Stage.of("the windowed frames", plain * hann(L))]
+        return [Stage.of(tr("the frames before the window, (..., n_frames, frame_length)"), plain),
+                Stage.of(tr("the Hann window, (frame_length,)"), hann(L)),
+                Stage.of(tr("the windowed frames"), plain * hann(L))]
 
 
 def mel(f: torch.Tensor | float) -> torch.Tensor | float:
@@ -164,7 +168,7 @@ def log_mel_of(frames: torch.Tensor, sample_rate: int, n_mels: int, *, power: fl
 
 class LogMelCheck(Check):
     function = "log_mel"
-    oracle = "torch.fft.rfft's power spectrum through the mel filter bank built filter by filter, in float64"
+    oracle = N_("torch.fft.rfft's power spectrum through the mel filter bank built filter by filter, in float64")
     forbidden = STFT
     forbidden_ops = ("stft",)
     trained_through = True
@@ -172,9 +176,9 @@ class LogMelCheck(Check):
     # (sympy among them): seconds in every grading process, for the one rule the filter bank's device could break.
     follows_device = False
     invalid_argument = "n_mels"
-    hints = (Hint("RuntimeError", "The power spectrum is (..., n_frames, L // 2 + 1) and the bank (n_mels, L // 2 + 1): "
-                  "multiply by the bank's transpose, power @ bank.T.", containing=("shape", "must match the size",
-                                                                                  "cannot be multiplied")),)
+    hints = (Hint("RuntimeError", N_("The power spectrum is (..., n_frames, L // 2 + 1) and the bank "
+                                     "(n_mels, L // 2 + 1): multiply by the bank's transpose, power @ bank.T."),
+                  containing=("shape", "must match the size", "cannot be multiplied")),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -185,11 +189,11 @@ class LogMelCheck(Check):
             return Case(f"frames {(*lead, L)} {kind}, sample_rate={sample_rate}, n_mels={n_mels}{about}",
                         (frames, sample_rate, n_mels), {}, tag)
 
-        silent = Case("frames (2, 64) of silence (zeros), sample_rate=8000, n_mels=8",
+        silent = Case(tr("frames (2, 64) of silence (zeros), sample_rate=8000, n_mels=8"),
                       (torch.zeros(2, 64), 8000, 8), {}, "silence")
         out = [case((3,), 200, 8000, 40), case((2, 5), 256, 16000, 20), case((4,), 64, 8000, 8, torch.float64),
-               case((2,), 255, 8000, 10, about=" (an odd frame length)"), silent,
-               case((1,), 400, 16000, 80, about=" (some filters narrower than a bin)"),
+               case((2,), 255, 8000, 10, about=tr(" (an odd frame length)")), silent,
+               case((1,), 400, 16000, 80, about=tr(" (some filters narrower than a bin)")),
                case((2,), 64, 8000, 0, tag=INVALID)]
         if hidden:
             L = 2 * draw(g, 32, 160) + draw(g, 0, 1)
@@ -200,17 +204,19 @@ class LogMelCheck(Check):
     @rule("(..., n_frames, n_mels)")
     def _shape(self, case: Case, result: Any) -> None:
         frames, _, n_mels = case.args
-        y = expect_tensor(result, "`log_mel`'s result", case)
+        y = expect_tensor(result, tr("`log_mel`'s result"), case)
         F_ = frames.shape[-1] // 2 + 1
         if tuple(y.shape) == (*frames.shape[:-1], F_) and F_ != n_mels:
-            raise CheckFailed(f"`log_mel`'s result has shape {tuple(y.shape)} on the case {case.label}: one number per "
-                              "frequency bin. Pass the power spectrum through the n_mels filters: power @ bank.T.")
-        expect_shape(y, (*frames.shape[:-1], n_mels), "`log_mel`'s result", case, "One number per frame and filter.")
+            raise CheckFailed(tr("`log_mel`'s result has shape {shape} on the case {case}: one number per "
+                                 "frequency bin. Pass the power spectrum through the n_mels filters: power @ bank.T.")
+                              .format(shape=tuple(y.shape), case=case.label))
+        expect_shape(y, (*frames.shape[:-1], n_mels), tr("`log_mel`'s result"), case,
+                     tr("One number per frame and filter."))
 
     @rule("finite")
     def _finite(self, case: Case, y: torch.Tensor) -> None:
-        expect_finite(y, "`log_mel`'s result", case, "A filter that gathers no power (silence, or a filter narrower "
-                      "than a frequency bin) gives log(0) = -inf: add 1e-6 inside the log, log(mel + 1e-6).")
+        expect_finite(y, tr("`log_mel`'s result"), case, tr("A filter that gathers no power (silence, or a filter "
+                      "narrower than a frequency bin) gives log(0) = -inf: add 1e-6 inside the log, log(mel + 1e-6)."))
 
     @rule("log of the mel filters' power")
     def _values(self, case: Case, y: torch.Tensor) -> None:
@@ -220,22 +226,25 @@ class LogMelCheck(Check):
             return (lambda: log_mel_of(frames, sr, n_mels, **how), advice)
 
         diagnoses = [
-            wrong("the magnitude |X| was filtered, not the power |X|^2: square it, rfft(frames).abs() ** 2.", power=1.0),
-            wrong("the log is base 10: take the natural log, torch.log.", log=torch.log10),
-            wrong("the filters' points are spaced evenly in hertz: space them evenly on the mel scale, "
-                  "2595 log10(1 + f / 700), then turn them back into hertz.", scale="hz"),
-            wrong("the points were turned back into hertz with exp, which undoes ln: the mel scale uses log10, so "
-                  "f = 700 (10 ** (m / 2595) - 1).", inverse="e"),
-            wrong("nothing was added inside the log: add 1e-6, log(mel + 1e-6), which keeps silence finite.", eps=0.0),
-            wrong("the triangles were scaled to unit area: each filter rises to 1 at its centre, unscaled.", area=True),
-            wrong("the log was taken before the filter bank: filter the power, then take the log.",
+            wrong(tr("the magnitude |X| was filtered, not the power |X|^2: square it, rfft(frames).abs() ** 2."),
+                  power=1.0),
+            wrong(tr("the log is base 10: take the natural log, torch.log."), log=torch.log10),
+            wrong(tr("the filters' points are spaced evenly in hertz: space them evenly on the mel scale, "
+                     "2595 log10(1 + f / 700), then turn them back into hertz."), scale="hz"),
+            wrong(tr("the points were turned back into hertz with exp, which undoes ln: the mel scale uses log10, so "
+                     "f = 700 (10 ** (m / 2595) - 1)."), inverse="e"),
+            wrong(tr("nothing was added inside the log: add 1e-6, log(mel + 1e-6), which keeps silence finite."),
+                  eps=0.0),
+            wrong(tr("the triangles were scaled to unit area: each filter rises to 1 at its centre, unscaled."),
+                  area=True),
+            wrong(tr("the log was taken before the filter bank: filter the power, then take the log."),
                   order="log_then_filter"),
-            wrong("the bins' frequencies were spread from 0 to sample_rate / 2 with linspace: bin f of an rfft of "
-                  "L samples is at f * sample_rate / L, which for an odd L stops short of sample_rate / 2.",
+            wrong(tr("the bins' frequencies were spread from 0 to sample_rate / 2 with linspace: bin f of an rfft of "
+                     "L samples is at f * sample_rate / L, which for an odd L stops short of sample_rate / 2."),
                   bins="linspace"),
         ]
-        expect_close(y, log_mel_of(frames, sr, n_mels), "`log_mel`'s result", case, diagnoses,
-                     hint="log(power @ bank.T + 1e-6) with the filters of the formula.",
+        expect_close(y, log_mel_of(frames, sr, n_mels), tr("`log_mel`'s result"), case, diagnoses,
+                     hint=tr("log(power @ bank.T + 1e-6) with the filters of the formula."),
                      scale=float(log_mel_of(frames, sr, n_mels).abs().max()))
 
     rules = (_shape, _finite, _values)
@@ -253,16 +262,16 @@ class LogMelCheck(Check):
         edges = (hertz[:-2, None], hertz[1:-1, None], hertz[2:, None])  # (n_mels, 1) each
         rising = (freqs - edges[0]) / (edges[1] - edges[0])  # (n_mels, F)
         falling = (edges[2] - freqs) / (edges[2] - edges[1])  # (n_mels, F)
-        return [Stage.of("the power spectrum |rfft|^2, (..., n_frames, L // 2 + 1)", power),
-                Stage.of("the bins' frequencies f * s / L", freqs), Stage.of("the points on the mel scale", marks),
-                Stage.of("the points in hertz", hertz),
+        return [Stage.of(tr("the power spectrum |rfft|^2, (..., n_frames, L // 2 + 1)"), power),
+                Stage.of(tr("the bins' frequencies f * s / L"), freqs), Stage.of(tr("the points on the mel scale"), marks),
+                Stage.of(tr("the points in hertz"), hertz),
                 # the solution's own way to the bank, by whole rows: a learner's loop over filters skips these
-                Stage.of("each filter's lower edge, centre and upper edge", *edges, *(e[:, 0] for e in edges)),
-                Stage.of("the rising sides (f - lower) / (centre - lower), (n_mels, L // 2 + 1)", rising),
-                Stage.of("the falling sides (upper - f) / (upper - centre), (n_mels, L // 2 + 1)", falling),
-                Stage.of("the filter bank, (n_mels, L // 2 + 1)", fb, fb.T),
-                Stage.of("the filters' power, (..., n_frames, n_mels)", power @ fb.T),
-                Stage.of("the log-mel spectrogram", torch.log(power @ fb.T + 1e-6))]
+                Stage.of(tr("each filter's lower edge, centre and upper edge"), *edges, *(e[:, 0] for e in edges)),
+                Stage.of(tr("the rising sides (f - lower) / (centre - lower), (n_mels, L // 2 + 1)"), rising),
+                Stage.of(tr("the falling sides (upper - f) / (upper - centre), (n_mels, L // 2 + 1)"), falling),
+                Stage.of(tr("the filter bank, (n_mels, L // 2 + 1)"), fb, fb.T),
+                Stage.of(tr("the filters' power, (..., n_frames, n_mels)"), power @ fb.T),
+                Stage.of(tr("the log-mel spectrogram"), torch.log(power @ fb.T + 1e-6))]
 
 
 STATED = {

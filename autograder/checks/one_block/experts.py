@@ -30,6 +30,7 @@ from ...framework import (
     expect_tuple,
     rule,
 )
+from ...messages import N_, tr
 from .router import balance, gates_of, stable_top_k
 
 DROPS = "drops"
@@ -118,10 +119,10 @@ def _margin(x: torch.Tensor, router: torch.Tensor, k: int) -> float:
 
 class MoEFeedForwardCheck(Check):
     function = "MoEFeedForward"
-    oracle = "a dense loop over the tokens holding the same weights, and the rows each expert multiplied, counted"
+    oracle = N_("a dense loop over the tokens holding the same weights, and the rows each expert multiplied, counted")
     trained_through = True
-    hints = (Hint("RuntimeError", "Work on the tokens flattened, x.reshape(-1, d_model), (N, d_model): the router's "
-                  "logits are then (N, E) and the chosen experts and gates (N, k).",
+    hints = (Hint("RuntimeError", N_("Work on the tokens flattened, x.reshape(-1, d_model), (N, d_model): the "
+                                     "router's logits are then (N, E) and the chosen experts and gates (N, k)."),
                   containing=("must match the size", "shape", "size of tensor")),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -162,18 +163,21 @@ class MoEFeedForwardCheck(Check):
 
     def _returned(self, case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
         output = result.output if isinstance(result, ModuleResult) else result
-        y, loss = expect_tuple(output, 2, "`MoEFeedForward`'s forward", case, "y, balance")
-        return expect_tensor(y, "`MoEFeedForward`'s y", case), expect_tensor(loss, "`MoEFeedForward`'s balance loss", case)
+        y, loss = expect_tuple(output, 2, tr("`{function}`'s forward").format(function=self.function), case, "y, balance")
+        return (expect_tensor(y, tr("`{function}`'s y").format(function=self.function), case),
+                expect_tensor(loss, tr("`{function}`'s balance loss").format(function=self.function), case))
 
     @rule("y in the shape of x, and a 0-dimensional balance loss")
     def _shapes(self, case: Case, result: Any) -> None:
         y, loss = self._returned(case, result)
         x, = case.args
-        expect_shape(y, x.shape, "`MoEFeedForward`'s y", case, "The layer maps each token to d_model features: "
-                     "(B, T, d_model); work on x.reshape(-1, d_model) and reshape back.")
+        expect_shape(y, x.shape, tr("`{function}`'s y").format(function=self.function), case,
+                     tr("The layer maps each token to d_model features: (B, T, d_model); work on "
+                        "x.reshape(-1, d_model) and reshape back."))
         if loss.dim() != 0:
-            raise CheckFailed(f"`MoEFeedForward`'s balance loss has shape {tuple(loss.shape)} on the case {case.label}: "
-                              "it is one number for the whole call, load_balancing_loss over all B * T tokens.")
+            raise CheckFailed(tr("`MoEFeedForward`'s balance loss has shape {shape} on the case {case}: "
+                                 "it is one number for the whole call, load_balancing_loss over all B * T tokens.")
+                              .format(shape=tuple(loss.shape), case=case.label))
 
     @rule("the gated sum of each token's experts, capacity applied")
     def _values(self, case: Case, result: Any) -> None:
@@ -184,32 +188,33 @@ class MoEFeedForwardCheck(Check):
         C = capacity(N, k, E, factor)
         diagnoses = [
             (lambda: moe(case, gates="none")[0],
-             "the experts' outputs were added without their gates: each expert's term is weighted by its gate, "
-             "g * expert(x)."),
+             tr("the experts' outputs were added without their gates: each expert's term is weighted by its gate, "
+                "g * expert(x).")),
             (lambda: moe(case, gates="all")[0],
-             "the gates are a softmax over all the experts, not renormalised over the chosen k: use top_k_router's "
-             "gates."),
+             tr("the gates are a softmax over all the experts, not renormalised over the chosen k: use "
+                "top_k_router's gates.")),
             (lambda: moe(case, serve="none")[0],
-             f"no token was dropped, though an expert was sent {max(sent)} tokens and each serves at most C = {C}: "
-             f"C = ceil(capacity_factor * N * k / E) with N = {N} tokens."),
+             tr("no token was dropped, though an expert was sent {sent} tokens and each serves at most C = {C}: "
+                "C = ceil(capacity_factor * N * k / E) with N = {N} tokens.").format(sent=max(sent), C=C, N=N)),
             (lambda: moe(case, serve="index")[0],
-             f"tokens were kept by their index in the batch (below C = {C}), whatever expert they went to: the "
-             "capacity is counted per expert, each serving the first C tokens sent to it."),
+             tr("tokens were kept by their index in the batch (below C = {C}), whatever expert they went to: the "
+                "capacity is counted per expert, each serving the first C tokens sent to it.").format(C=C)),
             (lambda: moe(case, serve="shared")[0],
-             f"one count served all the experts together: each expert serves its own first C = {C} tokens."),
+             tr("one count served all the experts together: each expert serves its own first C = {C} tokens.")
+             .format(C=C)),
             (lambda: moe(case, serve="last")[0],
-             "each expert kept the last tokens sent to it: the tokens are served in the order they come, the first "
-             "C kept."),
+             tr("each expert kept the last tokens sent to it: the tokens are served in the order they come, the "
+                "first C kept.")),
             (lambda: moe(case, per="sequence")[0],
-             "the capacity was worked out from one sequence's tokens: N is every token of the call, B * T."),
+             tr("the capacity was worked out from one sequence's tokens: N is every token of the call, B * T.")),
             (lambda: moe(case, rounding=math.floor)[0],
-             "C was rounded down: C = ceil(capacity_factor * N * k / E), rounded up."),
+             tr("C was rounded down: C = ceil(capacity_factor * N * k / E), rounded up.")),
             (lambda: moe(case, dropped="input")[0],
-             "a dropped token's features were passed through in the expert's place: a dropped term is left out "
-             "(zero); the block's residual connection carries the token past the layer."),
+             tr("a dropped token's features were passed through in the expert's place: a dropped term is left out "
+                "(zero); the block's residual connection carries the token past the layer.")),
         ]
-        expect_close(y, expected, "`MoEFeedForward`'s y", case, diagnoses,
-                     hint="Each token's y is the sum over its kept experts of gate * expert(x).")
+        expect_close(y, expected, tr("`{function}`'s y").format(function=self.function), case, diagnoses,
+                     hint=tr("Each token's y is the sum over its kept experts of gate * expert(x)."))
 
     @rule("the balance loss of the call's routing")
     def _balance(self, case: Case, result: Any) -> None:
@@ -217,12 +222,12 @@ class MoEFeedForwardCheck(Check):
         tokens, logits, experts, _ = routing(case)
         E = case.init["n_experts"]
         expected = balance(torch.softmax(logits, -1), experts, E)
-        expect_close(loss, expected, "`MoEFeedForward`'s balance loss", case, [
+        expect_close(loss, expected, tr("`{function}`'s balance loss").format(function=self.function), case, [
             (lambda: balance(torch.softmax(logits.gather(-1, experts), -1), torch.arange(experts.shape[-1]).expand_as(
                 experts), experts.shape[-1]),
-             "the loss was given the gates: give load_balancing_loss the softmax over all E logits."),
-        ], hint="balance = load_balancing_loss(torch.softmax(logits, dim=-1), experts, n_experts), over every token, "
-                "counting the choices before any is dropped.")
+             tr("the loss was given the gates: give load_balancing_loss the softmax over all E logits.")),
+        ], hint=tr("balance = load_balancing_loss(torch.softmax(logits, dim=-1), experts, n_experts), over every "
+                   "token, counting the choices before any is dropped."))
 
     @rule("each expert multiplies the tokens it serves, in one batch")
     def _batched(self, case: Case, result: ModuleResult) -> None:
@@ -231,30 +236,37 @@ class MoEFeedForwardCheck(Check):
         _, sent, served = self.worked_out(case, moe)
         N = sum(sent) // k
         if not products or not any(calls for _, _, calls in products.values()):
-            raise CheckFailed(f"On the case {case.label} no expert's `w_1` weight was seen in a matrix product. Call "
-                              "each expert on its tokens, self.experts[e](tokens[chosen]), so that the grader can "
-                              "count what each one multiplies.")
+            raise CheckFailed(tr("On the case {case} no expert's `w_1` weight was seen in a matrix product. Call "
+                                 "each expert on its tokens, self.experts[e](tokens[chosen]), so that the grader can "
+                                 "count what each one multiplies.").format(case=case.label))
         bound = capacity(N, k, E, factor) if factor is not None else max(served)
         for e in range(E):
             rows, nonzero, calls = products.get(f"experts.{e}.w_1.weight", (0, 0, 0))
-            where = f"on the case {case.label}, expert {e}"
             if calls > 1:
-                per_token = " once per token: a loop over tokens gives the processor one row at a time" \
-                    if calls >= served[e] else ""
-                raise CheckFailed(f"{where}'s `w_1` took part in {calls} matrix products in one call{per_token}. "
-                                  "Gather the tokens sent to each expert and multiply them in one batch: "
-                                  "expert(tokens[index]).")
+                raise CheckFailed((
+                    tr("on the case {case}, expert {expert}'s `w_1` took part in {calls} matrix products in one call "
+                       "once per token: a loop over tokens gives the processor one row at a time. Gather the tokens "
+                       "sent to each expert and multiply them in one batch: expert(tokens[index]).")
+                    if calls >= served[e] else
+                    tr("on the case {case}, expert {expert}'s `w_1` took part in {calls} matrix products in one call. "
+                       "Gather the tokens sent to each expert and multiply them in one batch: expert(tokens[index]).")
+                ).format(case=case.label, expert=e, calls=calls))
             if nonzero > served[e]:
-                why = (f"all {N} tokens: every expert ran on every token, so the layer costs E experts per token "
-                       "instead of k" if nonzero >= N else
-                       f"{nonzero} tokens, the {sent[e]} sent to it, though it serves only the first {served[e]}: drop "
-                       "a token before its expert runs, not after" if nonzero == sent[e] else
-                       f"{nonzero} tokens, though it serves {served[e]}")
-                raise CheckFailed(f"{where} multiplied {why}.")
+                raise CheckFailed(
+                    tr("on the case {case}, expert {expert} multiplied all {N} tokens: every expert ran on every "
+                       "token, so the layer costs E experts per token instead of k.").format(
+                        case=case.label, expert=e, N=N) if nonzero >= N else
+                    tr("on the case {case}, expert {expert} multiplied {nonzero} tokens, the {sent} sent to it, "
+                       "though it serves only the first {served}: drop a token before its expert runs, not after.")
+                    .format(case=case.label, expert=e, nonzero=nonzero, sent=sent[e], served=served[e])
+                    if nonzero == sent[e] else
+                    tr("on the case {case}, expert {expert} multiplied {nonzero} tokens, though it serves {served}.")
+                    .format(case=case.label, expert=e, nonzero=nonzero, served=served[e]))
             if rows > bound:
-                raise CheckFailed(f"{where} multiplied {rows} rows, {rows - nonzero} of them zeros: zeroing the tokens "
-                                  "an expert does not serve still costs their products. Give each expert only its "
-                                  "tokens (or a buffer of at most C rows).")
+                raise CheckFailed(tr("on the case {case}, expert {expert} multiplied {rows} rows, {zeros} of them "
+                                     "zeros: zeroing the tokens an expert does not serve still costs their products. "
+                                     "Give each expert only its tokens (or a buffer of at most C rows).").format(
+                                         case=case.label, expert=e, rows=rows, zeros=rows - nonzero))
 
     rules = (_shapes, _values, _balance, _batched)
 
@@ -263,12 +275,12 @@ class MoEFeedForwardCheck(Check):
             return []
         tokens, logits, experts, gates = routing(case)
         y, _, _ = self.worked_out(case, moe)
-        return [Stage.of("the tokens, x.reshape(-1, d_model), (N, d_model)", tokens),
-                Stage.of("the router's logits, (N, E)", logits),
-                Stage.of("the router's probabilities, a softmax over all E, (N, E)", torch.softmax(logits, -1)),
-                Stage.of("the gates of the chosen experts, (N, k)", gates),
+        return [Stage.of(tr("the tokens, x.reshape(-1, d_model), (N, d_model)"), tokens),
+                Stage.of(tr("the router's logits, (N, E)"), logits),
+                Stage.of(tr("the router's probabilities, a softmax over all E, (N, E)"), torch.softmax(logits, -1)),
+                Stage.of(tr("the gates of the chosen experts, (N, k)"), gates),
                 Stage.of("y, (N, d_model)", y.reshape(tokens.shape)),
-                Stage.of("y in the shape of x", y)]
+                Stage.of(tr("y in the shape of x"), y)]
 
 
 STATED = {

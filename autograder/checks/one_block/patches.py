@@ -27,10 +27,11 @@ from ...framework import (
     expect_tensor,
     rule,
 )
+from ...messages import N_, tr
 
 #: F.unfold and nn.Unfold run ATen's im2col; Tensor.unfold, a sliding view the answer may use, shares their name
 IM2COL = ("im2col",)
-UNFOLD_NOTE = "im2col is what F.unfold and nn.Unfold run"
+UNFOLD_NOTE = N_("im2col is what F.unfold and nn.Unfold run")
 
 
 def patches(images: torch.Tensor, p: int, *, order: str = "chw", by: str = "rows") -> torch.Tensor:
@@ -50,14 +51,14 @@ def unfolded(images: torch.Tensor, p: int) -> torch.Tensor:
 
 class PatchifyCheck(Check):
     function = "patchify"
-    oracle = "F.unfold with kernel and stride equal to the patch, in float64"
+    oracle = N_("F.unfold with kernel and stride equal to the patch, in float64")
     forbidden_ops = IM2COL
     forbidden_note = UNFOLD_NOTE
     trained_through = True
     may_return_view = True  # one patch of one channel is the image itself, reshaped
     invalid_argument = "patch"
-    hints = (Hint("RuntimeError", "Cut each spatial axis in two first: images.reshape(B, C, H // p, p, W // p, p), "
-                  "then bring the two patch-grid axes forward with permute before flattening.",
+    hints = (Hint("RuntimeError", N_("Cut each spatial axis in two first: images.reshape(B, C, H // p, p, W // p, p), "
+                                     "then bring the two patch-grid axes forward with permute before flattening."),
                   containing=("shape", "invalid for input")),)
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -81,30 +82,33 @@ class PatchifyCheck(Check):
     def _shape(self, case: Case, result: Any) -> None:
         images, p = case.args
         B, C, H, W = images.shape
-        y = expect_tensor(result, "`patchify`'s result", case)
+        what = tr("`{function}`'s result").format(function="patchify")
+        y = expect_tensor(result, what, case)
         if tuple(y.shape) == (B, H // p, W // p, C * p * p):
-            raise CheckFailed(f"`patchify`'s result has shape {tuple(y.shape)} on the case {case.label}: the grid of "
-                              "patches was left as two axes. Flatten it into one sequence: (B, N, C * p * p).")
-        expect_shape(y, (B, (H // p) * (W // p), C * p * p), "`patchify`'s result", case,
-                     "One row per patch, (H/p) * (W/p) of them, each of C * p * p numbers.")
+            raise CheckFailed(tr("`patchify`'s result has shape {shape} on the case {case}: the grid of "
+                                 "patches was left as two axes. Flatten it into one sequence: (B, N, C * p * p).")
+                              .format(shape=tuple(y.shape), case=case.label))
+        expect_shape(y, (B, (H // p) * (W // p), C * p * p), what, case,
+                     tr("One row per patch, (H/p) * (W/p) of them, each of C * p * p numbers."))
 
     @rule("the patches in reading order, each channel first")
     def _values(self, case: Case, y: torch.Tensor) -> None:
         images, p = case.args
         diagnoses = [
             (lambda: patches(images, p, order="hwc"),
-             "each patch was flattened channel last (pixel row, pixel column, channel): flatten it channel first, "
-             "(C, p, p), the order nn.Conv2d holds a kernel in."),
+             tr("each patch was flattened channel last (pixel row, pixel column, channel): flatten it channel first, "
+                "(C, p, p), the order nn.Conv2d holds a kernel in.")),
             (lambda: patches(images, p, order="cwh"),
-             "inside each patch, pixel columns came before pixel rows: flatten (C, row, column)."),
+             tr("inside each patch, pixel columns came before pixel rows: flatten (C, row, column).")),
             (lambda: patches(images, p, by="columns"),
-             "the patches were listed column by column: list them in reading order, left to right along the top "
-             "row of patches, then the next row."),
+             tr("the patches were listed column by column: list them in reading order, left to right along the top "
+                "row of patches, then the next row.")),
             (lambda: images.double().reshape(y.shape),
-             "the image was reshaped without being cut: a reshape alone takes runs of pixels along each image row. "
-             "Split H and W into (H/p, p) and (W/p, p) and permute the patch-grid axes forward before flattening."),
+             tr("the image was reshaped without being cut: a reshape alone takes runs of pixels along each image "
+                "row. Split H and W into (H/p, p) and (W/p, p) and permute the patch-grid axes forward before "
+                "flattening.")),
         ]
-        expect_close(y, unfolded(images, p), "`patchify`'s result", case, diagnoses)
+        expect_close(y, unfolded(images, p), tr("`{function}`'s result").format(function="patchify"), case, diagnoses)
 
     rules = (_shape, _values)
 
@@ -114,9 +118,9 @@ class PatchifyCheck(Check):
         images, p = case.args
         B, C, H, W = images.shape
         grid = images.double().reshape(B, C, H // p, p, W // p, p)
-        return [Stage.of("the image with each axis cut in two, (B, C, H/p, p, W/p, p)", grid),
-                Stage.of("the patch grid brought forward, (B, H/p, W/p, C, p, p)", grid.permute(0, 2, 4, 1, 3, 5)),
-                Stage.of("the patches, (B, N, C p p)", unfolded(images, p))]
+        return [Stage.of(tr("the image with each axis cut in two, (B, C, H/p, p, W/p, p)"), grid),
+                Stage.of(tr("the patch grid brought forward, (B, H/p, W/p, C, p, p)"), grid.permute(0, 2, 4, 1, 3, 5)),
+                Stage.of(tr("the patches, (B, N, C p p)"), unfolded(images, p))]
 
 
 def embedded(case: Case, *, cls: str = "first", positions: str = "all", order: str = "chw") -> torch.Tensor:
@@ -142,13 +146,14 @@ def embedded(case: Case, *, cls: str = "first", positions: str = "all", order: s
 
 class PatchEmbeddingCheck(Check):
     function = "PatchEmbedding"
-    oracle = "nn.Conv2d with stride equal to its kernel, holding the same weights, the class token first"
+    oracle = N_("nn.Conv2d with stride equal to its kernel, holding the same weights, the class token first")
     forbidden_ops = IM2COL
     forbidden_note = UNFOLD_NOTE
     trained_through = True
-    hints = (Hint("RuntimeError", "The class token is (1, 1, d_model): expand it to the batch, "
-                  "self.cls_token.expand(B, -1, -1), before concatenating it with the patches' (B, N, d_model) "
-                  "along axis 1.", containing=("must match", "Sizes of tensors", "size of tensor")),)
+    hints = (Hint("RuntimeError", N_("The class token is (1, 1, d_model): expand it to the batch, "
+                                     "self.cls_token.expand(B, -1, -1), before concatenating it with the patches' "
+                                     "(B, N, d_model) along axis 1."),
+                  containing=("must match", "Sizes of tensors", "size of tensor")),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
@@ -178,32 +183,34 @@ class PatchEmbeddingCheck(Check):
 
     def _output(self, case: Case, result: Any) -> torch.Tensor:
         output = result.output if isinstance(result, ModuleResult) else result
-        return expect_tensor(output, "`PatchEmbedding`'s output", case)
+        return expect_tensor(output, tr("`{function}`'s output").format(function="PatchEmbedding"), case)
 
     @rule("(B, n_patches + 1, d_model)")
     def _shape(self, case: Case, result: Any) -> None:
         z = self._output(case, result)
         B, N, d = case.args[0].shape[0], case.init["n_patches"], case.init["d_model"]
         if tuple(z.shape) == (B, N, d):
-            raise CheckFailed(f"`PatchEmbedding`'s output has shape {tuple(z.shape)} on the case {case.label}: one "
-                              "token per patch, and no class token. Put the class token in front of them: "
-                              "(B, n_patches + 1, d_model).")
-        expect_shape(z, (B, N + 1, d), "`PatchEmbedding`'s output", case, "The class token, then one token per patch.")
+            raise CheckFailed(tr("`PatchEmbedding`'s output has shape {shape} on the case {case}: one "
+                                 "token per patch, and no class token. Put the class token in front of them: "
+                                 "(B, n_patches + 1, d_model).").format(shape=tuple(z.shape), case=case.label))
+        expect_shape(z, (B, N + 1, d), tr("`{function}`'s output").format(function="PatchEmbedding"), case,
+                     tr("The class token, then one token per patch."))
 
     @rule("the class token first, then each patch projected, positions added")
     def _values(self, case: Case, result: Any) -> None:
         z = self._output(case, result)
         diagnoses = [
-            (lambda: embedded(case, cls="last"), "the class token was put after the patches: it comes first, "
-             "position 0, torch.cat([cls, tokens], dim=1)."),
-            (lambda: embedded(case, positions="none"), "no position was added: add self.positions to every token, "
-             "the class token included."),
-            (lambda: embedded(case, positions="patches"), "the positions were added to the patches only: the class "
-             "token has position 0 and the patches 1 .. N; add positions to the sequence after the class token is in."),
-            (lambda: embedded(case, order="hwc"), "each patch was flattened channel last before the projection: "
-             "flatten (C, p, p), the layout proj.weight.reshape(d_model, C, p, p) gives nn.Conv2d."),
+            (lambda: embedded(case, cls="last"), tr("the class token was put after the patches: it comes first, "
+             "position 0, torch.cat([cls, tokens], dim=1).")),
+            (lambda: embedded(case, positions="none"), tr("no position was added: add self.positions to every token, "
+             "the class token included.")),
+            (lambda: embedded(case, positions="patches"), tr("the positions were added to the patches only: the "
+             "class token has position 0 and the patches 1 .. N; add positions to the sequence after the class token "
+             "is in.")),
+            (lambda: embedded(case, order="hwc"), tr("each patch was flattened channel last before the projection: "
+             "flatten (C, p, p), the layout proj.weight.reshape(d_model, C, p, p) gives nn.Conv2d.")),
         ]
-        expect_close(z, embedded(case), "`PatchEmbedding`'s output", case, diagnoses,
+        expect_close(z, embedded(case), tr("`{function}`'s output").format(function="PatchEmbedding"), case, diagnoses,
                      hint="z = [cls; patchify(images) @ W_E + b] + positions.")
 
     rules = (_shape, _values)
@@ -216,9 +223,10 @@ class PatchEmbeddingCheck(Check):
         flat = unfolded(images, case.init["patch"])
         tokens = flat @ s["proj.weight"].T + s["proj.bias"]
         with_cls = torch.cat([s["cls_token"].expand(images.shape[0], 1, -1), tokens], dim=1)
-        return [Stage.of("the patches, (B, N, C p p)", flat), Stage.of("the patches projected, (B, N, d_model)", tokens),
-                Stage.of("the class token in front, (B, N + 1, d_model)", with_cls),
-                Stage.of("positions added", with_cls + s["positions"])]
+        return [Stage.of(tr("the patches, (B, N, C p p)"), flat),
+                Stage.of(tr("the patches projected, (B, N, d_model)"), tokens),
+                Stage.of(tr("the class token in front, (B, N + 1, d_model)"), with_cls),
+                Stage.of(tr("positions added"), with_cls + s["positions"])]
 
 
 STATED = {

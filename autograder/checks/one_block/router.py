@@ -28,6 +28,7 @@ from ...framework import (
     named_failure,
     rule,
 )
+from ...messages import N_, tr
 
 TIES = "ties"
 
@@ -50,18 +51,18 @@ def _logits(g: torch.Generator, shape: tuple[int, ...], dtype: torch.dtype, ties
 
 class TopKRouterCheck(Check):
     function = "top_k_router"
-    oracle = "a stable sort of the logits and a softmax over the chosen k, in float64"
+    oracle = N_("a stable sort of the logits and a softmax over the chosen k, in float64")
     trained_through = True  # the router learns through the gates
     invalid_argument = "k"
-    hints = (Hint("RuntimeError", "gather the chosen logits with the experts' indices along the last axis: "
-                  "logits.gather(-1, experts), (..., k).", containing=("index", "gather")),)
+    hints = (Hint("RuntimeError", N_("gather the chosen logits with the experts' indices along the last axis: "
+                                     "logits.gather(-1, experts), (..., k)."), containing=("index", "gather")),)
 
     def cases(self, hidden: bool) -> list[Case]:
         g = self.generator(hidden)
 
         def case(shape, k, dtype=torch.float32, ties=False, tag=""):
             logits = _logits(g, shape, dtype, ties)
-            about = ", logits drawn from {0, 1, 2} (equal logits)" if ties else ""
+            about = tr(", logits drawn from {{0, 1, 2}} (equal logits)").format() if ties else ""
             kind = str(dtype).replace("torch.", "")
             return Case(f"logits {tuple(shape)} {kind}, k={k}{about}", (logits, k), {}, tag or (TIES if ties else ""))
 
@@ -85,23 +86,26 @@ class TopKRouterCheck(Check):
         return out
 
     def _returned(self, case: Case, result: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        gates, experts = expect_tuple(result, 2, "`top_k_router`'s result", case, "gates, experts")
-        return expect_tensor(gates, "`top_k_router`'s gates", case), expect_tensor(experts, "`top_k_router`'s experts", case)
+        gates, experts = expect_tuple(result, 2, tr("`top_k_router`'s result"), case, "gates, experts")
+        return (expect_tensor(gates, tr("`top_k_router`'s gates"), case),
+                expect_tensor(experts, tr("`top_k_router`'s experts"), case))
 
     @rule("gates and experts, (..., k) each")
     def _shapes(self, case: Case, result: Any) -> None:
         logits, k = case.args
         gates, experts = self._returned(case, result)
-        for name, value in (("experts", experts), ("gates", gates)):
+        for what, value in ((tr("`top_k_router`'s experts"), experts), (tr("`top_k_router`'s gates"), gates)):
             if tuple(value.shape) == (*logits.shape[:-1], logits.shape[-1]) and k != logits.shape[-1]:
-                raise CheckFailed(f"`top_k_router`'s {name} have shape {tuple(value.shape)} on the case {case.label}: "
-                                  f"one per expert, all {logits.shape[-1]} of them. Keep the k = {k} chosen: "
-                                  "(..., k).")
-            expect_shape(value, (*logits.shape[:-1], k), f"`top_k_router`'s {name}", case,
-                         "One entry per chosen expert: (..., k).")
+                raise CheckFailed(tr("{what} have shape {shape} on the case {case}: "
+                                     "one per expert, all {count} of them. Keep the k = {k} chosen: "
+                                     "(..., k).").format(what=what, shape=tuple(value.shape), case=case.label,
+                                                         count=logits.shape[-1], k=k))
+            expect_shape(value, (*logits.shape[:-1], k), what, case,
+                         tr("One entry per chosen expert: (..., k)."))
         if experts.dtype != torch.long:
-            raise CheckFailed(f"`top_k_router`'s experts have dtype {experts.dtype} on the case {case.label}: they are "
-                              "indices, torch.long, as torch.sort and torch.topk give them.")
+            raise CheckFailed(tr("`top_k_router`'s experts have dtype {dtype} on the case {case}: they are "
+                                 "indices, torch.long, as torch.sort and torch.topk give them.").format(
+                                     dtype=experts.dtype, case=case.label))
 
     @rule("the k largest logits, largest first, equal ones by index")
     def _experts(self, case: Case, result: Any) -> None:
@@ -113,20 +117,24 @@ class TopKRouterCheck(Check):
         chosen, wanted = logits.double().gather(-1, experts.clamp(0, logits.shape[-1] - 1)), logits.double().gather(-1, expected)
         explaining = []
         if torch.equal(experts, torch.sort(logits.double(), dim=-1, stable=True).indices[..., :k]):
-            explaining.append("the experts with the smallest logits were chosen: sort in descending order "
-                              "(descending=True), the largest logit first.")
+            explaining.append(tr("the experts with the smallest logits were chosen: sort in descending order "
+                                 "(descending=True), the largest logit first."))
         if torch.equal(chosen, wanted):
-            explaining.append("equal logits were not ordered by index: where two experts' logits are equal, the one "
-                              "with the lower index comes first. torch.topk promises no order among equal values; "
-                              "torch.sort(logits, dim=-1, descending=True, stable=True) does.")
+            explaining.append(tr("equal logits were not ordered by index: where two experts' logits are equal, the "
+                                 "one with the lower index comes first. torch.topk promises no order among equal "
+                                 "values; torch.sort(logits, dim=-1, descending=True, stable=True) does."))
         elif torch.equal(torch.sort(experts, -1).values, torch.sort(expected, -1).values):
-            explaining.append("the right experts, in the wrong order: list them from the largest logit down "
-                              "(torch.topk with sorted=False, or the indices sorted, lose that order).")
+            explaining.append(tr("the right experts, in the wrong order: list them from the largest logit down "
+                                 "(torch.topk with sorted=False, or the indices sorted, lose that order)."))
         row = (experts != expected).any(-1).nonzero()[0].tolist()
-        raise named_failure(f"`top_k_router`'s experts are wrong on the case {case.label}: ", explaining,
-                            f"`top_k_router`'s experts are wrong on the case {case.label}: for the token at index "
-                            f"{tuple(row)}, the logits {[round(v, 4) for v in logits[tuple(row)].tolist()]} give "
-                            f"{expected[tuple(row)].tolist()}, but your function chose {experts[tuple(row)].tolist()}.")
+        raise named_failure(tr("`top_k_router`'s experts are wrong on the case {case}: ").format(case=case.label),
+                            explaining,
+                            tr("`top_k_router`'s experts are wrong on the case {case}: for the token at index "
+                               "{index}, the logits {logits} give "
+                               "{expected}, but your function chose {chosen}.").format(
+                                   case=case.label, index=tuple(row),
+                                   logits=[round(v, 4) for v in logits[tuple(row)].tolist()],
+                                   expected=expected[tuple(row)].tolist(), chosen=experts[tuple(row)].tolist()))
 
     @rule("gates: a softmax over the chosen logits")
     def _gates(self, case: Case, result: Any) -> None:
@@ -137,17 +145,18 @@ class TopKRouterCheck(Check):
         chosen = z.gather(-1, experts)
         diagnoses = [
             (lambda: torch.softmax(z, -1).gather(-1, experts),
-             "the gates were taken from a softmax over all the experts and not renormalised over the chosen ones, so "
-             "they do not sum to 1: take the softmax over the k chosen logits only."),
-            (lambda: chosen, "the gates are the chosen logits themselves: take a softmax over them."),
-            (lambda: torch.full_like(chosen, 1 / k), "every gate is 1/k: the gates weigh the experts by their logits, "
-             "a softmax over the chosen ones."),
+             tr("the gates were taken from a softmax over all the experts and not renormalised over the chosen "
+                "ones, so they do not sum to 1: take the softmax over the k chosen logits only.")),
+            (lambda: chosen, tr("the gates are the chosen logits themselves: take a softmax over them.")),
+            (lambda: torch.full_like(chosen, 1 / k), tr("every gate is 1/k: the gates weigh the experts by their "
+                                                        "logits, a softmax over the chosen ones.")),
             (lambda: torch.softmax(chosen, dim=0),
-             "the softmax ran over the first axis, across tokens: take it over the k chosen experts, dim=-1."),
-            (lambda: torch.sigmoid(chosen), "the gates are sigmoids of the logits: take a softmax over the chosen k."),
+             tr("the softmax ran over the first axis, across tokens: take it over the k chosen experts, dim=-1.")),
+            (lambda: torch.sigmoid(chosen),
+             tr("the gates are sigmoids of the logits: take a softmax over the chosen k.")),
         ]
-        expect_close(gates, gates_of(logits, experts), "`top_k_router`'s gates", case, diagnoses,
-                     hint="Each gate is exp(z_e) / sum of exp(z_e') over the chosen experts e'.")
+        expect_close(gates, gates_of(logits, experts), tr("`top_k_router`'s gates"), case, diagnoses,
+                     hint=tr("Each gate is exp(z_e) / sum of exp(z_e') over the chosen experts e'."))
 
     rules = (_shapes, _experts, _gates)
 
@@ -158,10 +167,10 @@ class TopKRouterCheck(Check):
         order = torch.sort(logits.double(), dim=-1, descending=True, stable=True)
         experts = order.indices[..., :k]
         chosen = logits.double().gather(-1, experts)
-        return [Stage.of("the logits sorted from the largest down", order.values),
-                Stage.of("the chosen experts' logits, (..., k)", chosen),
-                Stage.of("exp of the chosen logits (less their largest)", torch.exp(chosen - chosen[..., :1])),
-                Stage.of("the gates, (..., k)", gates_of(logits, experts))]
+        return [Stage.of(tr("the logits sorted from the largest down"), order.values),
+                Stage.of(tr("the chosen experts' logits, (..., k)"), chosen),
+                Stage.of(tr("exp of the chosen logits (less their largest)"), torch.exp(chosen - chosen[..., :1])),
+                Stage.of(tr("the gates, (..., k)"), gates_of(logits, experts))]
 
 
 def balance(probs: torch.Tensor, index: torch.Tensor, n_experts: int, *, by: str = "choices", factor: bool = True,
@@ -184,7 +193,7 @@ def balance(probs: torch.Tensor, index: torch.Tensor, n_experts: int, *, by: str
 
 class LoadBalancingLossCheck(Check):
     function = "load_balancing_loss"
-    oracle = "E * sum_e f_e P_e counted expert by expert in float64, and its values 1 (uniform) and E (collapsed)"
+    oracle = N_("E * sum_e f_e P_e counted expert by expert in float64, and its values 1 (uniform) and E (collapsed)")
     trained_through = True  # the router learns to spread its tokens through P
 
     def cases(self, hidden: bool) -> list[Case]:
@@ -198,9 +207,9 @@ class LoadBalancingLossCheck(Check):
             return Case(f"router_probs {(*lead, E)} {kind}, expert_index {(*lead, k)}{about}", (probs, index, E))
 
         N, E = 8, 4
-        uniform = Case("uniform routing: router_probs (8, 4) all 1/4, each expert chosen twice",
+        uniform = Case(tr("uniform routing: router_probs (8, 4) all 1/4, each expert chosen twice"),
                        (torch.full((N, E), 1 / E), (torch.arange(N) % E)[:, None], E), {}, "uniform")
-        sure = Case("collapsed routing: router_probs (6, 4) one-hot on expert 2, every token sent to it",
+        sure = Case(tr("collapsed routing: router_probs (6, 4) one-hot on expert 2, every token sent to it"),
                     (torch.nn.functional.one_hot(torch.full((6,), 2), E).float(), torch.full((6, 1), 2), E), {},
                     "collapsed")
         out = [case((16,), 4, 1), case((2, 10), 4, 2), case((12,), 8, 2, torch.float64), uniform, sure,
@@ -213,11 +222,11 @@ class LoadBalancingLossCheck(Check):
 
     @rule("a 0-dimensional tensor")
     def _scalar(self, case: Case, result: Any) -> None:
-        loss = expect_tensor(result, "`load_balancing_loss`'s result", case)
+        loss = expect_tensor(result, tr("`load_balancing_loss`'s result"), case)
         if loss.dim() != 0:
-            raise CheckFailed(f"`load_balancing_loss` returned a tensor of shape {tuple(loss.shape)} on the case "
-                              f"{case.label}: the loss is one number, a 0-dimensional tensor. Sum f_e P_e over the "
-                              "experts: (f * P).sum().")
+            raise CheckFailed(tr("`load_balancing_loss` returned a tensor of shape {shape} on the case "
+                                 "{case}: the loss is one number, a 0-dimensional tensor. Sum f_e P_e over the "
+                                 "experts: (f * P).sum().").format(shape=tuple(loss.shape), case=case.label))
 
     @rule("n_experts * sum of f_e P_e")
     def _value(self, case: Case, loss: torch.Tensor) -> None:
@@ -226,24 +235,25 @@ class LoadBalancingLossCheck(Check):
         p = probs.double().reshape(-1, E)
         diagnoses = [
             (lambda: balance(probs, index, E, factor=False),
-             f"the sum was not multiplied by the number of experts: the loss is n_experts * sum f_e P_e, so that "
-             f"uniform routing gives 1 (here n_experts = {E})."),
+             tr("the sum was not multiplied by the number of experts: the loss is n_experts * sum f_e P_e, so that "
+                "uniform routing gives 1 (here n_experts = {E}).").format(E=E)),
             (lambda: balance(probs, index, E, by="tokens"),
-             f"the counts were divided by the number of tokens N, not by the number of choices N * k (k = {k}): f "
-             "must sum to 1 over the experts."),
+             tr("the counts were divided by the number of tokens N, not by the number of choices N * k (k = {k}): "
+                "f must sum to 1 over the experts.").format(k=k)),
             (lambda: balance(probs, index, E, by="probs"),
-             "f was taken from the probabilities, as P is: f_e is the fraction of the choices (expert_index) that "
-             "went to expert e, counted."),
+             tr("f was taken from the probabilities, as P is: f_e is the fraction of the choices (expert_index) "
+                "that went to expert e, counted.")),
             (lambda: balance(probs, index, E, mean_p=False),
-             "P was summed over the tokens, not averaged: P_e is the router's mean probability for expert e."),
+             tr("P was summed over the tokens, not averaged: P_e is the router's mean probability for expert e.")),
             (lambda: balance(probs, index, E, first_only=True),
-             f"only each token's first choice was counted: with k = {k}, every choice counts toward f."),
+             tr("only each token's first choice was counted: with k = {k}, every choice counts toward f.").format(
+                 k=k)),
             (lambda: E * (torch.nn.functional.one_hot(index.reshape(p.shape[0], -1), E).double().mean(1) * p).sum(-1).mean(),
-             "the product f_e P_e was taken token by token and then averaged: f and P are each averaged over the "
-             "batch first, then multiplied."),
+             tr("the product f_e P_e was taken token by token and then averaged: f and P are each averaged over the "
+                "batch first, then multiplied.")),
         ]
-        hint = "f_e = (choices of expert e) / (N * k), P_e = router_probs[..., e] averaged over the tokens."
-        expect_close(loss, balance(probs, index, E), "`load_balancing_loss`'s result", case, diagnoses, hint=hint)
+        hint = tr("f_e = (choices of expert e) / (N * k), P_e = router_probs[..., e] averaged over the tokens.")
+        expect_close(loss, balance(probs, index, E), tr("`load_balancing_loss`'s result"), case, diagnoses, hint=hint)
 
     rules = (_scalar, _value)
 
@@ -253,9 +263,10 @@ class LoadBalancingLossCheck(Check):
         chosen = index.reshape(p.shape[0], -1)
         counts = torch.bincount(chosen.flatten(), minlength=E).double()
         f, P = counts / chosen.numel(), p.mean(0)
-        return [Stage.of("the choices per expert, (E,)", counts), Stage.of("f, the fraction of choices per expert", f),
-                Stage.of("P, the mean probability per expert", P), Stage.of("f * P, (E,)", f * P),
-                Stage.of("the sum of f * P", (f * P).sum()), Stage.of("the loss, E * sum f P", E * (f * P).sum())]
+        return [Stage.of(tr("the choices per expert, (E,)"), counts),
+                Stage.of(tr("f, the fraction of choices per expert"), f),
+                Stage.of(tr("P, the mean probability per expert"), P), Stage.of(tr("f * P, (E,)"), f * P),
+                Stage.of(tr("the sum of f * P"), (f * P).sum()), Stage.of(tr("the loss, E * sum f P"), E * (f * P).sum())]
 
 
 STATED = {

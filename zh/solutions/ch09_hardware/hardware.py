@@ -45,7 +45,7 @@ from reference.attention import scaled_dot_product_attention
 # * 使用 `causal=True` 时（要求 `T_q == T_k`，否则抛出 `ValueError`），查询 `i` 只能读取位置 `j <= i` 的键。位置是在整个序列中计数的，而不是在一块之内计数；
 # * 返回 `(output, lse)`：`output` 的形状为 `(..., T_q, d_v)`，`lse` 的形状为 `(..., T_q)`，dtype 都与 `q` 相同。`block_size` 小于 1 时抛出 `ValueError`。
 #
-# 有一个测试给出的序列有 24,576 个键：光是它的分数就要占 2.25 GiB，超过了一个评分进程可以分配的上限（2 GiB）。只有一次只保留一块分数的答案才能通过它。
+# 有一个可见测试给出的序列有 24,576 个键：光是它的分数就要占 2.25 GiB，超过了一个评分进程可以分配的上限（2 GiB）。还有一个隐藏测试在另一种长度、宽度和块大小下做同样的事。只有一次只保留一块分数的答案才能通过它们。
 
 # %% tags=["solution"] grade_id="tiled_attention"
 def tiled_attention(
