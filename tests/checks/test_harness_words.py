@@ -109,7 +109,7 @@ CASES = {
                                       ("norm2 和 norm1 是同一个对象",)),
     "the source encoded at every step": ("prerequisites.greedy_decode",
                                          lambda: _cell(GREEDY_ENCODING_IN_THE_LOOP, "greedy_decode", 903),
-                                         ("一次解码中调用了 2 次 model.encode", "在课程的 `ToyTranslator.encode` 内部引发")),
+                                         ("一次解码中调用了 2 次 model.encode", "在课程的 `ToyTranslator.encode` 内部抛出")),
     "the sequence read again at every step": ("bert_gpt.generate_with_cache", lambda: RECOMPUTING,
                                               ("已经读取了 15 个位置，超过了提示和生成的词元加起来的 10 个",)),
     "a mask made on the CPU": ("attention.scaled_dot_product_attention",
