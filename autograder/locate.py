@@ -604,5 +604,6 @@ def locate_crash(steps: Sequence[Step], stages: Sequence[Stage], inputs: Sequenc
     else:
         said = tr("What {operation} was given there comes from {lines}: its value is none of the computation's. "
                   "Look there first: a crash shows where a wrong value was used, not where it was made.")
-    return (said.format(operation=operation, lines=lines)
-            + (_depends(steps, found, roots[0][0].line, roots[0][0].function, code, held) if not several else ""))
+    # the earliest of them went wrong from right values: what it reads that the record cannot check is a suspect
+    return said.format(operation=operation, lines=lines) + _depends(steps, found, roots[0][0].line,
+                                                                    roots[0][0].function, code, held)

@@ -64,6 +64,12 @@ def _without_comment(text: str) -> str:
 def _parse(code: Code, function: str, kinds: tuple[type, ...] = (ast.FunctionDef, ast.AsyncFunctionDef)
            ) -> _Function | None:
     found = next(((first, text) for name, first, text in code if name == function), None)
+    if found is None and "." in function and ast.ClassDef not in kinds:
+        # an untraced case sends the class's source alone: its method is read inside it, numbered as the class is
+        owner, _, method = function.rpartition(".")
+        cls = _parse(code, owner, (ast.ClassDef,))
+        node = next((n for n in cls.node.body if isinstance(n, kinds) and n.name == method), None) if cls else None
+        return _Function(node, cls.first, cls.lines) if node is not None else None
     if found is None or not found[1]:
         return None
     text = textwrap.dedent(found[1])

@@ -102,6 +102,27 @@ def test_a_crash_before_any_value_was_made_still_quotes_what_the_line_depends_on
     assert "raised ValueError" in message and "`if counts:`, which must be false for it to run" in message, message
 
 
+@pytest.mark.parametrize("new", ["end = start", "end = start + k.shape[3]"])
+def test_a_crash_in_a_method_of_an_untraced_class_quotes_the_line_that_set_what_it_reads(new):
+    # KVCache's case is judged untraced, so only the class's source comes back; the write crashes on a slice
+    # whose end, an int, another line computed wrong
+    message = _mutant_message("hardware", "KVCache", "end = start + k.shape[2]", new)
+    assert "raised RuntimeError" in message and "self.keys[:, :, start:end] = k" in message, message
+    said = message.split("also depends on what the record of your values cannot check:")
+    assert len(said) == 2, message
+    assert f"`end`, set on line 13, `{new}`" in said[1], message
+
+
+def test_a_crash_followed_back_to_several_lines_quotes_what_the_earliest_of_them_reads():
+    # the size read from the wrong axis makes two wrong tables, both quoted; the int itself only shows as what the
+    # earlier of them reads
+    message = _mutant_message("hardware", "apply_rope", "d = x.shape[-1]", "d = x.shape[-2]")
+    assert "raised RuntimeError" in message and "comes from line" in message, message
+    said = message.split("also depends on what the record of your values cannot check:")
+    assert len(said) == 2, message
+    assert "`d`, set on line 3, `d = x.shape[-2]`" in said[1], message
+
+
 def test_a_valid_case_sent_to_a_raise_is_told_what_the_guard_depends_on_even_untraced():
     message = _mutant_message("capstone", "length_batches", "if n > max_tokens", "if n >= max_tokens")
     assert "the condition that sent your function to that raise, line" in message, message
