@@ -315,3 +315,9 @@ def toc_pages(root: Path = REPO) -> list[str]:
 
     walk(yaml.safe_load((root / TOC).read_text(encoding="utf-8")))
     return list(found)
+
+
+def markdown_pages(root: Path = REPO) -> list[str]:
+    """The pages of :func:`toc_pages` written as MyST markdown (``<page>.md``), in reading order: the ones the
+    pages' own rules read as text."""
+    return [p for p in toc_pages(root) if (root / f"{p}.md").is_file()]

@@ -11,14 +11,10 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from course.layout import REPO, toc_pages
+from course.layout import REPO, markdown_pages
 
 MAX_CHARS = 88
 NEVER_SHOWN = {"remove-input", "remove-cell"}
-
-
-def _pages() -> list[str]:
-    return sorted(p for p in toc_pages(REPO) if (REPO / f"{p}.md").is_file())
 
 
 def _tags(option_lines: list[str]) -> set[str]:
@@ -73,7 +69,7 @@ def too_wide(page: str, text: str) -> list[str]:
     ]
 
 
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", markdown_pages())
 def test_no_visible_code_line_is_wider_than_the_column(page):
     failures = too_wide(page, (REPO / f"{page}.md").read_text(encoding="utf-8"))
     assert not failures, (

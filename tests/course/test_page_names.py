@@ -14,16 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from course.layout import REPO, toc_pages
+from course.layout import REPO, markdown_pages
 from tests.course.test_code_width import code_cells
 
 #: what a Jupyter kernel defines that plain Python does not
 KERNEL_BUILTINS = '["display", "get_ipython"]'
 RUFF = shutil.which("ruff", path=str(Path(sys.executable).parent)) or shutil.which("ruff")
-
-
-def _pages() -> list[str]:
-    return sorted(p for p in toc_pages(REPO) if (REPO / f"{p}.md").is_file())
 
 
 def as_one_module(text: str) -> str:
@@ -44,7 +40,7 @@ def undefined_names(page: str, text: str) -> list[str]:
     return [line for line in done.stdout.splitlines() if "F821" in line]
 
 
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", markdown_pages())
 def test_every_name_a_page_uses_is_defined_before_it(page):
     found = undefined_names(page, (REPO / f"{page}.md").read_text(encoding="utf-8"))
     assert not found, "the page's code uses names no earlier cell defines:\n" + "\n".join(found)

@@ -12,7 +12,7 @@ import re
 
 import pytest
 
-from course.layout import REPO, toc_pages
+from course.layout import REPO, markdown_pages
 from course.tools.editions import CODE_CELL
 
 TREND = re.compile(r"\b(grows?|growing|faster|slower|rises?|rising|falls?|falling|shrinks?|increases?|decreases?|"
@@ -43,7 +43,7 @@ def trend_paragraphs(text: str):
                 yield " ".join(paragraph.split()[:6]), found.group(0), "assert" in cell["body"]
 
 
-@pytest.mark.parametrize("page", [p for p in toc_pages() if (REPO / f"{p}.md").is_file()])
+@pytest.mark.parametrize("page", markdown_pages())
 def test_a_trend_the_text_claims_is_asserted_against_the_printed_numbers(page):
     unchecked = [f"{page}: {words!r}... says {word!r} of numbers its cell does not assert"
                  for words, word, asserted in trend_paragraphs((REPO / f"{page}.md").read_text())
@@ -75,7 +75,7 @@ def cells_that_time_and_assert(text: str, page: str):
             yield body.strip().splitlines()[0]
 
 
-@pytest.mark.parametrize("page", [p for p in toc_pages() if (REPO / f"{p}.md").is_file()])
+@pytest.mark.parametrize("page", markdown_pages())
 def test_a_claim_about_timings_is_measured_through_fastest(page):
     """A page asserts a timing claim on the machine that builds the site, busy or not: a cell that
     clocks its own runs and asserts fails the build when another program takes a core for a moment.

@@ -13,7 +13,7 @@ import re
 import jupytext
 import pytest
 
-from course.layout import REPO, toc_pages
+from course.layout import REPO, markdown_pages
 from course.tools import page_figures
 
 # Matplotlib figures are drawn at 92 dpi; at most this wide (644 px), a figure fits the page's
@@ -29,10 +29,6 @@ FIGSIZE = re.compile(r"figsize=\(\s*([0-9.]+)\s*,")
 _ARG = r"((?:[^,()=]|\([^()]*\))+?)"  # a positional argument, such as 2 or len(columns)
 SUBPLOTS = re.compile(rf"plt\.subplots\(\s*{_ARG}\s*,\s*{_ARG}\s*[,)]")
 PATHLIKE = re.compile(r"(^|\s)(\S*[/\\]\S*|\S+\.(png|svg|jpe?g))(\s|$)", re.I)
-
-
-def _pages() -> list[str]:
-    return sorted(p for p in toc_pages(REPO) if (REPO / f"{p}.md").is_file())
 
 
 def figure_cells(page: str):
@@ -52,7 +48,7 @@ def panels(cell) -> bool:
 
 def multi_panel_figures() -> list[str]:
     """The names of the site's figures with several panels."""
-    return sorted(cell.metadata["mystnb"]["figure"]["name"] for page in _pages()
+    return sorted(cell.metadata["mystnb"]["figure"]["name"] for page in markdown_pages()
                   for _, cell in figure_cells(page) if panels(cell))
 
 
@@ -78,7 +74,7 @@ def problems(page: str, cell) -> list[str]:
     return found
 
 
-@pytest.mark.parametrize("page", _pages())
+@pytest.mark.parametrize("page", markdown_pages())
 def test_every_figure_has_a_caption_alt_text_and_a_readable_size(page):
     failures = [
         f"{page} cell {index} ({cell.source.strip().splitlines()[-1][:60]!r}): {problem}"
@@ -89,7 +85,7 @@ def test_every_figure_has_a_caption_alt_text_and_a_readable_size(page):
 
 def test_figure_names_are_unique_across_the_site():
     seen: dict[str, str] = {}
-    for page in _pages():
+    for page in markdown_pages():
         for _, cell in figure_cells(page):
             name = cell.metadata.get("mystnb", {}).get("figure", {}).get("name")
             if name:
@@ -102,7 +98,7 @@ def test_the_pages_draw_at_the_resolution_the_width_limit_assumes():
     """page_setup() sets the dpi (course.tools.page_figures) and makes each figure's image record its smallest
     text and its overlapping texts, which the browser test reads."""
     assert page_figures.DPI == DPI
-    for page in _pages():
+    for page in markdown_pages():
         if any(True for _ in figure_cells(page)):
             first = jupytext.read(REPO / f"{page}.md").cells
             setup = next(c.source for c in first if c.cell_type == "code")
